@@ -1,0 +1,61 @@
+/**
+ * The model adapter contract. Side effects. Not imported by machines/.
+ */
+import type { ModelUsage, ToolCall } from '../machines/thread.machine.js'
+
+export type Message =
+  | { role: 'user'; content: string }
+  | { role: 'assistant'; content: string; toolCalls?: ToolCall[] }
+  | { role: 'tool'; toolCallId: string; toolName: string; content: string; isError?: boolean }
+
+/** What a model sees of a tool: its name, description and JSON Schema of its input. */
+export interface ToolDefinition {
+  name: string
+  description: string
+  inputSchema: Record<string, unknown>
+}
+
+export interface ModelRequest {
+  threadId: string
+  directiveName: string
+  turn: number
+  attempt: number
+  messages: readonly Message[]
+  tools: readonly ToolDefinition[]
+  /** Aborted on cancel, on timeout and when the runtime closes. Adapters must stop promptly. */
+  signal: AbortSignal
+}
+
+export interface ModelResponse {
+  text: string
+  toolCalls: ToolCall[]
+  usage: ModelUsage
+}
+
+/**
+ * Calls a model. Throw on failure: spindle classifies what was thrown (an `status` and `headers`
+ * property on the error are read as HTTP status and response headers).
+ *
+ * Failure semantics: a call in flight when the process dies is made again after recovery (at least
+ * once); its reply is recorded before the thread acts on it, so a recorded reply is never requested
+ * twice.
+ */
+export interface ModelAdapter {
+  readonly name: string
+  generate(request: ModelRequest): Promise<ModelResponse>
+}
+
+/** An HTTP-like failure from a provider: status, headers and the body's error code. */
+export class ModelHttpError extends Error {
+  readonly status: number
+  readonly headers: Record<string, string>
+  readonly code: string | undefined
+
+  constructor(status: number, message: string, options: { headers?: Record<string, string>; code?: string } = {}) {
+    super(message)
+    this.status = status
+    this.headers = Object.fromEntries(Object.entries(options.headers ?? {}).map(([k, v]) => [k.toLowerCase(), v]))
+    this.code = options.code
+  }
+}
+ModelHttpError.prototype.name = 'ModelHttpError'

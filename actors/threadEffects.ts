@@ -1,0 +1,165 @@
+/**
+ * The logic the thread machine invokes: call the model, run one tool call, wait for a deadline.
+ * Side effects. Not imported by machines/.
+ *
+ * Each effect first waits until the checkpoint of the state that started it is durable
+ * (write-ahead), then acts, then hands its result to `host.deliver`, which records it in the
+ * transcript before the machine sees it. Results that arrive after the effect was stopped are
+ * dropped, never applied.
+ */
+import { fromCallback } from 'xstate'
+import type {
+  CallModelInput,
+  FailureInfo,
+  RunToolInput,
+  ThreadEvent,
+  WaitUntilInput,
+} from '../machines/thread.machine.js'
+import type { Message, ModelAdapter, ToolDefinition } from './model.js'
+import type { Tool, ToolOutcome } from './tools.js'
+import { executeToolCall } from './tools.js'
+
+/** The clock effects use. `now()` stamps events; timers wait for deadlines. */
+export interface Clock {
+  now(): number
+  setTimeout(fn: () => void, ms: number): unknown
+  clearTimeout(handle: unknown): void
+}
+
+export const systemClock: Clock = {
+  now: () => Date.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+}
+
+/** What the runtime lends to effects. Effects never touch persistence or the machine directly. */
+export interface EffectHost {
+  readonly clock: Clock
+  readonly model: ModelAdapter
+  readonly tools: ReadonlyMap<string, Tool>
+  readonly toolDefinitions: readonly ToolDefinition[]
+  readonly modelTimeoutMs: number
+  /** Resolves once the thread's latest checkpoint (and transcript) is durable. */
+  checkpointed(threadId: string): Promise<void>
+  /** Records the event in the transcript, then sends it to the thread. False when dropped as stale. */
+  deliver(threadId: string, event: ThreadEvent): boolean
+  messages(threadId: string): readonly Message[]
+  directiveName(threadId: string): string
+  /** Classifies a model failure and decides the wait before the next attempt. */
+  classifyModelFailure(error: unknown, attempt: number): { failure: FailureInfo; retryInMs: number }
+  /** Whether a tool call's intent was recorded before (by a run that did not record its result). */
+  hasToolIntent(threadId: string, idempotencyKey: string): boolean
+  /** Records the intent to run a tool call and waits until that record is durable. */
+  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<void>
+  /** An unexpected exception inside an effect: ends the thread in `error`. */
+  crash(threadId: string, error: unknown): void
+}
+
+/** Runs `body` detached; an exception that escapes it crashes only this thread. */
+function detach(host: EffectHost, threadId: string, body: () => Promise<void>): void {
+  body().catch((error: unknown) => host.crash(threadId, error))
+}
+
+export function toolIdempotencyKey(threadId: string, turn: number, callId: string): string {
+  return `${threadId}:${turn}:${callId}`
+}
+
+/**
+ * Failure semantics: at least once. A model call in flight when the process dies is made again on
+ * recovery with the same turn and attempt; a recorded reply is never requested again.
+ */
+export function callModelLogic(host: EffectHost) {
+  return fromCallback<ThreadEvent, CallModelInput>(({ input }) => {
+    const controller = new AbortController()
+    detach(host, input.threadId, async () => {
+      await host.checkpointed(input.threadId)
+      if (controller.signal.aborted) return
+      const timer = host.clock.setTimeout(
+        () => controller.abort(Object.assign(new Error(`model call timed out after ${host.modelTimeoutMs} ms`), { name: 'TimeoutError' })),
+        host.modelTimeoutMs,
+      )
+      let event: ThreadEvent
+      try {
+        const reply = await host.model.generate({
+          threadId: input.threadId,
+          directiveName: host.directiveName(input.threadId),
+          turn: input.turn,
+          attempt: input.attempt,
+          messages: host.messages(input.threadId),
+          tools: host.toolDefinitions,
+          signal: controller.signal,
+        })
+        event = {
+          type: 'MODEL_REPLIED',
+          at: host.clock.now(),
+          turn: input.turn,
+          attempt: input.attempt,
+          text: reply.text,
+          toolCalls: reply.toolCalls,
+          usage: reply.usage,
+        }
+      } catch (error) {
+        const timedOut = controller.signal.aborted && (controller.signal.reason as Error)?.name === 'TimeoutError'
+        if (controller.signal.aborted && !timedOut) return
+        const { failure, retryInMs } = host.classifyModelFailure(timedOut ? controller.signal.reason : error, input.attempt)
+        event = { type: 'MODEL_FAILED', at: host.clock.now(), turn: input.turn, attempt: input.attempt, error: failure, retryInMs }
+      } finally {
+        host.clock.clearTimeout(timer)
+      }
+      if (!controller.signal.aborted || event.type === 'MODEL_FAILED') host.deliver(input.threadId, event)
+    })
+    return () => controller.abort(new Error('model call stopped'))
+  })
+}
+
+/**
+ * Failure semantics: a call's intent is durable before it runs and its result is recorded after.
+ * After a crash between the two, an idempotent tool runs again with the same idempotency key; any
+ * other tool is not run again, and the model receives an error result saying so.
+ */
+export function runToolLogic(host: EffectHost) {
+  return fromCallback<ThreadEvent, RunToolInput>(({ input }) => {
+    const controller = new AbortController()
+    const { threadId, turn, call } = input
+    const key = toolIdempotencyKey(threadId, turn, call.id)
+    detach(host, threadId, async () => {
+      await host.checkpointed(threadId)
+      if (controller.signal.aborted) return
+      const tool = host.tools.get(call.name)
+      let outcome: ToolOutcome
+      if (host.hasToolIntent(threadId, key) && !tool?.idempotent) {
+        outcome = {
+          ok: false,
+          output: {
+            error: 'TOOL_INTERRUPTED',
+            message:
+              `The call to "${call.name}" was interrupted by a crash before its result was recorded. ` +
+              `It was not run again because the tool is not idempotent; it may or may not have taken effect.`,
+          },
+        }
+      } else {
+        await host.recordToolIntent(threadId, key, call)
+        if (controller.signal.aborted) return
+        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId })
+      }
+      if (controller.signal.aborted) return
+      host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
+    })
+    return () => controller.abort(new Error('tool call stopped'))
+  })
+}
+
+/** A deadline that survives restarts: the wait is recomputed from `dueAt` each time it starts. */
+export function waitUntilLogic(host: EffectHost) {
+  return fromCallback<ThreadEvent, WaitUntilInput>(({ input }) => {
+    const remaining = Math.max(0, input.dueAt - host.clock.now())
+    const handle = host.clock.setTimeout(() => {
+      host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() })
+    }, remaining)
+    return () => host.clock.clearTimeout(handle)
+  })
+}
+
+export function createThreadEffects(host: EffectHost) {
+  return { callModel: callModelLogic(host), runTool: runToolLogic(host), waitUntil: waitUntilLogic(host) }
+}

@@ -1,0 +1,437 @@
+/**
+ * The thread statechart. Pure: no I/O, no clock, no randomness. Every input from the outside world
+ * (model replies, tool results, timers, cancels, approvals) arrives as an event carrying its own
+ * time `at`, so replaying recorded events through this machine reproduces the snapshot exactly.
+ *
+ * The actors registered here are inert placeholders: the runtime provides the real ones with
+ * `threadMachine.provide({ actors })`. Replay uses the placeholders, so it never causes effects.
+ */
+import { and, assign, fromCallback, setup } from 'xstate'
+
+/** A limit that is null is unlimited (JSON has no Infinity). */
+export interface Limits {
+  turns: number | null
+  tokens: number | null
+  /** US dollars */
+  spend: number | null
+  /** Active running time, in ms (time spent suspended does not count). */
+  durationMs: number | null
+}
+
+export type LimitName = keyof Limits
+
+export interface ToolCall {
+  id: string
+  name: string
+  input: unknown
+}
+
+export interface ModelUsage {
+  inputTokens: number
+  outputTokens: number
+  /** US dollars, when the adapter knows it. */
+  cost?: number
+}
+
+export type ErrorCategory =
+  | 'transient'
+  | 'rate_limited'
+  | 'quota'
+  | 'context_length'
+  | 'limit_hit'
+  | 'budget'
+  | 'permanent'
+  | 'cancelled'
+
+export interface FailureInfo {
+  category: ErrorCategory
+  message: string
+  status?: number
+  code?: string
+}
+
+export interface Usage {
+  turns: number
+  inputTokens: number
+  outputTokens: number
+  spend: number
+}
+
+export type SuspendReason = 'limit' | 'error' | 'context_length'
+
+export interface ThreadContext {
+  threadId: string
+  directive: { name: string; prompt: string }
+  limits: Limits
+  /** Model failures are retried while `attempt <= maxRetries`. */
+  maxRetries: number
+  usage: Usage
+  /** Time of the first START, ms since epoch. */
+  startedAt: number | null
+  /** Time of the last event applied while running; active time accrues from it. */
+  lastAt: number | null
+  activeMs: number
+  /** Attempt number of the current model call within this turn, from 1. */
+  attempt: number
+  /** Tool calls the model asked for in the current turn. Bounded by one turn, not by the conversation. */
+  toolCalls: ToolCall[]
+  /** Ids of the current turn's tool calls whose results have been recorded. */
+  toolsDone: string[]
+  retry: { dueAt: number; failure: FailureInfo } | null
+  suspendReason: SuspendReason | null
+  limitHit: { limit: LimitName; used: number; max: number } | null
+  lastFailure: FailureInfo | null
+  result: string | null
+  error: { code: string; message: string } | null
+  cancelReason: string | null
+  nextThreadId: string | null
+}
+
+export type ThreadEvent =
+  | { type: 'START'; at: number }
+  | {
+      type: 'MODEL_REPLIED'
+      at: number
+      turn: number
+      attempt: number
+      text: string
+      toolCalls: ToolCall[]
+      usage: ModelUsage
+    }
+  | { type: 'MODEL_FAILED'; at: number; turn: number; attempt: number; error: FailureInfo; retryInMs: number }
+  | { type: 'TOOL_DONE'; at: number; turn: number; callId: string; ok: boolean; output: unknown }
+  | { type: 'RETRY_DUE'; at: number }
+  | { type: 'CANCEL'; at: number; reason: string }
+  | { type: 'RESUME'; at: number; limits?: Partial<Limits> }
+  | { type: 'FAIL'; at: number; error: { code: string; message: string } }
+  | { type: 'HAND_OFF'; at: number; nextThreadId: string }
+
+export type ThreadEventType = ThreadEvent['type']
+
+/** The event types the machine accepts; transcript entries of these types are machine inputs. */
+export const THREAD_EVENT_TYPES: readonly ThreadEventType[] = [
+  'START',
+  'MODEL_REPLIED',
+  'MODEL_FAILED',
+  'TOOL_DONE',
+  'RETRY_DUE',
+  'CANCEL',
+  'RESUME',
+  'FAIL',
+  'HAND_OFF',
+]
+
+export interface ThreadInput {
+  threadId: string
+  directive: { name: string; prompt: string }
+  limits: Limits
+  maxRetries: number
+}
+
+export type TerminalStatus = 'completed' | 'error' | 'cancelled' | 'continued'
+
+export interface ThreadOutcome {
+  status: TerminalStatus | 'suspended'
+  result?: string
+  error?: { code: string; message: string }
+  cost: Usage
+  suspendReason?: SuspendReason
+  nextThreadId?: string
+}
+
+export interface CallModelInput {
+  threadId: string
+  turn: number
+  attempt: number
+}
+
+export interface RunToolInput {
+  threadId: string
+  turn: number
+  call: ToolCall
+}
+
+export interface WaitUntilInput {
+  threadId: string
+  dueAt: number
+}
+
+function pendingTools(context: ThreadContext): ToolCall[] {
+  return context.toolCalls.filter((call) => !context.toolsDone.includes(call.id))
+}
+
+/** Active time accrued up to `at`, counted only while running. */
+function accrue(context: ThreadContext, at: number): Pick<ThreadContext, 'activeMs' | 'lastAt'> {
+  const since = context.lastAt ?? at
+  return { activeMs: context.activeMs + Math.max(0, at - since), lastAt: at }
+}
+
+function exceeded(context: ThreadContext): ThreadContext['limitHit'] {
+  const { limits, usage } = context
+  const checks: Array<[LimitName, number]> = [
+    ['turns', usage.turns],
+    ['tokens', usage.inputTokens + usage.outputTokens],
+    ['spend', usage.spend],
+    ['durationMs', context.activeMs],
+  ]
+  for (const [limit, used] of checks) {
+    const max = limits[limit]
+    if (max !== null && used >= max) return { limit, used, max }
+  }
+  return null
+}
+
+function isRetryable(category: ErrorCategory): boolean {
+  return category === 'transient' || category === 'rate_limited' || category === 'quota'
+}
+
+export const threadMachine = setup({
+  types: {
+    context: {} as ThreadContext,
+    events: {} as ThreadEvent,
+    input: {} as ThreadInput,
+    output: {} as ThreadOutcome,
+  },
+  actors: {
+    callModel: fromCallback<ThreadEvent, CallModelInput>(() => {}),
+    runTool: fromCallback<ThreadEvent, RunToolInput>(() => {}),
+    waitUntil: fromCallback<ThreadEvent, WaitUntilInput>(() => {}),
+  },
+  guards: {
+    limitExceeded: ({ context }) => exceeded(context) !== null,
+    isCurrentReply: ({ context, event }) =>
+      event.type === 'MODEL_REPLIED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt,
+    replyHasToolCalls: ({ event }) => event.type === 'MODEL_REPLIED' && event.toolCalls.length > 0,
+    isCurrentFailure: ({ context, event }) =>
+      event.type === 'MODEL_FAILED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt,
+    canRetry: ({ context, event }) => {
+      if (event.type !== 'MODEL_FAILED' || !isRetryable(event.error.category)) return false
+      // Quota exhaustion waits once; retrying it harder only burns the wait.
+      if (event.error.category === 'quota') return context.attempt < 2
+      return context.attempt <= context.maxRetries
+    },
+    shouldSuspendOnFailure: ({ event }) =>
+      event.type === 'MODEL_FAILED' && (isRetryable(event.error.category) || event.error.category === 'context_length'),
+    isPendingTool: ({ context, event }) =>
+      event.type === 'TOOL_DONE' &&
+      event.turn === context.usage.turns &&
+      pendingTools(context).some((call) => call.id === event.callId),
+    isLastPendingTool: ({ context, event }) => {
+      if (event.type !== 'TOOL_DONE' || event.turn !== context.usage.turns) return false
+      const pending = pendingTools(context)
+      return pending.length === 1 && pending[0]!.id === event.callId
+    },
+  },
+  actions: {
+    markStarted: assign(({ context, event }) => {
+      if (event.type !== 'START') return {}
+      return { startedAt: context.startedAt ?? event.at, lastAt: event.at }
+    }),
+    recordReply: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_REPLIED') return {}
+      return {
+        ...accrue(context, event.at),
+        usage: {
+          turns: context.usage.turns + 1,
+          inputTokens: context.usage.inputTokens + event.usage.inputTokens,
+          outputTokens: context.usage.outputTokens + event.usage.outputTokens,
+          spend: context.usage.spend + (event.usage.cost ?? 0),
+        },
+        toolCalls: event.toolCalls,
+        toolsDone: [],
+        attempt: 1,
+        lastFailure: null,
+      }
+    }),
+    recordResult: assign(({ event }) => (event.type === 'MODEL_REPLIED' ? { result: event.text } : {})),
+    recordToolDone: assign(({ context, event }) => {
+      if (event.type !== 'TOOL_DONE') return {}
+      return { ...accrue(context, event.at), toolsDone: [...context.toolsDone, event.callId] }
+    }),
+    clearTurn: assign({ toolCalls: [], toolsDone: [] }),
+    scheduleRetry: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_FAILED') return {}
+      return {
+        ...accrue(context, event.at),
+        retry: { dueAt: event.at + event.retryInMs, failure: event.error },
+        lastFailure: event.error,
+      }
+    }),
+    beginRetry: assign(({ context, event }) => {
+      if (event.type !== 'RETRY_DUE') return {}
+      return { ...accrue(context, event.at), attempt: context.attempt + 1, retry: null }
+    }),
+    suspendForLimit: assign(({ context }) => ({ suspendReason: 'limit' as const, limitHit: exceeded(context) })),
+    suspendForFailure: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_FAILED') return {}
+      return {
+        ...accrue(context, event.at),
+        suspendReason: event.error.category === 'context_length' ? ('context_length' as const) : ('error' as const),
+        lastFailure: event.error,
+        retry: null,
+      }
+    }),
+    failWithModelError: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_FAILED') return {}
+      return {
+        ...accrue(context, event.at),
+        lastFailure: event.error,
+        error: { code: event.error.code ?? `model_${event.error.category}`, message: event.error.message },
+      }
+    }),
+    failWithError: assign(({ event }) => (event.type === 'FAIL' ? { error: event.error } : {})),
+    resumeWithLimits: assign(({ context, event }) => {
+      if (event.type !== 'RESUME') return {}
+      return {
+        limits: { ...context.limits, ...event.limits },
+        suspendReason: null,
+        limitHit: null,
+        attempt: 1,
+        retry: null,
+        lastAt: event.at,
+      }
+    }),
+    recordCancel: assign(({ event }) => (event.type === 'CANCEL' ? { cancelReason: event.reason } : {})),
+    recordHandOff: assign(({ event }) => (event.type === 'HAND_OFF' ? { nextThreadId: event.nextThreadId } : {})),
+  },
+}).createMachine({
+  id: 'thread',
+  context: ({ input }) => ({
+    threadId: input.threadId,
+    directive: input.directive,
+    limits: input.limits,
+    maxRetries: input.maxRetries,
+    usage: { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
+    startedAt: null,
+    lastAt: null,
+    activeMs: 0,
+    attempt: 1,
+    toolCalls: [],
+    toolsDone: [],
+    retry: null,
+    suspendReason: null,
+    limitHit: null,
+    lastFailure: null,
+    result: null,
+    error: null,
+    cancelReason: null,
+    nextThreadId: null,
+  }),
+  initial: 'created',
+  states: {
+    created: {
+      on: {
+        START: { target: 'running', actions: 'markStarted' },
+        CANCEL: { target: 'cancelled', actions: 'recordCancel' },
+        FAIL: { target: 'error', actions: 'failWithError' },
+      },
+    },
+    running: {
+      initial: 'checkingLimits',
+      on: {
+        CANCEL: { target: 'cancelled', actions: 'recordCancel' },
+        FAIL: { target: 'error', actions: 'failWithError' },
+        HAND_OFF: { target: 'continued', actions: 'recordHandOff' },
+      },
+      states: {
+        checkingLimits: {
+          always: [
+            { guard: 'limitExceeded', target: '#thread.suspended', actions: 'suspendForLimit' },
+            { target: 'callingModel' },
+          ],
+        },
+        callingModel: {
+          invoke: {
+            id: 'callModel',
+            src: 'callModel',
+            input: ({ context }) => ({
+              threadId: context.threadId,
+              turn: context.usage.turns + 1,
+              attempt: context.attempt,
+            }),
+          },
+          on: {
+            MODEL_REPLIED: [
+              {
+                guard: and(['isCurrentReply', 'replyHasToolCalls']),
+                target: 'runningTools',
+                actions: 'recordReply',
+              },
+              { guard: 'isCurrentReply', target: '#thread.completed', actions: ['recordReply', 'recordResult'] },
+            ],
+            MODEL_FAILED: [
+              { guard: and(['isCurrentFailure', 'canRetry']), target: 'waitingToRetry', actions: 'scheduleRetry' },
+              {
+                guard: and(['isCurrentFailure', 'shouldSuspendOnFailure']),
+                target: '#thread.suspended',
+                actions: 'suspendForFailure',
+              },
+              { guard: 'isCurrentFailure', target: '#thread.error', actions: 'failWithModelError' },
+            ],
+          },
+        },
+        runningTools: {
+          invoke: {
+            id: 'runTool',
+            src: 'runTool',
+            input: ({ context }) => ({
+              threadId: context.threadId,
+              turn: context.usage.turns,
+              call: pendingTools(context)[0]!,
+            }),
+          },
+          on: {
+            TOOL_DONE: [
+              { guard: 'isLastPendingTool', target: 'checkingLimits', actions: ['recordToolDone', 'clearTurn'] },
+              { guard: 'isPendingTool', target: 'runningTools', reenter: true, actions: 'recordToolDone' },
+            ],
+          },
+        },
+        waitingToRetry: {
+          invoke: {
+            id: 'waitUntil',
+            src: 'waitUntil',
+            input: ({ context }) => ({ threadId: context.threadId, dueAt: context.retry?.dueAt ?? 0 }),
+          },
+          on: {
+            RETRY_DUE: { target: 'callingModel', actions: 'beginRetry' },
+          },
+        },
+      },
+    },
+    suspended: {
+      on: {
+        RESUME: { target: 'running', actions: 'resumeWithLimits' },
+        CANCEL: { target: 'cancelled', actions: 'recordCancel' },
+        FAIL: { target: 'error', actions: 'failWithError' },
+      },
+    },
+    completed: { type: 'final' },
+    error: { type: 'final' },
+    cancelled: { type: 'final' },
+    continued: { type: 'final' },
+  },
+  // While `output` runs, the snapshot's value is not yet the final state, so the status comes from
+  // the field that each final state's incoming transition sets.
+  output: ({ context }) => outcomeOf(terminalStatusOf(context), context),
+})
+
+function terminalStatusOf(context: ThreadContext): TerminalStatus {
+  if (context.nextThreadId !== null) return 'continued'
+  if (context.cancelReason !== null) return 'cancelled'
+  if (context.error !== null) return 'error'
+  return 'completed'
+}
+
+/** The outcome a host sees for a thread that stopped in `status`. */
+export function outcomeOf(status: TerminalStatus | 'suspended', context: ThreadContext): ThreadOutcome {
+  const outcome: ThreadOutcome = { status, cost: { ...context.usage } }
+  if (context.result !== null) outcome.result = context.result
+  if (context.error !== null) outcome.error = context.error
+  if (status === 'cancelled' && context.cancelReason !== null) {
+    outcome.error = { code: 'cancelled', message: context.cancelReason }
+  }
+  if (context.suspendReason !== null && status === 'suspended') outcome.suspendReason = context.suspendReason
+  if (context.nextThreadId !== null) outcome.nextThreadId = context.nextThreadId
+  return outcome
+}

@@ -1,0 +1,30 @@
+import path from 'node:path'
+import { assertThreadId } from '../src/ids.js'
+import { SpindleError } from '../src/errors.js'
+
+/** Where a data directory keeps its files. Every thread path goes through `threadDir`. */
+export interface DataPaths {
+  root: string
+  threads: string
+  registry: string
+}
+
+export function dataPaths(root: string): DataPaths {
+  const abs = path.resolve(root)
+  return { root: abs, threads: path.join(abs, 'threads'), registry: path.join(abs, 'registry.db') }
+}
+
+/**
+ * The directory of one thread. Refuses ids that are not spindle ids and, as a second fence, any
+ * path that would resolve outside `<root>/threads`.
+ */
+export function threadDir(paths: DataPaths, threadId: string): string {
+  assertThreadId(threadId)
+  const dir = path.resolve(paths.threads, threadId)
+  if (path.dirname(dir) !== paths.threads) {
+    throw new SpindleError('INVALID_THREAD_ID', `Thread id "${threadId}" would leave the data directory ${paths.threads}.`, {
+      details: { id: threadId },
+    })
+  }
+  return dir
+}

@@ -1,0 +1,64 @@
+/**
+ * spindle's error type. Callers branch on `code`, never on `message`; the CLI maps codes to exit
+ * statuses. Codes are permanent: deprecate, never rename or delete.
+ */
+
+export type SpindleErrorCode =
+  | 'INVALID_OPTIONS'
+  | 'INVALID_THREAD_ID'
+  | 'THREAD_NOT_FOUND'
+  | 'THREAD_NOT_ACTIVE'
+  | 'STATE_CORRUPT'
+  | 'STATE_VERSION_UNSUPPORTED'
+  | 'TRANSCRIPT_CORRUPT'
+  | 'TRANSCRIPT_CHAIN_BROKEN'
+  | 'FILES_MISSING'
+  | 'REGISTRY_FAILED'
+  | 'TOOL_INPUT_INVALID'
+  | 'TOOL_TIMEOUT'
+  | 'TOOL_FAILED'
+  | 'TOOL_UNKNOWN'
+  | 'TOOL_INTERRUPTED'
+  | 'MODEL_FAILED'
+  | 'MODEL_SCRIPT_EXHAUSTED'
+  | 'SUBSCRIBER_FAILED'
+  | 'RUNTIME_CLOSED'
+  | 'REPLAY_DIVERGED'
+  | 'CONFIG_INVALID'
+
+const BRAND = Symbol.for('spindle.error')
+
+export interface SpindleErrorOptions {
+  cause?: unknown
+  /** Structured facts about the failure (file, seq, thread id …), safe to print and to serialise. */
+  details?: Record<string, unknown>
+}
+
+export class SpindleError extends Error {
+  readonly code: SpindleErrorCode
+  readonly details: Record<string, unknown>
+  readonly [BRAND] = true
+
+  constructor(code: SpindleErrorCode, message: string, options: SpindleErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause })
+    this.code = code
+    this.details = options.details ?? {}
+  }
+
+  toJSON(): { code: SpindleErrorCode; message: string; details: Record<string, unknown> } {
+    return { code: this.code, message: this.message, details: this.details }
+  }
+}
+SpindleError.prototype.name = 'SpindleError'
+
+/** Brand check that survives two copies of the package in one process (unlike `instanceof`). */
+export function isSpindleError(value: unknown): value is SpindleError {
+  return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BRAND] === true
+}
+
+/** Plain data for any thrown value: what goes into transcripts, snapshots and outcomes. */
+export function describeError(value: unknown): { code: string; message: string } {
+  if (isSpindleError(value)) return { code: value.code, message: value.message }
+  if (value instanceof Error) return { code: (value as { code?: string }).code ?? value.name, message: value.message }
+  return { code: 'UNKNOWN', message: String(value) }
+}

@@ -1,0 +1,41 @@
+import { customAlphabet } from 'nanoid'
+import { SpindleError } from './errors.js'
+
+// Lower-case alphanumerics only: ids become directory names on case-insensitive filesystems too.
+const suffix = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyz', 12)
+const nonceOf = customAlphabet('0123456789abcdefghijklmnopqrstuvwxyz', 24)
+
+/** A thread id is a path component: no separators, no dot segments, bounded length. */
+const THREAD_ID = /^[a-z0-9][a-z0-9_-]{0,62}-[a-z0-9]{12}$/
+
+/** A readable prefix from the directive name plus a random suffix, e.g. `research-3f9k2m1x0q7a`. */
+export function newThreadId(directiveName: string): string {
+  const prefix =
+    directiveName
+      .toLowerCase()
+      .replace(/[^a-z0-9_-]+/g, '-')
+      .replace(/^[-_]+|[-_]+$/g, '')
+      .slice(0, 40) || 'thread'
+  return `${prefix}-${suffix()}`
+}
+
+/** A secret stored at spawn; cross-process requests (cancel files) must carry it. */
+export function newNonce(): string {
+  return nonceOf()
+}
+
+/** Throws INVALID_THREAD_ID for anything that is not an id spindle could have made. */
+export function assertThreadId(id: unknown): asserts id is string {
+  if (typeof id !== 'string' || !THREAD_ID.test(id)) {
+    throw new SpindleError(
+      'INVALID_THREAD_ID',
+      `"${String(id).slice(0, 80)}" is not a valid thread id: ids look like "research-3f9k2m1x0q7a" ` +
+        `(lower-case letters, digits, "-" and "_", no path separators). Check the id you passed.`,
+      { details: { id: String(id).slice(0, 200) } },
+    )
+  }
+}
+
+export function isThreadId(id: unknown): id is string {
+  return typeof id === 'string' && THREAD_ID.test(id)
+}

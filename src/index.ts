@@ -1,0 +1,40 @@
+/**
+ * spindle's public API. Everything not exported here is internal.
+ */
+export { createRuntime } from './runtime.js'
+export type { Runtime, RuntimeOptions, SpawnOptions, RecoveryReport, Problem } from './runtime.js'
+export type { ThreadHandle, ThreadView } from './liveThread.js'
+
+export { scriptedModel } from '../actors/scriptedModel.js'
+export type { Script, ScriptedTurn, ScriptedReply, ScriptedFault, ScriptedModelOptions } from '../actors/scriptedModel.js'
+export { ModelHttpError } from '../actors/model.js'
+export type { ModelAdapter, ModelRequest, ModelResponse, Message, ToolDefinition } from '../actors/model.js'
+export { defineTool, DEFAULT_TOOL_TIMEOUT_MS } from '../actors/tools.js'
+export type { Tool, ToolContext, ToolSpec } from '../actors/tools.js'
+export { systemClock } from '../actors/threadEffects.js'
+export type { Clock } from '../actors/threadEffects.js'
+
+export { threadMachine } from '../machines/thread.machine.js'
+export type {
+  Limits,
+  ThreadOutcome,
+  ThreadEvent,
+  ThreadContext,
+  ToolCall,
+  ErrorCategory,
+  FailureInfo,
+  Usage,
+} from '../machines/thread.machine.js'
+
+export { replayTranscript, SPAWN_ENTRY } from './replay.js'
+export type { ReplayOptions, ReplayResult } from './replay.js'
+export { readThreadFiles, verifyReplay } from './inspectThread.js'
+export type { ThreadFiles, ReplayCheck } from './inspectThread.js'
+
+export { classifyError, DEFAULT_RETRY_POLICY } from './policies/classifyError.js'
+export type { RetryPolicy, Classified } from './policies/classifyError.js'
+
+export { SpindleError, isSpindleError } from './errors.js'
+export type { SpindleErrorCode } from './errors.js'
+
+export type { ThreadStatus, ThreadRecord, Cost, StateEnvelope, TranscriptEntry, Durability } from '../persistence/types.js'

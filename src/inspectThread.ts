@@ -1,0 +1,47 @@
+/**
+ * Reading a thread's files without a runtime, and checking that its transcript replays to its
+ * state.json. The basis of snapshot replay tests and of `spindle rebuild`.
+ */
+import { isDeepStrictEqual } from 'node:util'
+import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
+import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
+import { dataPaths } from '../persistence/paths.js'
+import type { StateEnvelope, TranscriptEntry } from '../persistence/types.js'
+import { replayTranscript } from './replay.js'
+
+export interface ThreadFiles {
+  envelope: StateEnvelope | null
+  entries: TranscriptEntry[]
+  torn: { bytes: number } | null
+}
+
+/** Reads and verifies a thread's state.json and transcript. Throws the stores' errors (STATE_CORRUPT, TRANSCRIPT_CHAIN_BROKEN …). */
+export function readThreadFiles(dir: string, threadId: string): ThreadFiles {
+  const paths = dataPaths(dir)
+  const envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(threadId)
+  const { entries, torn } = createJsonlTranscriptStore({ paths, durability: 'process' }).read(threadId)
+  return { envelope, entries, torn }
+}
+
+export interface ReplayCheck {
+  matches: boolean
+  /** The snapshot rebuilt from the transcript up to the position state.json records. */
+  replayed: unknown
+  stored: unknown
+  /** Transcript entries recorded after the checkpoint (a crash between the two leaves some). */
+  pendingEntries: number
+}
+
+/** Replays a thread's transcript and compares the result with its state.json. */
+export function verifyReplay(dir: string, threadId: string): ReplayCheck {
+  const { envelope, entries } = readThreadFiles(dir, threadId)
+  const upTo = envelope?.transcript.seq ?? Number.POSITIVE_INFINITY
+  const replayed = replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot
+  const stored = envelope?.snapshot ?? null
+  return {
+    matches: isDeepStrictEqual(replayed, stored),
+    replayed,
+    stored,
+    pendingEntries: entries.filter((e) => e.seq > upTo).length,
+  }
+}

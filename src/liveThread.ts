@@ -1,0 +1,324 @@
+/**
+ * The host of one running thread: relays recorded inputs to its actor, checkpoints every
+ * transition, notifies subscribers, and settles `done` once the thread stops.
+ */
+import { createActor } from 'xstate'
+import type { Actor, AnyStateMachine, SnapshotFrom, StateValue } from 'xstate'
+import type { Message } from '../actors/model.js'
+import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../machines/thread.machine.js'
+import { outcomeOf } from '../machines/thread.machine.js'
+import type { GroupCommit } from '../persistence/groupCommit.js'
+import type { CheckpointStore, Cost, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
+import { SpindleError, describeError } from './errors.js'
+import { applyToMessages, messagesFromTranscript } from './messages.js'
+import { replayTranscript } from './replay.js'
+import { isTerminal, statusOfValue } from './threadStatus.js'
+
+/** What a subscriber sees at every transition: plain data, safe to keep. */
+export interface ThreadView {
+  id: string
+  status: ThreadStatus
+  /** The machine's state value, e.g. `{ running: 'callingModel' }`. */
+  state: StateValue
+  directive: { name: string; prompt: string }
+  usage: Cost
+  limits: Limits
+  suspendReason: ThreadContext['suspendReason']
+  limitHit: ThreadContext['limitHit']
+  retry: ThreadContext['retry']
+  result: string | null
+  error: { code: string; message: string } | null
+}
+
+/** A thread spawned or loaded by a runtime. */
+export interface ThreadHandle {
+  readonly id: string
+  readonly status: ThreadStatus
+  /** Settles when the thread stops: completed, error, cancelled, continued or suspended. */
+  readonly done: Promise<ThreadOutcome>
+  /** Called at every transition (and at once with the current view). Returns an unsubscribe function. */
+  subscribe(listener: (view: ThreadView) => void): () => void
+  getSnapshot(): ThreadView
+}
+
+type ThreadActor = Actor<typeof threadMachine>
+type ThreadSnapshot = SnapshotFrom<typeof threadMachine>
+
+/** @internal What a live thread needs from its runtime. */
+export interface ThreadServices {
+  transcripts: TranscriptStore
+  checkpoints: CheckpointStore
+  commit: GroupCommit
+  now(): number
+  report(error: unknown, threadId: string): void
+  forget(threadId: string): void
+}
+
+export function viewOf(id: string, snapshot: { value: StateValue; context: ThreadContext }): ThreadView {
+  const c = snapshot.context
+  return {
+    id,
+    status: statusOfValue(snapshot.value),
+    state: snapshot.value,
+    directive: c.directive,
+    usage: { ...c.usage },
+    limits: c.limits,
+    suspendReason: c.suspendReason,
+    limitHit: c.limitHit,
+    retry: c.retry,
+    result: c.result,
+    error: c.error,
+  }
+}
+
+/** @internal */
+export class LiveThread implements ThreadHandle {
+  readonly done: Promise<ThreadOutcome>
+  private resolveDone!: (outcome: ThreadOutcome) => void
+  private rejectDone!: (error: unknown) => void
+  private actor: ThreadActor | null = null
+  private unsubscribeActor: (() => void) | null = null
+  private readonly listeners = new Set<(view: ThreadView) => void>()
+  private messageLog: Message[] | null = null
+  private readonly toolNames = new Map<string, string>()
+  private readonly intents: Set<string>
+  private lastGood: unknown = null
+  private lastStatus: ThreadStatus | null = null
+  private lastTurns = -1
+  private finished = false
+
+  constructor(
+    readonly id: string,
+    private readonly services: ThreadServices,
+    options: { messages?: Message[]; intents?: Iterable<string> } = {},
+  ) {
+    this.messageLog = options.messages ?? null
+    this.intents = new Set(options.intents ?? [])
+    this.done = new Promise<ThreadOutcome>((resolve, reject) => {
+      this.resolveDone = resolve
+      this.rejectDone = reject
+    })
+    // `done` may legitimately go unobserved (fire-and-forget spawns); never an unhandled rejection.
+    this.done.catch(() => {})
+  }
+
+  get status(): ThreadStatus {
+    return this.lastStatus ?? 'created'
+  }
+
+  get isFinished(): boolean {
+    return this.finished
+  }
+
+  /** Starts the actor, which checkpoints its first snapshot. */
+  start(machine: AnyStateMachine, init: { input: unknown } | { snapshot: unknown }): void {
+    const actor = (
+      'snapshot' in init
+        ? createActorFrom(machine, { snapshot: init.snapshot })
+        : createActorFrom(machine, { input: init.input })
+    ) as ThreadActor
+    this.actor = actor
+    const subscription = actor.subscribe({
+      next: (snapshot) => this.onSnapshot(snapshot),
+      error: (error) => this.onActorError(error),
+    })
+    this.unsubscribeActor = () => subscription.unsubscribe()
+    actor.start()
+  }
+
+  getSnapshot(): ThreadView {
+    if (!this.actor) throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${this.id} has not started.`)
+    return viewOf(this.id, this.actor.getSnapshot())
+  }
+
+  subscribe(listener: (view: ThreadView) => void): () => void {
+    this.listeners.add(listener)
+    if (this.actor) this.notifyOne(listener, viewOf(this.id, this.actor.getSnapshot()))
+    return () => this.listeners.delete(listener)
+  }
+
+  directiveName(): string {
+    return this.actor?.getSnapshot().context.directive.name ?? ''
+  }
+
+  /** The conversation so far; rebuilt from the transcript the first time it is needed after recovery. */
+  messages(): readonly Message[] {
+    if (this.messageLog === null) {
+      const { entries } = this.services.transcripts.read(this.id)
+      this.messageLog = messagesFromTranscript(entries)
+      for (const entry of entries) this.learnToolNames(entry)
+    }
+    return this.messageLog
+  }
+
+  hasToolIntent(key: string): boolean {
+    return this.intents.has(key)
+  }
+
+  recordToolIntent(key: string, call: { id: string; name: string }): void {
+    this.services.transcripts.append(this.id, 'tool_intent', { key, callId: call.id, name: call.name })
+    this.intents.add(key)
+  }
+
+  note(type: string, data: unknown): void {
+    this.services.transcripts.append(this.id, type, data)
+  }
+
+  /**
+   * Records an input in the transcript, then sends it to the machine. Inputs the machine would not
+   * accept (late results of a stopped effect) are dropped, never recorded or applied.
+   */
+  deliver(event: ThreadEvent): boolean {
+    const actor = this.actor
+    if (this.finished || !actor) return false
+    const snapshot = actor.getSnapshot()
+    if (snapshot.status !== 'active' || !snapshot.can(event)) return false
+    const { type, ...data } = event
+    this.services.transcripts.append(this.id, type, data)
+    if (this.messageLog !== null) {
+      if (event.type === 'MODEL_REPLIED') for (const call of event.toolCalls) this.toolNames.set(call.id, call.name)
+      applyToMessages(this.messageLog, event, this.toolNames)
+    }
+    actor.send(event)
+    return true
+  }
+
+  /** An unexpected exception in an effect or subscriber: the thread ends in `error`, nothing else does. */
+  crash(error: unknown, code = 'THREAD_CRASHED'): void {
+    if (this.finished) return
+    const described = describeError(error)
+    this.services.report(error, this.id)
+    const delivered = this.deliver({
+      type: 'FAIL',
+      at: this.services.now(),
+      error: { code: described.code === 'Error' ? code : described.code, message: described.message },
+    })
+    if (!delivered) this.onActorError(error)
+  }
+
+  /** Stops the actor without touching its checkpoint (runtime close, or a lease lost). */
+  detach(reason: SpindleError): void {
+    if (this.finished) return
+    this.finished = true
+    this.unsubscribeActor?.()
+    this.actor?.stop()
+    this.services.transcripts.close(this.id)
+    this.services.forget(this.id)
+    this.rejectDone(reason)
+  }
+
+  private learnToolNames(entry: TranscriptEntry): void {
+    if (entry.type === 'MODEL_REPLIED') {
+      for (const call of (entry.data as { toolCalls: Array<{ id: string; name: string }> }).toolCalls) {
+        this.toolNames.set(call.id, call.name)
+      }
+    }
+  }
+
+  private onSnapshot(snapshot: ThreadSnapshot): void {
+    if (this.finished) return
+    const status = statusOfValue(snapshot.value)
+    const persisted = this.actor!.getPersistedSnapshot()
+    this.lastGood = persisted
+    const { transcripts, checkpoints, commit } = this.services
+    checkpoints.stage(this.id, {
+      v: 1,
+      threadId: this.id,
+      status,
+      savedAt: new Date(this.services.now()).toISOString(),
+      transcript: transcripts.position(this.id),
+      snapshot: persisted,
+    })
+    commit.noteCheckpoint()
+    const usage = snapshot.context.usage
+    const stopped = isTerminal(status) || status === 'suspended'
+    if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
+      commit.stageRegistry(this.id, {
+        ...(status !== this.lastStatus ? { status, at: this.services.now() } : {}),
+        cost: { ...usage },
+        ...(stopped
+          ? { outcome: { result: snapshot.context.result ?? undefined, error: snapshot.context.error } }
+          : {}),
+      })
+      this.lastStatus = status
+      this.lastTurns = usage.turns
+    }
+    const view = viewOf(this.id, snapshot)
+    for (const listener of this.listeners) this.notifyOne(listener, view)
+    if (stopped) this.finish(outcomeOf(status === 'suspended' ? 'suspended' : (status as ThreadOutcome['status']), snapshot.context))
+  }
+
+  private notifyOne(listener: (view: ThreadView) => void, view: ThreadView): void {
+    try {
+      listener(view)
+    } catch (error) {
+      this.listeners.delete(listener)
+      // Deferred: we are inside the actor's notification; the FAIL is its own transition.
+      queueMicrotask(() =>
+        this.crash(new SpindleError('SUBSCRIBER_FAILED', `A subscriber of thread ${this.id} threw: ${describeError(error).message}`, { cause: error })),
+      )
+    }
+  }
+
+  private finish(outcome: ThreadOutcome): void {
+    this.finished = true
+    this.unsubscribeActor?.()
+    const actor = this.actor
+    // Stop outside the notification that brought us here; persistence is already detached.
+    queueMicrotask(() => actor?.stop())
+    this.services.commit.whenDurable().then(
+      () => {
+        this.services.transcripts.close(this.id)
+        this.services.forget(this.id)
+        this.resolveDone(outcome)
+      },
+      (error: unknown) => {
+        this.services.forget(this.id)
+        this.rejectDone(error)
+      },
+    )
+  }
+
+  /**
+   * The actor itself failed (an exception inside machine code). XState's error snapshot is never
+   * persisted: the FAIL input is recorded and applied to the last good snapshot instead.
+   */
+  private onActorError(error: unknown): void {
+    if (this.finished) return
+    this.services.report(error, this.id)
+    this.unsubscribeActor?.()
+    const entry = this.services.transcripts.append(this.id, 'FAIL', {
+      at: this.services.now(),
+      error: { code: 'THREAD_CRASHED', message: describeError(error).message },
+    })
+    try {
+      const replayed = replayTranscript([entry], { from: this.lastGood })
+      this.services.checkpoints.stage(this.id, {
+        v: 1,
+        threadId: this.id,
+        status: replayed.status,
+        savedAt: new Date(this.services.now()).toISOString(),
+        transcript: this.services.transcripts.position(this.id),
+        snapshot: replayed.snapshot,
+      })
+      const context = (replayed.snapshot as { context: ThreadContext }).context
+      this.services.commit.stageRegistry(this.id, {
+        status: replayed.status,
+        at: this.services.now(),
+        cost: { ...context.usage },
+        outcome: { error: context.error },
+      })
+      this.lastStatus = replayed.status
+      this.finish(outcomeOf('error', context))
+    } catch (replayError) {
+      this.finished = true
+      this.services.forget(this.id)
+      this.rejectDone(replayError)
+    }
+  }
+}
+
+function createActorFrom(machine: AnyStateMachine, options: { input: unknown } | { snapshot: unknown }) {
+  if ('snapshot' in options) return createActor(machine, { snapshot: options.snapshot as never })
+  return createActor(machine, { input: options.input })
+}

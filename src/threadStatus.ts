@@ -1,0 +1,22 @@
+import type { ThreadStatus } from '../persistence/types.js'
+
+/** The registry status of a thread machine state value: its top-level state key. */
+export function statusOfValue(value: unknown): ThreadStatus {
+  const key = typeof value === 'string' ? value : Object.keys(value as object)[0]
+  switch (key) {
+    case 'created':
+    case 'running':
+    case 'suspended':
+    case 'completed':
+    case 'error':
+    case 'cancelled':
+    case 'continued':
+      return key
+    default:
+      throw new Error(`unknown thread state ${JSON.stringify(value)}`)
+  }
+}
+
+export function isTerminal(status: ThreadStatus): boolean {
+  return status === 'completed' || status === 'error' || status === 'cancelled' || status === 'continued'
+}

@@ -1,0 +1,191 @@
+/**
+ * The thread statechart, driven through its paths with xstate/graph. At every step the snapshot is
+ * persisted, JSON round-tripped and restored into a fresh actor, which must then continue exactly
+ * as the original does.
+ */
+import { describe, expect, it } from 'vitest'
+import { createActor } from 'xstate'
+import { getShortestPaths, getSimplePaths } from 'xstate/graph'
+import type { SnapshotFrom } from 'xstate'
+import { threadMachine } from '../../machines/thread.machine.js'
+import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
+
+const input: ThreadInput = {
+  threadId: 'graph-aaaaaaaaaaaa',
+  directive: { name: 'graph', prompt: 'walk every path' },
+  limits: { turns: 2, tokens: null, spend: null, durationMs: null },
+  maxRetries: 1,
+}
+
+type Snap = SnapshotFrom<typeof threadMachine>
+
+/** The inputs the outside world could send in a given state, stamped with a fixed time. */
+function eventsFor(snapshot: Snap): ThreadEvent[] {
+  const c = snapshot.context
+  const turn = c.usage.turns + 1
+  const at = 1_000
+  const pending = c.toolCalls.filter((t) => !c.toolsDone.includes(t.id))
+  return [
+    { type: 'START', at },
+    { type: 'MODEL_REPLIED', at, turn, attempt: c.attempt, text: '', toolCalls: [{ id: `c${turn}a`, name: 'lookup', input: {} }, { id: `c${turn}b`, name: 'lookup', input: {} }], usage: { inputTokens: 10, outputTokens: 2 } },
+    { type: 'MODEL_REPLIED', at, turn, attempt: c.attempt, text: 'final answer', toolCalls: [], usage: { inputTokens: 10, outputTokens: 2, cost: 0.001 } },
+    { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'transient', message: '503' }, retryInMs: 2_000 },
+    { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'permanent', message: '401' }, retryInMs: 0 },
+    { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'context_length', message: 'too long' }, retryInMs: 0 },
+    ...pending.slice(0, 1).map((t): ThreadEvent => ({ type: 'TOOL_DONE', at, turn: c.usage.turns, callId: t.id, ok: true, output: 'r' })),
+    { type: 'RETRY_DUE', at },
+    { type: 'CANCEL', at, reason: 'operator' },
+    { type: 'RESUME', at, limits: { turns: 3 } },
+    { type: 'FAIL', at, error: { code: 'THREAD_CRASHED', message: 'boom' } },
+    { type: 'HAND_OFF', at, nextThreadId: 'graph-bbbbbbbbbbbb' },
+  ]
+}
+
+const traversal = {
+  input,
+  events: eventsFor,
+  filterEvents: (snapshot: Snap, event: ThreadEvent) => snapshot.can(event),
+  // Context that matters for behaviour, not timestamps: keeps the graph finite.
+  serializeState: (snapshot: Snap) =>
+    JSON.stringify([
+      snapshot.value,
+      snapshot.context.usage.turns,
+      snapshot.context.attempt,
+      snapshot.context.toolsDone.length,
+      snapshot.context.limits.turns,
+      snapshot.context.suspendReason,
+    ]),
+}
+
+function roundTrip(actor: { getPersistedSnapshot(): unknown }): unknown {
+  return JSON.parse(JSON.stringify(actor.getPersistedSnapshot()))
+}
+
+/** Replays a path, restoring from JSON before every step; returns the states visited. */
+function replayWithRestores(steps: ReadonlyArray<{ event: ThreadEvent }>): string[] {
+  const original = createActor(threadMachine, { input }).start()
+  const visited: string[] = [JSON.stringify(original.getSnapshot().value)]
+  for (const { event } of steps) {
+    if (event.type === 'xstate.init' as string) continue
+    const restored = createActor(threadMachine, { snapshot: roundTrip(original) as never }).start()
+    expect(restored.getSnapshot().value).toEqual(original.getSnapshot().value)
+    expect(restored.getSnapshot().context).toEqual(original.getSnapshot().context)
+    original.send(event)
+    restored.send(event)
+    expect(roundTrip(restored)).toEqual(roundTrip(original))
+    visited.push(JSON.stringify(original.getSnapshot().value))
+    restored.stop()
+  }
+  original.stop()
+  return visited
+}
+
+describe('thread machine paths', () => {
+  const shortest = getShortestPaths(threadMachine, traversal as never)
+
+  it('should reach every state of the statechart', () => {
+    const reached = new Set(shortest.map((p) => JSON.stringify(p.state.value)))
+    for (const state of [
+      '"created"',
+      '{"running":"callingModel"}',
+      '{"running":"runningTools"}',
+      '{"running":"waitingToRetry"}',
+      '"suspended"',
+      '"completed"',
+      '"error"',
+      '"cancelled"',
+      '"continued"',
+    ]) {
+      expect(reached, `state ${state} not reachable`).toContain(state)
+    }
+  })
+
+  it('should continue identically after a JSON restore at every step of every shortest path', () => {
+    expect(shortest.length).toBeGreaterThan(10)
+    for (const path of shortest) {
+      const visited = replayWithRestores(path.steps as never)
+      expect(visited.at(-1)).toBe(JSON.stringify(path.state.value))
+    }
+  })
+
+  it('should continue identically after a JSON restore along simple paths to completion', () => {
+    const simple = getSimplePaths(threadMachine, {
+      ...(traversal as object),
+      toState: (s: Snap) => s.value === 'completed',
+    } as never)
+    expect(simple.length).toBeGreaterThan(5)
+    for (const path of simple.slice(0, 200)) {
+      const visited = replayWithRestores(path.steps as never)
+      expect(visited.at(-1)).toBe('"completed"')
+    }
+  })
+})
+
+describe('thread machine decisions', () => {
+  function started(limits: Partial<ThreadInput['limits']> = {}) {
+    const actor = createActor(threadMachine, { input: { ...input, limits: { ...input.limits, ...limits } } }).start()
+    actor.send({ type: 'START', at: 0 })
+    return actor
+  }
+
+  it('should suspend for a limit before calling the model past it', () => {
+    const actor = started({ turns: 1 })
+    actor.send({ type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+    actor.send({ type: 'TOOL_DONE', at: 2, turn: 1, callId: 'a', ok: true, output: null })
+    expect(actor.getSnapshot().value).toBe('suspended')
+    expect(actor.getSnapshot().context.limitHit).toEqual({ limit: 'turns', used: 1, max: 1 })
+  })
+
+  it('should ignore a reply for a stale attempt', () => {
+    const actor = started()
+    const stale: ThreadEvent = { type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 2, text: 'x', toolCalls: [], usage: { inputTokens: 1, outputTokens: 1 } }
+    expect(actor.getSnapshot().can(stale)).toBe(false)
+  })
+
+  it('should schedule a retry at the failure time plus the recorded wait', () => {
+    const actor = started()
+    actor.send({ type: 'MODEL_FAILED', at: 500, turn: 1, attempt: 1, error: { category: 'rate_limited', message: '429' }, retryInMs: 2_000 })
+    expect(actor.getSnapshot().value).toEqual({ running: 'waitingToRetry' })
+    expect(actor.getSnapshot().context.retry?.dueAt).toBe(2_500)
+  })
+
+  it('should suspend with reason error when retries run out', () => {
+    const actor = started()
+    actor.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'transient', message: '503' }, retryInMs: 10 })
+    actor.send({ type: 'RETRY_DUE', at: 11 })
+    actor.send({ type: 'MODEL_FAILED', at: 12, turn: 1, attempt: 2, error: { category: 'transient', message: '503' }, retryInMs: 10 })
+    expect(actor.getSnapshot().value).toBe('suspended')
+    expect(actor.getSnapshot().context.suspendReason).toBe('error')
+  })
+
+  it('should wait once on quota exhaustion, then suspend', () => {
+    const actor = createActor(threadMachine, { input: { ...input, maxRetries: 3 } }).start()
+    actor.send({ type: 'START', at: 0 })
+    actor.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'quota', message: 'insufficient_quota' }, retryInMs: 60_000 })
+    expect(actor.getSnapshot().value).toEqual({ running: 'waitingToRetry' })
+    actor.send({ type: 'RETRY_DUE', at: 60_001 })
+    actor.send({ type: 'MODEL_FAILED', at: 60_002, turn: 1, attempt: 2, error: { category: 'quota', message: 'insufficient_quota' }, retryInMs: 60_000 })
+    expect(actor.getSnapshot().value).toBe('suspended')
+  })
+
+  it('should count only active time against the duration limit', () => {
+    const actor = started({ durationMs: 100 })
+    actor.send({ type: 'MODEL_FAILED', at: 50, turn: 1, attempt: 1, error: { category: 'context_length', message: 'too long' }, retryInMs: 0 })
+    expect(actor.getSnapshot().value).toBe('suspended')
+    actor.send({ type: 'RESUME', at: 10_000 })
+    expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
+    expect(actor.getSnapshot().context.activeMs).toBe(50)
+  })
+
+  it('should hold only the current turn in context, whatever the conversation length', () => {
+    const actor = started()
+    const sizes: number[] = []
+    for (let turn = 1; turn <= 30; turn++) {
+      actor.send({ type: 'MODEL_REPLIED', at: turn, turn, attempt: 1, text: 'x'.repeat(500), toolCalls: [{ id: `c${turn}`, name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+      actor.send({ type: 'TOOL_DONE', at: turn, turn, callId: `c${turn}`, ok: true, output: 'y'.repeat(5_000) })
+      sizes.push(JSON.stringify(actor.getPersistedSnapshot()).length)
+    }
+    // 30 turns of 5 kB tool results: only counters and ids may grow, by a few bytes.
+    expect(sizes.at(-1)! - sizes[0]!).toBeLessThan(100)
+  })
+})
