@@ -67,7 +67,7 @@ function replayWithRestores(steps: ReadonlyArray<{ event: ThreadEvent }>): strin
   const visited: string[] = [JSON.stringify(original.getSnapshot().value)]
   for (const { event } of steps) {
     if (event.type === 'xstate.init' as string) continue
-    const restored = createActor(threadMachine, { snapshot: roundTrip(original) as never }).start()
+    const restored = createActor(threadMachine, { snapshot: roundTrip(original) } as never).start()
     expect(restored.getSnapshot().value).toEqual(original.getSnapshot().value)
     expect(restored.getSnapshot().context).toEqual(original.getSnapshot().context)
     original.send(event)

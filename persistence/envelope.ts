@@ -1,0 +1,34 @@
+import { SpindleError } from '../src/errors.js'
+import type { StateEnvelope } from './types.js'
+
+export const STATE_VERSION = 1
+
+/**
+ * Validates a parsed state.json and upgrades older versions to the current one. Each future
+ * version step gets a named function here (upgradeV1toV2 …), applied in order.
+ */
+export function upgradeEnvelope(raw: unknown, file: string, threadId: string): StateEnvelope {
+  const corrupt = (what: string) =>
+    new SpindleError(
+      'STATE_CORRUPT',
+      `${file} is not a valid thread state: ${what}. The thread's transcript still holds its history; ` +
+        `\`spindle rebuild ${threadId}\` rebuilds state.json from it.`,
+      { details: { path: file, threadId } },
+    )
+  if (typeof raw !== 'object' || raw === null) throw corrupt('it is not a JSON object')
+  const v = (raw as { v?: unknown }).v
+  if (typeof v === 'number' && v !== STATE_VERSION) {
+    throw new SpindleError(
+      'STATE_VERSION_UNSUPPORTED',
+      `${file} has schema version ${v}; this spindle reads version ${STATE_VERSION}. Use the spindle version that wrote it, or upgrade.`,
+      { details: { path: file, threadId, version: v } },
+    )
+  }
+  if (v !== STATE_VERSION) throw corrupt('it has no schema version "v"')
+  const env = raw as Record<string, unknown>
+  for (const field of ['threadId', 'status', 'snapshot', 'transcript'] as const) {
+    if (env[field] === undefined || env[field] === null) throw corrupt(`field "${field}" is missing`)
+  }
+  if (env.threadId !== threadId) throw corrupt(`it belongs to thread ${String(env.threadId)}, not ${threadId}`)
+  return raw as StateEnvelope
+}

@@ -1,0 +1,78 @@
+/**
+ * Parsing and verifying transcript lines: shared by the file backend and offline readers.
+ */
+import { SpindleError } from '../src/errors.js'
+import { entryHash } from './transcriptHash.js'
+import type { TranscriptEntry, TranscriptPosition } from './types.js'
+
+export interface ParsedTail {
+  entries: TranscriptEntry[]
+  position: TranscriptPosition
+  /** Byte offset and length of a torn final fragment, if any. */
+  torn: { offset: number; bytes: number } | null
+}
+
+function broken(path: string, seq: number, reason: string): SpindleError {
+  return new SpindleError(
+    'TRANSCRIPT_CHAIN_BROKEN',
+    `The transcript ${path} is damaged at seq ${seq}: ${reason}. Entries before it are intact; ` +
+      'inspect the file, or run `spindle rebuild <id>` to see what can be recovered.',
+    { details: { path, seq, reason } },
+  )
+}
+
+/**
+ * Verifies `buffer` (the bytes after `from`) line by line. A final fragment without a newline is a
+ * torn write; so is an unparsable last line, since a crash can cut a line anywhere. Damage
+ * anywhere before the last line is real damage.
+ */
+export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, path: string): ParsedTail {
+  const entries: TranscriptEntry[] = []
+  let { seq, hash } = from
+  let offset = 0
+  let torn: ParsedTail['torn'] = null
+  while (offset < buffer.length) {
+    const newline = buffer.indexOf(0x0a, offset)
+    const end = newline === -1 ? buffer.length : newline
+    const isLast = newline === -1 || newline === buffer.length - 1
+    const text = buffer.subarray(offset, end).toString('utf8')
+    let entry: TranscriptEntry | null = null
+    try {
+      entry = JSON.parse(text) as TranscriptEntry
+    } catch {
+      if (isLast) {
+        torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
+        break
+      }
+      throw broken(path, seq + 1, 'the line is not valid JSON')
+    }
+    if (newline === -1) {
+      // Parsable but without its newline: the write was cut before the end of the line.
+      torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
+      break
+    }
+    if (typeof entry !== 'object' || entry === null || entry.seq !== seq + 1) {
+      throw broken(path, seq + 1, `expected seq ${seq + 1}, found ${JSON.stringify((entry as { seq?: unknown } | null)?.seq)}`)
+    }
+    if (entry.hash !== entryHash(hash, entry.seq, entry.ts, entry.type, entry.data)) {
+      throw broken(path, entry.seq, 'its hash does not match its content and the entry before it')
+    }
+    entries.push(entry)
+    seq = entry.seq
+    hash = entry.hash
+    offset = newline + 1
+  }
+  return { entries, position: { seq, hash, bytes: from.bytes + offset }, torn }
+}
+
+export function serialiseEntry(entry: TranscriptEntry): string {
+  return `${JSON.stringify({ seq: entry.seq, ts: entry.ts, type: entry.type, data: entry.data, hash: entry.hash })}\n`
+}
+
+export function makeEntry(position: TranscriptPosition, type: string, data: unknown, ts: Date): TranscriptEntry {
+  const seq = position.seq + 1
+  const iso = ts.toISOString()
+  // Round-trip data through JSON so the hash covers exactly what a reader will parse back.
+  const plain = data === undefined ? null : JSON.parse(JSON.stringify(data))
+  return { seq, ts: iso, type, data: plain, hash: entryHash(position.hash, seq, iso, type, plain) }
+}

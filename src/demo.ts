@@ -1,0 +1,135 @@
+/**
+ * `spindle demo`: several threads on the scripted model, with live progress. Kill it half way
+ * (Ctrl-C or kill -9) and run it again: it resumes the unfinished threads and says so.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { z } from 'zod'
+import type { ModelRequest } from '../actors/model.js'
+import type { ScriptedTurn } from '../actors/scriptedModel.js'
+import { scriptedModel } from '../actors/scriptedModel.js'
+import { defineTool } from '../actors/tools.js'
+import type { ThreadView } from './liveThread.js'
+import type { Durability } from '../persistence/types.js'
+import { createRuntime } from './runtime.js'
+
+const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
+const TURNS = 6
+
+/** Each demo thread looks up facts, writes a note on the way, then answers. */
+function demoScript(request: ModelRequest): ScriptedTurn {
+  const topic = TOPICS.find((t) => request.directiveName.endsWith(t)) ?? 'tides'
+  if (request.turn === 3 && topic === 'monsoons') {
+    // A rate limit on the way, to show a durable retry wait.
+    return { faults: [{ fault: 'http', status: 429, headers: { 'retry-after': '1' } }], reply: { toolCalls: [{ name: 'lookup', input: { topic, aspect: 3 } }] } }
+  }
+  if (request.turn < TURNS) {
+    const calls: Array<{ name: string; input: unknown }> = [{ name: 'lookup', input: { topic, aspect: request.turn } }]
+    if (request.turn === 2) calls.push({ name: 'save_note', input: { text: `${topic}: aspect 2 looked up` } })
+    return { toolCalls: calls }
+  }
+  return { text: `Five facts about ${topic}, checked and noted.` }
+}
+
+function lookupTool() {
+  return defineTool({
+    name: 'lookup',
+    description: 'Look up one aspect of a topic',
+    input: z.object({ topic: z.string(), aspect: z.number().int() }),
+    idempotent: true,
+    execute: async ({ topic, aspect }) => ({ topic, aspect, fact: `${topic} fact #${aspect}` }),
+  })
+}
+
+function saveNoteTool(dir: string) {
+  return defineTool({
+    name: 'save_note',
+    description: 'Append a note to notes.txt (not idempotent)',
+    input: z.object({ text: z.string() }),
+    execute: async ({ text }, { idempotencyKey }) => {
+      fs.appendFileSync(path.join(dir, 'notes.txt'), `${idempotencyKey}\t${text}\n`)
+      return { saved: true }
+    },
+  })
+}
+
+function stateLabel(view: ThreadView): string {
+  if (typeof view.state === 'string') return view.state
+  return Object.entries(view.state).map(([k, v]) => `${k}.${String(v)}`).join(',')
+}
+
+export interface DemoOptions {
+  dir: string
+  durability: Durability
+  out: NodeJS.WriteStream
+  latencyMs?: number
+}
+
+export async function runDemo(options: DemoOptions): Promise<number> {
+  const { out } = options
+  const tty = out.isTTY === true
+  const views = new Map<string, ThreadView>()
+  const rt = await createRuntime({
+    dir: options.dir,
+    durability: options.durability,
+    model: scriptedModel(demoScript, { latencyMs: (r) => (options.latencyMs ?? 250) + ((r.turn * 37) % 200) }),
+    tools: [lookupTool(), saveNoteTool(options.dir)],
+    defaultLimits: { turns: 10 },
+    onProblem: (p) => out.write(`problem${p.threadId ? ` in ${p.threadId}` : ''}: [${p.code}] ${p.message}\n`),
+  })
+  const report = rt.lastRecovery
+  let threads = rt.active()
+  if (threads.length > 0 || report.settled.length > 0) {
+    out.write(
+      `Resumed ${report.resumed.length} unfinished thread(s) from ${rt.dir} where they were checkpointed` +
+        (report.settled.length ? `; ${report.settled.length} had already stopped` : '') +
+        (report.rebuilt.length ? `; ${report.rebuilt.length} rebuilt from transcript` : '') +
+        (report.failed.length ? `; ${report.failed.length} could not be recovered` : '') +
+        '.\n',
+    )
+  }
+  if (threads.length === 0) {
+    out.write(`Starting ${TOPICS.length} threads in ${rt.dir} (durability: ${rt.durability}). Kill me and run me again: I resume.\n`)
+    threads = await Promise.all(
+      TOPICS.map((topic) =>
+        rt.spawn({
+          directive: { name: `demo-${topic}`, prompt: `Collect facts about ${topic}.` },
+          // One thread gets a tight turn limit to show a suspension for a person to approve.
+          limits: topic === 'coral' ? { turns: 3 } : {},
+        }),
+      ),
+    )
+  }
+  let lastLines = 0
+  const render = (): void => {
+    const rows = [...views.values()].map(
+      (v) => `  ${v.id.padEnd(32)} ${stateLabel(v).padEnd(24)} turn ${String(v.usage.turns).padStart(2)}  $${v.usage.spend.toFixed(5)}`,
+    )
+    if (tty) {
+      if (lastLines > 0) out.write(`\x1b[${lastLines}A`)
+      out.write(rows.map((r) => `\x1b[2K${r}\n`).join(''))
+      lastLines = rows.length
+    }
+  }
+  for (const thread of threads) {
+    thread.subscribe((view) => {
+      const previous = views.get(view.id)
+      views.set(view.id, view)
+      if (!tty && (previous?.status !== view.status || previous?.usage.turns !== view.usage.turns)) {
+        out.write(`${view.id} ${stateLabel(view)} turn=${view.usage.turns} spend=$${view.usage.spend.toFixed(5)}\n`)
+      }
+    })
+  }
+  const timer = tty ? setInterval(render, 100) : null
+  const outcomes = await Promise.all(threads.map((t) => t.done.then((o) => [t.id, o] as const)))
+  if (timer) clearInterval(timer)
+  render()
+  out.write('\nDone:\n')
+  for (const [id, outcome] of outcomes) {
+    const detail = outcome.result ?? outcome.error?.message ?? (outcome.suspendReason ? `suspended (${outcome.suspendReason})` : '')
+    out.write(`  ${id.padEnd(32)} ${outcome.status.padEnd(10)} turns ${outcome.cost.turns}  $${outcome.cost.spend.toFixed(5)}  ${detail}\n`)
+  }
+  out.write(`Checkpoints written: ${rt.stats().checkpointsWritten} in ${rt.stats().commits} group commits. Data: ${rt.dir}\n`)
+  await rt.close()
+  return 0
+}
