@@ -1,0 +1,82 @@
+/**
+ * Recovery matrix row "process crash (SIGKILL)": a real child process running 50 threads is killed
+ * with SIGKILL at random moments; after each kill a new process recovers the data directory.
+ * SPINDLE_CRASH_KILLS sets the number of kills (default 20).
+ */
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import { readThreadFiles, verifyReplay } from '../../src/index.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+const KILLS = Number(process.env.SPINDLE_CRASH_KILLS ?? 20)
+const THREADS = 50
+// Enough work that every kill lands while threads are still running.
+const TURNS = 8 + KILLS
+
+function runWorker(dir: string, killAfterMs: number | null): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [compiled('test/crash/worker.js'), dir, String(THREADS), String(TURNS)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stderr = ''
+    child.stderr.on('data', (d) => (stderr += d))
+    const timer = killAfterMs === null ? null : setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+    child.on('exit', (code, signal) => {
+      if (timer) clearTimeout(timer)
+      resolve({ code, signal, stderr })
+    })
+  })
+}
+
+describe('crash recovery under SIGKILL', () => {
+  it(`should finish every thread exactly once across ${KILLS} kills`, async () => {
+    const dir = tempDir('spindle-crash')
+    let killed = 0
+    let finishedEarly = false
+    while (killed < KILLS && !finishedEarly) {
+      // Random moments: during start-up, recovery, spawning and the turn loop.
+      const result = await runWorker(dir, 80 + Math.floor(Math.random() * 500))
+      if (result.signal === 'SIGKILL') killed++
+      else {
+        expect(result.code, result.stderr).toBe(0)
+        finishedEarly = true
+      }
+    }
+    expect(killed, 'the workload finished before every kill landed').toBe(KILLS)
+    const final = await runWorker(dir, null)
+    expect(final.code, final.stderr).toBe(0)
+
+    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'process' })
+    const rows = registry.list()
+    registry.close()
+    expect(rows).toHaveLength(THREADS)
+    for (const row of rows) {
+      if (row.status === 'error') {
+        // A kill between registering a thread and its first transcript line: the spawn was never
+        // acknowledged, and recovery says so rather than inventing a thread.
+        expect(row.error?.code, row.id).toBe('FILES_MISSING')
+        continue
+      }
+      expect(row.status, row.id).toBe('completed')
+      const files = readThreadFiles(dir, row.id)
+      expect(files.envelope?.status, row.id).toBe(row.status)
+      expect(files.envelope?.threadId).toBe(row.id)
+      const check = verifyReplay(dir, row.id)
+      expect(check.matches, `replay of ${row.id}`).toBe(true)
+      expect(row.cost?.turns).toBe(TURNS)
+    }
+    expect(rows.filter((r) => r.status === 'completed').length).toBeGreaterThanOrEqual(THREADS - 2)
+
+    // Effects once: no charge ran twice under the same idempotency key.
+    const charges = fs.readFileSync(path.join(dir, 'charges.log'), 'utf8').trim().split('\n').map((l) => l.split(' ')[0]!)
+    expect(new Set(charges).size).toBe(charges.length)
+    // Each thread charges on every third turn; a charge interrupted by a kill may be missing
+    // (reported to the model as TOOL_INTERRUPTED), but never doubled.
+    const perThread = Math.floor((TURNS - 1) / 3)
+    expect(charges.length).toBeLessThanOrEqual(THREADS * perThread)
+    expect(charges.length).toBeGreaterThan(THREADS * perThread - KILLS - THREADS)
+  }, 600_000)
+})

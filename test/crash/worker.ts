@@ -1,0 +1,61 @@
+/**
+ * Child process of the crash test: opens a runtime on a data directory (recovering whatever a
+ * killed predecessor left), spawns the workload if none exists yet, and runs until every thread
+ * has stopped. The parent kills it with SIGKILL at random moments.
+ *
+ * argv: <dir> <threads> <turns>
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { z } from 'zod'
+import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
+
+const [dir, threadsArg = '50', turnsArg = '8'] = process.argv.slice(2)
+if (!dir) throw new Error('usage: worker <dir> [threads] [turns]')
+const threads = Number(threadsArg)
+const turns = Number(turnsArg)
+const ledger = path.join(dir, 'charges.log')
+
+// Not idempotent: each run appends a line. A key appearing twice means an effect ran twice.
+const charge = defineTool({
+  name: 'charge',
+  description: 'Charge a card',
+  input: z.object({ cents: z.number().int() }),
+  execute: ({ cents }, { idempotencyKey }) => {
+    const fd = fs.openSync(ledger, 'a')
+    fs.writeSync(fd, `${idempotencyKey} ${cents}\n`)
+    fs.fsyncSync(fd)
+    fs.closeSync(fd)
+    return { charged: cents }
+  },
+})
+
+const lookup = defineTool({
+  name: 'lookup',
+  description: 'Look something up',
+  input: z.object({ q: z.string() }),
+  idempotent: true,
+  execute: async ({ q }) => {
+    await new Promise((r) => setTimeout(r, 2))
+    return { q, answer: q.length }
+  },
+})
+
+const model = scriptedModel(
+  (request) =>
+    request.turn < turns
+      ? { toolCalls: request.turn % 3 === 0 ? [{ name: 'charge', input: { cents: request.turn } }, { name: 'lookup', input: { q: `t${request.turn}` } }] : [{ name: 'lookup', input: { q: `t${request.turn}` } }] }
+      : { text: `done after ${request.turn} turns` },
+  { latencyMs: (r) => 3 + ((r.turn * 7 + r.threadId.length) % 11) },
+)
+
+const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability: 'fsync' })
+// A predecessor killed while spawning left fewer threads: spawn the rest.
+for (let i = rt.list().length; i < threads; i++) {
+  {
+    await rt.spawn({ directive: { name: `crash${i}`, prompt: `thread ${i}` } })
+  }
+}
+await Promise.all(rt.active().map((t) => t.done))
+await rt.close()
+process.stdout.write('all threads stopped\n')

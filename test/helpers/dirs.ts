@@ -1,0 +1,15 @@
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+/** A fresh data directory under the OS temp dir. */
+export function tempDir(label = 'spindle'): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `${label}-`))
+}
+
+/** The compiled file of a test helper script; `npm test` compiles before running vitest. */
+export function compiled(relativeFromRoot: string): string {
+  const file = path.resolve(import.meta.dirname, '../../dist', relativeFromRoot)
+  if (!fs.existsSync(file)) throw new Error(`${file} is missing: run \`npm run build\` (npm test does) before this test`)
+  return file
+}
