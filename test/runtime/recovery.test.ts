@@ -1,0 +1,230 @@
+/**
+ * The recovery matrix for the durable core. Each scenario: setup, the fault, what must hold after.
+ * Restarts are a runtime closed where it stands and a new one opened on the same directory — the
+ * same path a process killed with SIGKILL takes (see test/crash for the real kill).
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { SimulatedClock } from 'xstate'
+import { afterEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import type { Message, Runtime, RuntimeOptions } from '../../src/index.js'
+import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
+import { tempDir } from '../helpers/dirs.js'
+import { inState, until } from '../helpers/threads.js'
+
+const open: Runtime[] = []
+async function runtime(options: RuntimeOptions): Promise<Runtime> {
+  const rt = await createRuntime(options)
+  open.push(rt)
+  return rt
+}
+afterEach(async () => {
+  while (open.length) await open.pop()!.close()
+})
+
+const hangOnTurn2 = scriptedModel([{ toolCalls: [{ name: 'noop', input: {} }] }, { faults: [{ fault: 'hang' }], reply: { text: 'never' } }])
+const finishes = scriptedModel((r) => (r.turn === 1 ? { toolCalls: [{ name: 'noop', input: {} }] } : { text: `finished at turn ${r.turn}` }))
+const noop = defineTool({ name: 'noop', description: 'does nothing', input: z.object({}), idempotent: true, execute: () => null })
+
+/** Two threads left mid-call (turn 2) in `dir` by a runtime that then stopped. */
+async function leaveTwoThreadsMidCall(dir: string): Promise<[string, string]> {
+  const rt = await createRuntime({ dir, model: hangOnTurn2, tools: [noop] })
+  const a = await rt.spawn({ directive: { name: 'alpha', prompt: 'p' } })
+  const b = await rt.spawn({ directive: { name: 'beta', prompt: 'p' } })
+  await Promise.all([until(a, (v) => v.usage.turns === 1 && inState('callingModel')(v)), until(b, (v) => v.usage.turns === 1 && inState('callingModel')(v))])
+  await rt.close()
+  return [a.id, b.id]
+}
+
+function threadFile(dir: string, id: string, name: string): string {
+  return path.join(dir, 'threads', id, name)
+}
+
+describe('process restart', () => {
+  it('should carry on every unfinished thread without being asked', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
+    const outcomes = await Promise.all(rt.active().map((t) => t.done))
+    expect(outcomes.map((o) => o.result)).toEqual(['finished at turn 2', 'finished at turn 2'])
+    expect(outcomes.map((o) => o.cost.turns)).toEqual([2, 2])
+    expect(verifyReplay(dir, a).matches).toBe(true)
+    expect(rt.list({ status: ['created', 'running'] })).toEqual([])
+  })
+
+  it('should resume on demand with rt.recover() when opened with recover: false', async () => {
+    const dir = tempDir()
+    const [a] = await leaveTwoThreadsMidCall(dir)
+    const rt = await runtime({ dir, model: finishes, tools: [noop], recover: false })
+    expect(rt.active()).toEqual([])
+    await expect(rt.get(a).done).rejects.toMatchObject({ code: 'THREAD_NOT_ACTIVE' })
+    const report = await rt.recover()
+    expect(report.resumed).toContain(a)
+    expect((await rt.get(a).done).status).toBe('completed')
+  })
+})
+
+describe('durable time', () => {
+  const rateLimitedOnce = scriptedModel([{ faults: [{ fault: 'http', status: 429, headers: { 'retry-after': '2' } }], reply: { text: 'after the wait' } }])
+
+  it('should wait for Retry-After in simulated time before retrying a 429', async () => {
+    const clock = new SimulatedClock()
+    clock.set(1_000_000)
+    const rt = await runtime({ dir: tempDir(), model: rateLimitedOnce, clock })
+    const thread = await rt.spawn({ directive: { name: 'limited', prompt: 'p' } })
+    const waiting = await until(thread, inState('waitingToRetry'))
+    expect(waiting.retry).toMatchObject({ dueAt: 1_002_000, failure: { category: 'rate_limited', status: 429 } })
+    clock.increment(1_999)
+    expect(JSON.stringify(thread.getSnapshot().state)).toContain('waitingToRetry')
+    clock.increment(1)
+    expect(await thread.done).toMatchObject({ status: 'completed', result: 'after the wait' })
+  })
+
+  it('should resume a backoff interrupted by a restart with the time that remained', async () => {
+    const dir = tempDir()
+    const clock = new SimulatedClock()
+    clock.set(5_000_000)
+    const first = await createRuntime({ dir, model: rateLimitedOnce, clock })
+    const thread = await first.spawn({ directive: { name: 'backoff', prompt: 'p' } })
+    await until(thread, inState('waitingToRetry'))
+    clock.increment(500)
+    await first.close()
+
+    const rt = await runtime({ dir, model: rateLimitedOnce, clock })
+    const resumed = rt.get(thread.id)
+    expect(JSON.stringify(resumed.getSnapshot().state)).toContain('waitingToRetry')
+    clock.increment(1_499)
+    expect(JSON.stringify(resumed.getSnapshot().state)).toContain('waitingToRetry')
+    clock.increment(1)
+    expect(await resumed.done).toMatchObject({ status: 'completed', result: 'after the wait' })
+  })
+
+  it('should retry a 503 with backoff and suspend when retries run out', async () => {
+    const clock = new SimulatedClock()
+    const model = scriptedModel([{ faults: Array(5).fill({ fault: 'http', status: 503 }), reply: { text: '' } }])
+    const rt = await runtime({ dir: tempDir(), model, clock, retry: { maxRetries: 2, baseMs: 1_000, jitter: 0 } })
+    const thread = await rt.spawn({ directive: { name: 'flaky', prompt: 'p' } })
+    for (const wait of [1_000, 2_000]) {
+      const view = await until(thread, inState('waitingToRetry'))
+      expect(view.retry!.dueAt - clock.now()).toBe(wait)
+      clock.increment(wait)
+    }
+    expect(await thread.done).toMatchObject({ status: 'suspended', suspendReason: 'error' })
+  })
+})
+
+describe('effects once', () => {
+  function chargeTool(runs: string[], idempotent: boolean, block: boolean) {
+    return defineTool({
+      name: 'charge',
+      description: 'charges',
+      input: z.object({}),
+      idempotent,
+      execute: (_i, { idempotencyKey, signal }) => {
+        runs.push(idempotencyKey)
+        if (!block) return 'charged'
+        return new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason)))
+      },
+    })
+  }
+  const chargeThenAnswer = (seen: Message[][]) =>
+    scriptedModel((r) => {
+      seen.push([...r.messages])
+      return r.turn === 1 ? { toolCalls: [{ name: 'charge', input: {} }] } : { text: 'answered' }
+    })
+
+  it('should not run a non-idempotent tool again after a crash mid-call, and tell the model', async () => {
+    const dir = tempDir()
+    const firstRuns: string[] = []
+    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, false, true)] })
+    const thread = await first.spawn({ directive: { name: 'pay', prompt: 'p' } })
+    await until(thread, inState('runningTools'))
+    while (firstRuns.length === 0) await new Promise((r) => setImmediate(r))
+    await first.close()
+
+    const secondRuns: string[] = []
+    const seen: Message[][] = []
+    const rt = await runtime({ dir, model: chargeThenAnswer(seen), tools: [chargeTool(secondRuns, false, false)] })
+    expect(await rt.get(thread.id).done).toMatchObject({ status: 'completed', result: 'answered' })
+    expect(secondRuns).toEqual([])
+    const toolMessage = seen.at(-1)!.find((m) => m.role === 'tool')
+    expect(toolMessage).toMatchObject({ isError: true, content: expect.stringContaining('TOOL_INTERRUPTED') })
+  })
+
+  it('should run an idempotent tool again with the same idempotency key', async () => {
+    const dir = tempDir()
+    const firstRuns: string[] = []
+    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, true, true)] })
+    const thread = await first.spawn({ directive: { name: 'pay', prompt: 'p' } })
+    await until(thread, inState('runningTools'))
+    while (firstRuns.length === 0) await new Promise((r) => setImmediate(r))
+    await first.close()
+
+    const secondRuns: string[] = []
+    const rt = await runtime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(secondRuns, true, false)] })
+    expect((await rt.get(thread.id).done).status).toBe('completed')
+    expect(secondRuns).toEqual(firstRuns)
+  })
+})
+
+describe('bad input on disk', () => {
+  it('should rebuild a truncated state.json from the transcript and keep serving the other thread', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const file = threadFile(dir, a, 'state.json')
+    fs.writeFileSync(file, fs.readFileSync(file, 'utf8').slice(0, 40))
+    const problems: string[] = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(`${p.code} ${p.message}`) })
+    expect(rt.lastRecovery.rebuilt).toEqual([a])
+    expect(problems.some((p) => p.startsWith('STATE_CORRUPT') && p.includes(file))).toBe(true)
+    const outcomes = await Promise.all([rt.get(a).done, rt.get(b).done])
+    expect(outcomes.map((o) => o.status)).toEqual(['completed', 'completed'])
+  })
+
+  it('should tolerate a torn last transcript line, keeping the fragment aside', async () => {
+    const dir = tempDir()
+    const [a] = await leaveTwoThreadsMidCall(dir)
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    fs.appendFileSync(transcript, '{"seq":99,"ts":"2026-')
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect((await rt.get(a).done).status).toBe('completed')
+    const aside = fs.readdirSync(path.dirname(transcript)).filter((f) => f.includes('.torn-'))
+    expect(aside).toHaveLength(1)
+    expect(fs.readFileSync(path.join(path.dirname(transcript), aside[0]!), 'utf8')).toBe('{"seq":99,"ts":"2026-')
+    expect(verifyReplay(dir, a).matches).toBe(true)
+  })
+
+  it('should report a broken hash chain with the seq where it breaks, and mark only that thread error', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    // Remove state.json too, so recovery must read the whole (tampered) transcript.
+    fs.rmSync(threadFile(dir, a, 'state.json'))
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    lines[2] = lines[2]!.replace('"turn":1', '"turn":7')
+    fs.writeFileSync(transcript, lines.join('\n'))
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery.failed).toEqual([{ threadId: a, code: 'TRANSCRIPT_CHAIN_BROKEN', message: expect.stringContaining('at seq 3') }])
+    expect(rt.get(a).status).toBe('error')
+    expect((await rt.get(b).done).status).toBe('completed')
+  })
+
+  it('should settle a registry row without files as error, saying nothing acknowledged was lost', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    fs.rmSync(path.join(dir, 'threads', a), { recursive: true })
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery.failed[0]).toMatchObject({ threadId: a, code: 'FILES_MISSING', message: expect.stringContaining('never checkpointed') })
+    expect(await rt.get(a).done).toMatchObject({ status: 'error', error: { code: 'FILES_MISSING' } })
+    expect((await rt.get(b).done).status).toBe('completed')
+  })
+
+  it('should refuse ids that could leave the data directory, and name unknown ids', async () => {
+    const rt = await runtime({ dir: tempDir(), model: finishes })
+    expect(() => rt.get('../etc-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
+    expect(() => rt.get('research-aaaaaaaaaaaa/../../x')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
+    expect(() => rt.get('research-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND', message: expect.stringContaining('research-aaaaaaaaaaaa') }))
+  })
+})

@@ -1,0 +1,229 @@
+/**
+ * The runtime end to end on real files: spawn, the turn loop, write-ahead, tool failures, isolation.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import type { Message, ModelRequest, Runtime, ThreadView } from '../../src/index.js'
+import { createRuntime, defineTool, readThreadFiles, scriptedModel, verifyReplay } from '../../src/index.js'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import { tempDir } from '../helpers/dirs.js'
+
+const lookup = defineTool({
+  name: 'lookup',
+  description: 'Look up a term',
+  input: z.object({ q: z.string() }),
+  idempotent: true,
+  execute: ({ q }) => ({ q, answer: 42 }),
+})
+
+const open: Runtime[] = []
+async function runtime(options: Parameters<typeof createRuntime>[0]): Promise<Runtime> {
+  const rt = await createRuntime(options)
+  open.push(rt)
+  return rt
+}
+afterEach(async () => {
+  while (open.length) await open.pop()!.close()
+})
+
+function stateJson(dir: string, id: string): { status: string; snapshot: { value: unknown; context: { usage: { turns: number } } } } {
+  return JSON.parse(fs.readFileSync(path.join(dir, 'threads', id, 'state.json'), 'utf8'))
+}
+
+describe('a thread on the scripted model', () => {
+  it('should run the tool loop to completion and record it in every store', async () => {
+    const dir = tempDir()
+    const rt = await runtime({
+      dir,
+      model: scriptedModel([{ toolCalls: [{ name: 'lookup', input: { q: 'X' } }] }, { text: 'X is 42' }]),
+      tools: [lookup],
+    })
+    const thread = await rt.spawn({ directive: { name: 'research', prompt: 'Find X' }, limits: { turns: 20 } })
+    const seen: string[] = []
+    thread.subscribe((view) => seen.push(JSON.stringify(view.state)))
+    const outcome = await thread.done
+
+    expect(outcome.status).toBe('completed')
+    expect(outcome.result).toBe('X is 42')
+    expect(outcome.cost.turns).toBe(2)
+    expect(outcome.cost.spend).toBeGreaterThan(0)
+    expect(seen).toContain('{"running":"runningTools"}')
+    expect(seen.at(-1)).toBe('"completed"')
+    expect(thread.id).toMatch(/^research-[a-z0-9]{12}$/)
+
+    const row = rt.list({ status: 'completed' }).find((r) => r.id === thread.id)
+    expect(row?.cost).toEqual(outcome.cost)
+    expect(row?.result).toBe('X is 42')
+    expect(stateJson(dir, thread.id).status).toBe('completed')
+    const files = readThreadFiles(dir, thread.id)
+    expect(files.entries.map((e) => e.type)).toEqual([
+      'thread_spawned', 'START', 'MODEL_REPLIED', 'tool_intent', 'TOOL_DONE', 'MODEL_REPLIED',
+    ])
+    expect(verifyReplay(dir, thread.id).matches).toBe(true)
+  })
+
+  it('should make the checkpoint that starts a model call or tool durable before the call starts', async () => {
+    const dir = tempDir()
+    const observed: string[] = []
+    const probe = defineTool({
+      name: 'probe',
+      description: 'Reads its own thread state from disk',
+      input: z.object({}),
+      execute: (_input, { threadId, idempotencyKey }) => {
+        const state = stateJson(dir, threadId)
+        const transcript = fs.readFileSync(path.join(dir, 'threads', threadId, 'transcript.jsonl'), 'utf8')
+        observed.push(`tool:${JSON.stringify(state.snapshot.value)}:${transcript.includes(idempotencyKey)}`)
+        return 'ok'
+      },
+    })
+    const model = scriptedModel((request: ModelRequest) => {
+      const state = stateJson(dir, request.threadId)
+      observed.push(`model:${JSON.stringify(state.snapshot.value)}:turn ${state.snapshot.context.usage.turns + 1}=${request.turn}`)
+      return request.turn === 1 ? { toolCalls: [{ name: 'probe', input: {} }] } : { text: 'done' }
+    })
+    const rt = await runtime({ dir, model, tools: [probe] })
+    await (await rt.spawn({ directive: { name: 'wal', prompt: 'p' } })).done
+    expect(observed).toEqual([
+      'model:{"running":"callingModel"}:turn 1=1',
+      // The intent line carrying the idempotency key is on disk before the tool runs.
+      'tool:{"running":"runningTools"}:true',
+      'model:{"running":"callingModel"}:turn 2=2',
+    ])
+  })
+
+  it('should pass each tool call a stable idempotency key and its thread id', async () => {
+    const keys: string[] = []
+    const record = defineTool({
+      name: 'record',
+      description: 'records its key',
+      input: z.object({}),
+      execute: (_i, ctx) => {
+        keys.push(`${ctx.threadId}|${ctx.idempotencyKey}|${ctx.signal.aborted}`)
+        return null
+      },
+    })
+    const rt = await runtime({ dir: tempDir(), model: scriptedModel([{ toolCalls: [{ name: 'record', input: {} }] }, { text: '' }]), tools: [record] })
+    const thread = await rt.spawn({ directive: { name: 'keys', prompt: 'p' } })
+    await thread.done
+    expect(keys).toEqual([`${thread.id}|${thread.id}:1:call_1_1|false`])
+  })
+})
+
+describe('tool failures become results for the model', () => {
+  it('should report invalid input, a throw, a timeout and an unknown tool, and go on', async () => {
+    const slow = defineTool({
+      name: 'slow',
+      description: 'never finishes in time',
+      input: z.object({}),
+      timeoutMs: 50,
+      execute: (_i, { signal }) => new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason))),
+    })
+    const broken = defineTool({
+      name: 'broken',
+      description: 'throws',
+      input: z.object({}),
+      execute: () => {
+        throw new Error('disk on fire')
+      },
+    })
+    let lastMessages: readonly Message[] = []
+    const model = scriptedModel((request) => {
+      lastMessages = request.messages
+      return request.turn === 1
+        ? {
+            toolCalls: [
+              { name: 'lookup', input: { q: 7 } },
+              { name: 'broken', input: {} },
+              { name: 'slow', input: {} },
+              { name: 'nope', input: {} },
+            ],
+          }
+        : { text: 'coped' }
+    })
+    const rt = await runtime({ dir: tempDir(), model, tools: [lookup, slow, broken] })
+    const outcome = await (await rt.spawn({ directive: { name: 'faulty', prompt: 'p' } })).done
+    expect(outcome.status).toBe('completed')
+    const results = lastMessages.filter((m) => m.role === 'tool')
+    expect(results.map((m) => m.role === 'tool' && m.isError)).toEqual([true, true, true, true])
+    const text = results.map((m) => m.content).join('\n')
+    expect(text).toContain('TOOL_INPUT_INVALID')
+    expect(text).toContain('disk on fire')
+    expect(text).toContain('TOOL_TIMEOUT')
+    expect(text).toContain('There is no tool named \\"nope\\"')
+  })
+})
+
+describe('isolation', () => {
+  it('should end only the failing thread when a model adapter or subscriber throws', async () => {
+    const model = scriptedModel((request) => {
+      if (request.directiveName === 'thrower') return { faults: [{ fault: 'throw', message: 'adapter exploded' }], reply: { text: '' } }
+      return request.turn === 1 ? { toolCalls: [{ name: 'lookup', input: { q: 'a' } }] } : { text: 'fine' }
+    })
+    const rt = await runtime({ dir: tempDir(), model, tools: [lookup] })
+    const thrower = await rt.spawn({ directive: { name: 'thrower', prompt: 'p' } })
+    const noisy = await rt.spawn({ directive: { name: 'noisy', prompt: 'p' } })
+    noisy.subscribe((view: ThreadView) => {
+      if (view.usage.turns === 1) throw new Error('subscriber bug')
+    })
+    const healthy = await rt.spawn({ directive: { name: 'healthy', prompt: 'p' } })
+
+    const [a, b, c] = await Promise.all([thrower.done, noisy.done, healthy.done])
+    expect(a.status).toBe('error')
+    expect(a.error?.message).toContain('adapter exploded')
+    expect(b.status).toBe('error')
+    expect(b.error).toEqual({ code: 'SUBSCRIBER_FAILED', message: expect.stringContaining('subscriber bug') })
+    expect(c).toMatchObject({ status: 'completed', result: 'fine' })
+    // The runtime still serves new threads.
+    expect((await (await rt.spawn({ directive: { name: 'after', prompt: 'p' } })).done).status).toBe('completed')
+  })
+})
+
+describe('limits', () => {
+  it('should suspend a thread at its turn limit and record it in the registry', async () => {
+    const dir = tempDir()
+    const rt = await runtime({ dir, model: scriptedModel(() => ({ toolCalls: [{ name: 'lookup', input: { q: 'again' } }] })), tools: [lookup] })
+    const thread = await rt.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 3 } })
+    const outcome = await thread.done
+    expect(outcome).toMatchObject({ status: 'suspended', suspendReason: 'limit', cost: { turns: 3 } })
+    expect(rt.get(thread.id).status).toBe('suspended')
+    expect(rt.get(thread.id).getSnapshot().limitHit).toEqual({ limit: 'turns', used: 3, max: 3 })
+  })
+})
+
+describe('durability settings and stores', () => {
+  for (const durability of ['fsync', 'process'] as const) {
+    it(`should complete and persist with durability '${durability}'`, async () => {
+      const dir = tempDir()
+      const rt = await runtime({ dir, durability, model: scriptedModel([{ text: 'ok' }]) })
+      const thread = await rt.spawn({ directive: { name: 'd', prompt: 'p' } })
+      expect((await thread.done).status).toBe('completed')
+      const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability })
+      expect(registry.get(thread.id)?.status).toBe('completed')
+      registry.close()
+    })
+  }
+
+  it('should run entirely in memory with store: memory', async () => {
+    const dir = tempDir()
+    const rt = await runtime({ dir, store: 'memory', model: scriptedModel([{ text: 'ok' }]) })
+    expect((await (await rt.spawn({ directive: { name: 'm', prompt: 'p' } })).done).status).toBe('completed')
+    expect(fs.readdirSync(dir)).toEqual([])
+  })
+})
+
+describe('options', () => {
+  it('should refuse a spawn without a directive name, naming the field', async () => {
+    const rt = await runtime({ dir: tempDir(), model: scriptedModel([]) })
+    await expect(rt.spawn({ directive: { name: '', prompt: 'p' } })).rejects.toMatchObject({ code: 'INVALID_OPTIONS', details: { field: 'directive' } })
+    await expect(rt.spawn({ directive: { name: 'x', prompt: 'p' }, limits: { turns: -1 } })).rejects.toMatchObject({
+      code: 'INVALID_OPTIONS',
+      message: expect.stringContaining('limits.turns'),
+    })
+  })
+
+  it('should refuse an invalid durability setting', async () => {
+    await expect(createRuntime({ dir: tempDir(), model: scriptedModel([]), durability: 'maybe' as never })).rejects.toMatchObject({ code: 'INVALID_OPTIONS' })
+  })
+})
