@@ -21,7 +21,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
   let staged = new Map<string, StateEnvelope>()
   let chain: Promise<void> = Promise.resolve()
 
-  async function writeBatch(batch: Map<string, StateEnvelope>): Promise<void> {
+  async function writeBatch(batch: Map<string, StateEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
     const fsync = durability === 'fsync'
     const written: Array<{ id: string; dir: string; fd: number }> = []
     const failed: Array<{ id: string; error: unknown }> = []
@@ -50,6 +50,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     } finally {
       for (const w of written) fs.closeSync(w.fd)
     }
+    await publishAfter
     for (const w of written) {
       try {
         fs.renameSync(path.join(w.dir, TEMP), path.join(w.dir, STATE))
@@ -79,12 +80,13 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
       staged.set(threadId, envelope)
     },
 
-    sync() {
+    sync(options = {}) {
+      const publishAfter = options.publishAfter ?? Promise.resolve()
       // Serialised: two batches must never write the same temp file at once.
       const run = chain.then(() => {
         const batch = staged
         staged = new Map()
-        return batch.size > 0 ? writeBatch(batch) : undefined
+        return batch.size > 0 ? writeBatch(batch, publishAfter) : publishAfter.then(() => undefined)
       })
       chain = run.catch(() => {})
       return run

@@ -80,8 +80,10 @@ export class GroupCommit {
     this.stats.checkpointsWritten += this.pendingCheckpoints
     this.pendingCheckpoints = 0
     try {
-      await this.parts.transcripts.sync()
-      await this.parts.checkpoints.sync()
+      // Transcript fsyncs and state.json temp-file fsyncs run in one parallel round; the renames
+      // wait for the transcripts.
+      const transcriptsDurable = this.parts.transcripts.sync()
+      await Promise.all([transcriptsDurable, this.parts.checkpoints.sync({ publishAfter: transcriptsDurable })])
       if (patches.size > 0) this.applyRegistry(patches)
       this.stats.commits++
       for (const w of waiters) w.resolve()

@@ -1,144 +1,406 @@
 /**
- * transcript.jsonl per thread: append-only, one hash-chained entry per line.
+ * transcript.jsonl per thread: append-only, one hash-chained entry per line. Side effects.
+ *
+ * Caveats: one writer per data directory (nothing locks the files); an open thread holds one file
+ * descriptor until it is closed; a transcript is read into memory whole when opened without a
+ * position, so very long transcripts should be opened from their checkpoint's position.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import type { DataPaths } from './paths.js'
 import { threadDir } from './paths.js'
-import { makeEntry, parseTranscriptBytes, serialiseEntry } from './transcriptLines.js'
+import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
+export interface JsonlTranscriptOptions {
+  /** Where the data directory keeps its threads; every file is `<paths.threads>/<id>/transcript.jsonl`. */
+  paths: DataPaths
+  /** 'fsync': `sync()` makes appends survive power loss. 'process': they survive a process crash only. */
+  durability: Durability
+}
+
+const TRANSCRIPT_FILE = 'transcript.jsonl'
+/** Read and write, every write at the end; without O_CREAT, so a missing file is an error we can see. */
+const OPEN_EXISTING = fs.constants.O_RDWR | fs.constants.O_APPEND
+
 interface OpenFile {
+  threadId: string
+  file: string
   fd: number
   position: TranscriptPosition
+  /** fdatasyncs in flight on `fd`: `close` leaves the fd open until they finish. */
+  syncing: number
+  closed: boolean
+  /** The first fdatasync failure; sticky, see `sync`. */
+  syncError: Error | null
+  /** A failed append whose partial line could not be cut off: the end of the file is unknown. */
+  appendError: unknown
+}
+
+function corrupt(file: string, threadId: string, message: string, details: Record<string, unknown> = {}): SpindleError {
+  return new SpindleError('TRANSCRIPT_CORRUPT', `The transcript ${file} ${message}`, { details: { path: file, threadId, ...details } })
+}
+
+function notOpen(threadId: string): SpindleError {
+  return new SpindleError('THREAD_NOT_FOUND', `The transcript of ${threadId} is not open: open it before appending to it.`, {
+    details: { threadId },
+  })
+}
+
+function isNoEntry(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 'ENOENT'
+}
+
+/** pread until `end` (or until the file ends, if it shrank meanwhile). */
+function readRange(fd: number, start: number, end: number): Buffer {
+  const buffer = Buffer.allocUnsafe(end - start)
+  let done = 0
+  while (done < buffer.length) {
+    const n = fs.readSync(fd, buffer, done, buffer.length - done, start + done)
+    if (n === 0) return buffer.subarray(0, done)
+    done += n
+  }
+  return buffer
+}
+
+function writeAll(fd: number, bytes: Buffer): void {
+  let written = 0
+  while (written < bytes.length) written += fs.writeSync(fd, bytes, written, bytes.length - written)
 }
 
 function fdatasync(fd: number): Promise<void> {
-  return new Promise((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve())))
+  return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())))
 }
 
-function fsyncPath(dir: string): Promise<void> {
+function fsyncDir(dir: string): Promise<void> {
   return new Promise((resolve, reject) => {
-    fs.open(dir, 'r', (e, fd) => {
-      if (e) return reject(e)
-      fs.fsync(fd, (e2) => fs.close(fd, () => (e2 ? reject(e2) : resolve())))
+    fs.open(dir, 'r', (openError, fd) => {
+      if (openError) return reject(openError)
+      fs.fsync(fd, (syncError) => fs.close(fd, () => (syncError ? reject(syncError) : resolve())))
     })
   })
 }
 
-function corrupt(file: string, message: string): SpindleError {
-  return new SpindleError('TRANSCRIPT_CORRUPT', `The transcript ${file} ${message}`, { details: { path: file } })
+function fsyncDirSync(dir: string): void {
+  const fd = fs.openSync(dir, 'r')
+  try {
+    fs.fsyncSync(fd)
+  } finally {
+    fs.closeSync(fd)
+  }
 }
 
-export function createJsonlTranscriptStore(options: { paths: DataPaths; durability: Durability }): TranscriptStore {
-  const { paths, durability } = options
-  const open = new Map<string, OpenFile>()
-  let dirty = new Set<number>()
-  let newDirs = new Set<string>()
-  const fileOf = (id: string): string => path.join(threadDir(paths, id), 'transcript.jsonl')
+/**
+ * The line that ends at `from.bytes`, which must be the entry `from` names. Reads backwards in
+ * growing windows, so a long last line costs a few reads, not the whole file.
+ */
+function lineEndingAt(fd: number, end: number): Buffer | null {
+  for (let window = 4096; ; window *= 4) {
+    const start = Math.max(0, end - window)
+    const chunk = readRange(fd, start, end)
+    if (chunk.length !== end - start || chunk[chunk.length - 1] !== 0x0a) return null
+    // (lastIndexOf counts a negative offset from the end, so a one-byte chunk needs the guard.)
+    const newline = chunk.length >= 2 ? chunk.lastIndexOf(0x0a, chunk.length - 2) : -1
+    if (newline !== -1) return chunk.subarray(newline + 1, chunk.length - 1)
+    if (start === 0) return chunk.subarray(0, chunk.length - 1)
+  }
+}
 
-  function readFrom(file: string, from: TranscriptPosition) {
-    const fd = fs.openSync(file, 'r')
+/**
+ * Opens, appends to and syncs `transcript.jsonl` files, one file descriptor per open thread.
+ *
+ * `append` hands each line to the OS with one `writeSync` (it survives a process crash when it
+ * returns); `sync` fdatasyncs every file appended to since the previous sync, in parallel on the
+ * libuv threadpool. `open` verifies the hash chain from the checkpoint's position on, moves a torn
+ * last line aside to `transcript.jsonl.torn-<offset>` and cuts it off.
+ *
+ * @param options.paths the data directory (see `dataPaths`); thread ids are checked by `threadDir`
+ * @param options.durability 'fsync' (survives power loss once `sync` resolves) or 'process'
+ * @example
+ * const store = createJsonlTranscriptStore({ paths: dataPaths('.spindle'), durability: 'fsync' })
+ * store.open('research-3f9k2m1x0q7a')
+ * store.append('research-3f9k2m1x0q7a', 'START', { at: Date.now() })
+ * await store.sync()
+ * @see TranscriptStore for the contract, and `createMemoryTranscriptStore` for the reference backend.
+ */
+export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): TranscriptStore {
+  const { paths, durability } = options
+  const files = new Map<string, OpenFile>()
+  // Only tracked with durability 'fsync': with 'process' there is nothing for sync() to do.
+  let dirty = new Set<OpenFile>()
+  let newDirs = new Set<string>()
+  const failed = new Set<OpenFile>()
+  const inFlight = new Set<Promise<unknown>>()
+
+  const fileOf = (threadId: string): string => path.join(threadDir(paths, threadId), TRANSCRIPT_FILE)
+
+  function openOrNull(file: string): number | null {
     try {
-      const size = fs.fstatSync(fd).size
-      if (size < from.bytes) {
-        throw corrupt(file, `is truncated: state.json says it held ${from.bytes} bytes, the file has ${size}. Run \`spindle rebuild\` on the thread.`)
+      return fs.openSync(file, OPEN_EXISTING)
+    } catch (error) {
+      if (isNoEntry(error)) return null
+      throw error
+    }
+  }
+
+  function create(file: string): number {
+    const dir = path.dirname(file)
+    const firstCreated = fs.mkdirSync(dir, { recursive: true })
+    const fd = fs.openSync(file, 'a+')
+    if (durability === 'fsync') {
+      // A new file's name is durable once its directory is fsynced; a new directory's name once
+      // its parent is. sync() does both, once per batch.
+      newDirs.add(dir)
+      if (firstCreated !== undefined) {
+        for (let d = dir; d !== path.dirname(d); d = path.dirname(d)) {
+          newDirs.add(path.dirname(d))
+          if (d === firstCreated) break
+        }
       }
-      const buffer = Buffer.alloc(size - from.bytes)
-      if (buffer.length > 0) fs.readSync(fd, buffer, 0, buffer.length, from.bytes)
-      return parseTranscriptBytes(buffer, from, file)
+    }
+    return fd
+  }
+
+  function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition): void {
+    // Appends chain to from.hash; if the file does not hold that entry where state.json says it
+    // ends, the next append would write a chain nobody can verify. Stop here instead.
+    const line = lineEndingAt(fd, from.bytes)
+    let entry: { seq?: unknown; hash?: unknown } | null = null
+    try {
+      if (line) entry = JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null
+    } catch {
+      // Not JSON: reported below as "no intact entry".
+    }
+    if (entry?.seq !== from.seq || entry?.hash !== from.hash) {
+      throw corrupt(
+        file,
+        threadId,
+        `does not match state.json, which says entry ${from.seq} ends at byte ${from.bytes}; the file holds ` +
+          `${entry ? `entry ${String(entry.seq)} with a different hash` : 'no intact entry'} there. ` +
+          `Inspect the file, or run \`spindle rebuild ${threadId}\` to rebuild the thread from its transcript.`,
+        { seq: from.seq, bytes: from.bytes },
+      )
+    }
+  }
+
+  function saveTorn(fd: number, file: string, offset: number, length: number): string {
+    const bytes = readRange(fd, offset, offset + length)
+    for (let n = 0; ; n++) {
+      // A second tear at the same offset (a crash during the first append after recovery) must
+      // not overwrite the first one's bytes.
+      const savedTo = n === 0 ? `${file}.torn-${offset}` : `${file}.torn-${offset}.${n}`
+      let side: number
+      try {
+        side = fs.openSync(savedTo, 'wx')
+      } catch (error) {
+        if ((error as { code?: unknown }).code === 'EEXIST') continue
+        throw error
+      }
+      try {
+        writeAll(side, bytes)
+        if (durability === 'fsync') fs.fsyncSync(side)
+      } finally {
+        fs.closeSync(side)
+      }
+      if (durability === 'fsync') fsyncDirSync(path.dirname(file))
+      return savedTo
+    }
+  }
+
+  function register(threadId: string, file: string, fd: number, position: TranscriptPosition): void {
+    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null })
+  }
+
+  async function syncFile(open: OpenFile): Promise<void> {
+    open.syncing++
+    try {
+      await fdatasync(open.fd)
+    } catch (error) {
+      // Sticky: after a failed fsync the kernel may have dropped the dirty pages and a retry can
+      // succeed without them, so no later sync may vouch for this file (the PostgreSQL "fsyncgate").
+      const cause = error as NodeJS.ErrnoException
+      open.syncError ??= Object.assign(new Error(`fdatasync of ${open.file} failed: ${cause.message}`, { cause }), {
+        code: cause.code,
+        path: open.file,
+      })
+      if (!open.closed) failed.add(open)
+      throw open.syncError
     } finally {
-      fs.closeSync(fd)
+      open.syncing--
+      if (open.closed && open.syncing === 0) fs.close(open.fd, () => {})
+    }
+  }
+
+  async function syncDir(dir: string): Promise<void> {
+    try {
+      await fsyncDir(dir)
+    } catch (error) {
+      newDirs.add(dir)
+      throw error
+    }
+  }
+
+  function close(threadId: string): void {
+    const open = files.get(threadId)
+    if (!open) return
+    files.delete(threadId)
+    failed.delete(open)
+    open.closed = true
+    const wasDirty = dirty.delete(open)
+    try {
+      // A thread closed between an append and the next sync is made durable here instead.
+      if (wasDirty) {
+        fs.fdatasyncSync(open.fd)
+        if (newDirs.has(path.dirname(open.file))) for (const dir of newDirs) fsyncDirSync(dir)
+      }
+    } finally {
+      // An fdatasync still running on the threadpool closes the fd when it finishes.
+      if (open.syncing === 0) fs.closeSync(open.fd)
     }
   }
 
   return {
     open(threadId: string, from?: TranscriptPosition): TranscriptOpenResult {
-      const existing = open.get(threadId)
-      if (existing) return { position: existing.position, tail: [], torn: null }
+      const already = files.get(threadId)
+      if (already) return { position: { ...already.position }, tail: [], torn: null }
       const file = fileOf(threadId)
       const start = from ?? EMPTY_POSITION
-      if (!fs.existsSync(file)) {
-        if (start.seq > 0) throw corrupt(file, `is missing, but state.json says it held ${start.seq} entries.`)
-        const dir = path.dirname(file)
-        fs.mkdirSync(dir, { recursive: true })
-        const fd = fs.openSync(file, 'a')
-        // The new file's directory entry (and a new directory's) is durable only once its parent is synced.
-        newDirs.add(dir)
-        open.set(threadId, { fd, position: { ...EMPTY_POSITION } })
+      const fd = openOrNull(file)
+      if (fd === null) {
+        if (start.seq > 0) {
+          throw corrupt(
+            file,
+            threadId,
+            `is missing, but state.json says it holds ${start.seq} entries. ` +
+              `Restore the file, or run \`spindle rebuild ${threadId}\` to see what can be recovered.`,
+            { seq: start.seq },
+          )
+        }
+        register(threadId, file, create(file), { ...EMPTY_POSITION })
         return { position: { ...EMPTY_POSITION }, tail: [], torn: null }
       }
-      const parsed = readFrom(file, start)
-      let torn: TranscriptOpenResult['torn'] = null
-      if (parsed.torn) {
-        // Keep the torn bytes for forensics, then cut them so the next append starts a clean line.
-        const savedTo = `${file}.torn-${parsed.torn.offset}`
-        const bytes = Buffer.alloc(parsed.torn.bytes)
-        const rfd = fs.openSync(file, 'r')
-        fs.readSync(rfd, bytes, 0, bytes.length, parsed.torn.offset)
-        fs.closeSync(rfd)
-        fs.writeFileSync(savedTo, bytes)
-        fs.truncateSync(file, parsed.position.bytes)
-        torn = { bytes: parsed.torn.bytes, savedTo }
+      try {
+        const size = fs.fstatSync(fd).size
+        if (size < start.bytes) {
+          throw corrupt(
+            file,
+            threadId,
+            `is truncated: state.json says ${start.bytes} bytes, file has ${size}. ` +
+              `Inspect the file, or run \`spindle rebuild ${threadId}\` to rebuild the thread from what is left.`,
+            { bytes: start.bytes, size },
+          )
+        }
+        if (start.seq > 0) checkAnchor(fd, file, threadId, start)
+        const parsed = parseTranscriptBytes(readRange(fd, start.bytes, size), start, file)
+        let torn: TranscriptOpenResult['torn'] = null
+        if (parsed.torn) {
+          // Move the fragment aside before cutting it, so the next append starts a clean line and
+          // nothing is lost if the fragment turns out to matter.
+          const savedTo = saveTorn(fd, file, parsed.torn.offset, parsed.torn.bytes)
+          fs.ftruncateSync(fd, parsed.position.bytes)
+          if (durability === 'fsync') fs.fdatasyncSync(fd)
+          torn = { bytes: parsed.torn.bytes, savedTo }
+        }
+        register(threadId, file, fd, parsed.position)
+        return { position: { ...parsed.position }, tail: parsed.entries, torn }
+      } catch (error) {
+        fs.closeSync(fd)
+        throw error
       }
-      const fd = fs.openSync(file, 'a')
-      if (torn && durability === 'fsync') fs.fdatasyncSync(fd)
-      open.set(threadId, { fd, position: parsed.position })
-      return { position: { ...parsed.position }, tail: parsed.entries, torn }
     },
 
     append(threadId: string, type: string, data: unknown, ts: Date = new Date()): TranscriptEntry {
-      const file = open.get(threadId)
-      if (!file) {
-        throw new SpindleError('THREAD_NOT_FOUND', `The transcript of ${threadId} is not open for appending.`, { details: { threadId } })
+      const open = files.get(threadId)
+      if (!open) throw notOpen(threadId)
+      if (open.appendError) {
+        throw corrupt(
+          open.file,
+          threadId,
+          'has an incomplete line from a failed append that could not be cut off. Close the thread and open it again to recover.',
+        )
       }
-      const entry = makeEntry(file.position, type, data, ts)
-      const line = Buffer.from(serialiseEntry(entry))
-      let written = 0
-      while (written < line.length) written += fs.writeSync(file.fd, line, written, line.length - written)
-      file.position = { seq: entry.seq, hash: entry.hash, bytes: file.position.bytes + line.length }
-      dirty.add(file.fd)
+      const encoded = encodeEntry(open.position, type, data, ts)
+      const entry = encoded.entry
+      const line = Buffer.from(encoded.line, 'utf8')
+      try {
+        writeAll(open.fd, line)
+      } catch (error) {
+        // A partial write (ENOSPC, EIO) would leave half a line that the next append lands after,
+        // which reads back as real damage rather than a torn tail. Cut it off now.
+        try {
+          fs.ftruncateSync(open.fd, open.position.bytes)
+        } catch (cutError) {
+          open.appendError = cutError
+        }
+        throw error
+      }
+      open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + line.length }
+      if (durability === 'fsync') dirty.add(open)
       return entry
     },
 
     position(threadId: string): TranscriptPosition {
-      const file = open.get(threadId)
-      return file ? { ...file.position } : { ...EMPTY_POSITION }
+      const open = files.get(threadId)
+      if (!open) throw notOpen(threadId)
+      return { ...open.position }
     },
 
     async sync(): Promise<void> {
-      const fds = dirty
-      const dirs = newDirs
+      if (durability !== 'fsync') return
+      // Cleared first: appends made while these fdatasyncs run belong to the next sync.
+      const batch = [...dirty]
+      const dirs = [...newDirs]
       dirty = new Set()
       newDirs = new Set()
-      if (durability !== 'fsync') return
-      await Promise.all([...fds].map(fdatasync))
-      if (dirs.size > 0) {
-        await Promise.all([...dirs].map(fsyncPath))
-        await fsyncPath(paths.threads)
+      // A sync that finds nothing new must still not resolve before an earlier one that holds
+      // this caller's appends.
+      const earlier = [...inFlight]
+      const work = Promise.allSettled([...batch.map(syncFile), ...dirs.map(syncDir), ...earlier])
+      inFlight.add(work)
+      let results: PromiseSettledResult<unknown>[]
+      try {
+        results = await work
+      } finally {
+        inFlight.delete(work)
+      }
+      const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
+      if (rejected) throw rejected.reason
+      for (const open of failed) throw open.syncError
+    },
+
+    read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null } {
+      const file = fileOf(threadId)
+      let fd: number
+      try {
+        fd = fs.openSync(file, 'r')
+      } catch (error) {
+        if (isNoEntry(error)) {
+          throw corrupt(file, threadId, `does not exist. Check the thread id, or whether the thread's directory was removed.`)
+        }
+        throw error
+      }
+      try {
+        const parsed = parseTranscriptBytes(readRange(fd, 0, fs.fstatSync(fd).size), EMPTY_POSITION, file)
+        return { entries: parsed.entries, torn: parsed.torn ? { bytes: parsed.torn.bytes } : null }
+      } finally {
+        fs.closeSync(fd)
       }
     },
 
-    read(threadId: string) {
-      const file = fileOf(threadId)
-      if (!fs.existsSync(file)) throw corrupt(file, 'does not exist.')
-      const parsed = readFrom(file, EMPTY_POSITION)
-      return { entries: parsed.entries, torn: parsed.torn ? { bytes: parsed.torn.bytes } : null }
-    },
-
-    close(threadId: string): void {
-      const file = open.get(threadId)
-      if (!file) return
-      open.delete(threadId)
-      // A close before the next sync must not lose durability: sync it now if it is still dirty.
-      if (dirty.delete(file.fd) && durability === 'fsync') fs.fdatasyncSync(file.fd)
-      fs.closeSync(file.fd)
-    },
+    close,
 
     closeAll(): void {
-      for (const id of [...open.keys()]) this.close(id)
+      let first: unknown = null
+      for (const threadId of [...files.keys()]) {
+        try {
+          close(threadId)
+        } catch (error) {
+          first ??= error
+        }
+      }
+      if (first !== null) throw first
     },
   }
 }

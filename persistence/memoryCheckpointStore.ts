@@ -10,7 +10,8 @@ export function createMemoryCheckpointStore(): CheckpointStore {
     stage(threadId, envelope) {
       staged.set(threadId, envelope)
     },
-    async sync() {
+    async sync(options = {}) {
+      await options.publishAfter
       const batch = staged
       staged = new Map()
       for (const [id, envelope] of batch) stored.set(id, JSON.stringify(envelope))

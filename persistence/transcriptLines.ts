@@ -2,7 +2,7 @@
  * Parsing and verifying transcript lines: shared by the file backend and offline readers.
  */
 import { SpindleError } from '../src/errors.js'
-import { entryHash } from './transcriptHash.js'
+import { entryHash, hashText } from './transcriptHash.js'
 import type { TranscriptEntry, TranscriptPosition } from './types.js'
 
 export interface ParsedTail {
@@ -65,14 +65,22 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
   return { entries, position: { seq, hash, bytes: from.bytes + offset }, torn }
 }
 
-export function serialiseEntry(entry: TranscriptEntry): string {
-  return `${JSON.stringify({ seq: entry.seq, ts: entry.ts, type: entry.type, data: entry.data, hash: entry.hash })}\n`
-}
-
-export function makeEntry(position: TranscriptPosition, type: string, data: unknown, ts: Date): TranscriptEntry {
+/**
+ * Builds the next entry and its line. `data` is serialised once: the hash covers exactly the text a
+ * reader will parse back (JSON.stringify of parsed JSON reproduces the same text).
+ */
+export function encodeEntry(
+  position: TranscriptPosition,
+  type: string,
+  data: unknown,
+  ts: Date,
+): { entry: TranscriptEntry; line: string } {
   const seq = position.seq + 1
   const iso = ts.toISOString()
-  // Round-trip data through JSON so the hash covers exactly what a reader will parse back.
-  const plain = data === undefined ? null : JSON.parse(JSON.stringify(data))
-  return { seq, ts: iso, type, data: plain, hash: entryHash(position.hash, seq, iso, type, plain) }
+  const dataJson = data === undefined ? 'null' : JSON.stringify(data)
+  const tsJson = JSON.stringify(iso)
+  const typeJson = JSON.stringify(type)
+  const hash = hashText(position.hash, `[${seq},${tsJson},${typeJson},${dataJson}]`)
+  const line = `{"seq":${seq},"ts":${tsJson},"type":${typeJson},"data":${dataJson},"hash":"${hash}"}\n`
+  return { entry: { seq, ts: iso, type, data: data === undefined ? null : data, hash }, line }
 }

@@ -2,6 +2,7 @@
 /**
  * The `spindle` command.
  */
+import './threadpool.js'
 import { parseArgs } from 'node:util'
 import { isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'

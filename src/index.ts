@@ -1,6 +1,7 @@
 /**
  * spindle's public API. Everything not exported here is internal.
  */
+import './threadpool.js'
 export { createRuntime } from './runtime.js'
 export type { Runtime, RuntimeOptions, SpawnOptions, RecoveryReport, Problem } from './runtime.js'
 export type { ThreadHandle, ThreadView } from './liveThread.js'

@@ -1,0 +1,57 @@
+/**
+ * `npm run bench`: the durable core's throughput, latency, disk and memory figures.
+ * BENCH_THREADS (200), BENCH_TURNS (20), BENCH_REHYDRATE (10000) change the sizes.
+ */
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+
+const threads = Number(process.env.BENCH_THREADS ?? 200)
+const turns = Number(process.env.BENCH_TURNS ?? 20)
+const rehydrate = Number(process.env.BENCH_REHYDRATE ?? 10_000)
+const workload = path.join(import.meta.dirname, 'workload.js')
+
+function run(args: string[]): Record<string, number | string> {
+  const out = execFileSync(process.execPath, [workload, ...args], { maxBuffer: 1 << 24 }).toString().trim().split('\n').at(-1)!
+  return JSON.parse(out)
+}
+
+function fresh(label: string): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `spindle-bench-${label}-`))
+}
+
+const f = (n: unknown, digits = 0): string => (typeof n === 'number' ? n.toFixed(digits) : String(n))
+
+console.log(`spindle bench: ${threads} threads x ${turns} turns, scripted model answering at once, one tool call per turn (${os.cpus().length} cores, node ${process.version})\n`)
+console.log('store      turns/s  checkpoints  commits  bytes on disk  bytes/message  p50 turn ms  p99 turn ms  peak RSS MB')
+for (const store of ['memory', 'process', 'fsync']) {
+  const dir = fresh(store)
+  const r = run(['turns', dir, store, String(threads), String(turns)])
+  const perMessage = Number(r.bytesOnDisk) / Number(r.messages)
+  console.log(
+    `${store.padEnd(9)}  ${f(r.turnsPerSecond).padStart(7)}  ${f(r.checkpoints).padStart(11)}  ${f(r.commits).padStart(7)}  ${f(r.bytesOnDisk).padStart(13)}  ${f(perMessage).padStart(13)}  ${f(r.p50ms, 2).padStart(11)}  ${f(r.p99ms, 2).padStart(11)}  ${f(r.peakRssMb, 1).padStart(11)}`,
+  )
+  fs.rmSync(dir, { recursive: true, force: true })
+}
+
+// Linearity of disk use: the same workload at half the turns.
+{
+  const dir = fresh('half')
+  const half = Math.max(2, Math.floor(turns / 2))
+  const r = run(['turns', dir, 'fsync', String(threads), String(half)])
+  console.log(`\ndisk at ${half} turns: ${r.bytesOnDisk} bytes for ${r.messages} messages (${f(Number(r.bytesOnDisk) / Number(r.messages))} bytes/message)`)
+  fs.rmSync(dir, { recursive: true, force: true })
+}
+
+{
+  const dir = fresh('rehydrate')
+  try {
+    execFileSync(process.execPath, [workload, 'leave', dir, String(rehydrate)], { stdio: 'pipe' })
+  } catch {
+    // The workload kills itself with SIGKILL once the threads are checkpointed: that is the point.
+  }
+  const r = run(['rehydrate', dir])
+  console.log(`\nrehydrate after kill -9: ${r.rehydrated} threads in ${f(r.ms)} ms (failed: ${r.failed}, peak RSS ${f(r.peakRssMb, 1)} MB)`)
+  fs.rmSync(dir, { recursive: true, force: true })
+}

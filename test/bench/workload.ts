@@ -1,0 +1,90 @@
+/**
+ * One benchmark configuration in a process of its own (so peak RSS is its own). Prints one JSON line.
+ *
+ *   workload.js turns <dir> <fsync|process|memory> <threads> <turns>
+ *   workload.js leave <dir> <threads>     spawn threads that hang in their first model call, then SIGKILL self
+ *   workload.js rehydrate <dir>           time a runtime opening on what `leave` left
+ */
+import { execFileSync } from 'node:child_process'
+import { z } from 'zod'
+import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
+
+const [mode, dir, a, b, c] = process.argv.slice(2)
+if (!dir) throw new Error('usage: workload <mode> <dir> ...')
+
+const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n }) })
+
+function percentile(sorted: number[], p: number): number {
+  return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]! : 0
+}
+
+function diskBytes(path: string): number {
+  try {
+    return Number(execFileSync('du', ['-sb', path]).toString().split('\t')[0])
+  } catch {
+    return 0
+  }
+}
+
+if (mode === 'turns') {
+  const store = a as 'fsync' | 'process' | 'memory'
+  const threads = Number(b)
+  const turns = Number(c)
+  const lastCall = new Map<string, number>()
+  const latencies: number[] = []
+  const model = scriptedModel((r) => {
+    const now = performance.now()
+    const prev = lastCall.get(r.threadId)
+    if (prev !== undefined) latencies.push(now - prev)
+    lastCall.set(r.threadId, now)
+    return r.turn < turns ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }] } : { text: 'done' }
+  })
+  const rt = await createRuntime({
+    dir,
+    model,
+    tools: [echo],
+    ...(store === 'memory' ? { store: 'memory' as const } : { durability: store }),
+  })
+  const started = performance.now()
+  const handles = await Promise.all(Array.from({ length: threads }, (_, i) => rt.spawn({ directive: { name: `bench${i}`, prompt: 'go' } })))
+  const outcomes = await Promise.all(handles.map((h) => h.done))
+  const seconds = (performance.now() - started) / 1000
+  const totalTurns = outcomes.reduce((n, o) => n + o.cost.turns, 0)
+  const stats = rt.stats()
+  await rt.close()
+  latencies.sort((x, y) => x - y)
+  process.stdout.write(
+    JSON.stringify({
+      store,
+      threads,
+      turns,
+      totalTurns,
+      seconds,
+      turnsPerSecond: totalTurns / seconds,
+      checkpoints: stats.checkpointsWritten,
+      commits: stats.commits,
+      // A turn records a reply and a tool result: two messages.
+      messages: totalTurns * 2,
+      bytesOnDisk: store === 'memory' ? 0 : diskBytes(dir),
+      p50ms: percentile(latencies, 50),
+      p99ms: percentile(latencies, 99),
+      peakRssMb: process.resourceUsage().maxRSS / 1024,
+    }) + '\n',
+  )
+  process.exit(0)
+} else if (mode === 'leave') {
+  const threads = Number(a)
+  const rt = await createRuntime({ dir, model: scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }]), durability: 'process' })
+  for (let i = 0; i < threads; i += 500) {
+    await Promise.all(Array.from({ length: Math.min(500, threads - i) }, (_, j) => rt.spawn({ directive: { name: `idle${i + j}`, prompt: 'wait' } })))
+  }
+  process.stdout.write(JSON.stringify({ left: rt.active().length }) + '\n', () => process.kill(process.pid, 'SIGKILL'))
+} else if (mode === 'rehydrate') {
+  const started = performance.now()
+  const rt = await createRuntime({ dir, model: scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }]), durability: 'fsync' })
+  const ms = performance.now() - started
+  process.stdout.write(
+    JSON.stringify({ rehydrated: rt.lastRecovery.resumed.length, failed: rt.lastRecovery.failed.length, ms, peakRssMb: process.resourceUsage().maxRSS / 1024 }) + '\n',
+  )
+  process.exit(0)
+}
