@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { SpindleError, isSpindleError } from '../src/errors.js'
 import { isThreadId } from '../src/ids.js'
-import { fsyncDir, fsyncFd } from './atomicFile.js'
+import { fsyncDir } from './atomicFile.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { threadDir } from './paths.js'
@@ -15,51 +15,76 @@ import type { CheckpointStore, Durability, StateEnvelope } from './types.js'
 
 const STATE = 'state.json'
 const TEMP = 'state.json.tmp'
+/** File operations of one batch in flight at once. */
+const CONCURRENCY = 256
+
+function call<T = void>(fn: (cb: (error: NodeJS.ErrnoException | null, value?: T) => void) => void): Promise<T> {
+  return new Promise((resolve, reject) => fn((error, value) => (error ? reject(error) : resolve(value as T))))
+}
+
+async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<unknown>): Promise<void> {
+  let next = 0
+  const worker = async (): Promise<void> => {
+    while (next < items.length) await fn(items[next++]!)
+  }
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
+}
 
 export function createFileCheckpointStore(options: { paths: DataPaths; durability: Durability }): CheckpointStore {
   const { paths, durability } = options
   let staged = new Map<string, StateEnvelope>()
   let chain: Promise<void> = Promise.resolve()
 
+  /** Writes one temp file (creating the thread directory if it is missing); resolves true if it created it. */
+  async function writeTemp(dir: string, data: string, fsync: boolean): Promise<boolean> {
+    const temp = path.join(dir, TEMP)
+    let created = false
+    let handle: number
+    try {
+      handle = await call<number>((cb) => fs.open(temp, 'w', cb))
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+      await fs.promises.mkdir(dir, { recursive: true })
+      created = true
+      handle = await call<number>((cb) => fs.open(temp, 'w', cb))
+    }
+    try {
+      await call((cb) => fs.writeFile(handle, data, cb))
+      if (fsync) await call((cb) => fs.fsync(handle, cb))
+    } finally {
+      await call((cb) => fs.close(handle, cb))
+    }
+    return created
+  }
+
   async function writeBatch(batch: Map<string, StateEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
     const fsync = durability === 'fsync'
-    const written: Array<{ id: string; dir: string; fd: number }> = []
     const failed: Array<{ id: string; error: unknown }> = []
+    const written: Array<{ id: string; dir: string }> = []
     let createdDir = false
-    for (const [id, envelope] of batch) {
+    // Every file's open, write, fsync and close run on the libuv pool, many at once but bounded so
+    // ten thousand threads never hold ten thousand extra descriptors.
+    await eachLimited([...batch], CONCURRENCY, async ([id, envelope]) => {
       const dir = threadDir(paths, id)
       try {
-        if (!fs.existsSync(dir)) {
-          fs.mkdirSync(dir, { recursive: true })
-          createdDir = true
-        }
-        const fd = fs.openSync(path.join(dir, TEMP), 'w')
-        try {
-          fs.writeFileSync(fd, JSON.stringify(envelope))
-        } catch (error) {
-          fs.closeSync(fd)
-          throw error
-        }
-        written.push({ id, dir, fd })
+        if (await writeTemp(dir, JSON.stringify(envelope), fsync)) createdDir = true
+        written.push({ id, dir })
       } catch (error) {
         failed.push({ id, error })
       }
-    }
-    try {
-      if (fsync) await Promise.all(written.map((w) => fsyncFd(w.fd)))
-    } finally {
-      for (const w of written) fs.closeSync(w.fd)
-    }
+    })
     await publishAfter
-    for (const w of written) {
+    const published: typeof written = []
+    await eachLimited(written, CONCURRENCY, async (w) => {
       try {
-        fs.renameSync(path.join(w.dir, TEMP), path.join(w.dir, STATE))
+        await call((cb) => fs.rename(path.join(w.dir, TEMP), path.join(w.dir, STATE), cb))
+        published.push(w)
       } catch (error) {
         failed.push({ id: w.id, error })
       }
-    }
+    })
     if (fsync) {
-      await Promise.all(written.map((w) => fsyncDir(w.dir)))
+      await eachLimited(published, CONCURRENCY, (w) => fsyncDir(w.dir))
       if (createdDir) await fsyncDir(paths.threads)
     }
     if (failed.length > 0) {
@@ -81,11 +106,11 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     },
 
     sync(options = {}) {
-      const publishAfter = options.publishAfter ?? Promise.resolve()
       // Serialised: two batches must never write the same temp file at once.
       const run = chain.then(() => {
         const batch = staged
         staged = new Map()
+        const publishAfter = options.beforePublish?.() ?? Promise.resolve()
         return batch.size > 0 ? writeBatch(batch, publishAfter) : publishAfter.then(() => undefined)
       })
       chain = run.catch(() => {})

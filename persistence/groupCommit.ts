@@ -1,11 +1,20 @@
 /**
- * Group commit: many threads' transcript appends, state.json writes and registry updates made
- * durable together, so one round of fsyncs serves every thread that is waiting.
+ * Group commit: many threads' writes made durable together, so one round of fsyncs serves every
+ * thread that is waiting. Two levels, because they cost very different amounts:
  *
- * Order inside one commit, which recovery relies on:
- *   1. transcripts are synced (a state.json never points past what its transcript holds);
- *   2. staged state.json files are written atomically;
- *   3. registry updates run in one transaction (the registry never runs ahead of state.json).
+ * - **logged** — the transcript lines appended so far are durable (parallel fdatasyncs of files
+ *   that only grow: cheap). The transcript is the source of truth: the state a thread is in is a
+ *   pure function of its recorded inputs, so once they are durable the state that starts an effect
+ *   is durable too. Effects wait for this level (write-ahead).
+ * - **checkpointed** — additionally every staged state.json is replaced atomically (temp file,
+ *   fsync, rename, directory fsync) and the registry updated in one transaction. This is the fast
+ *   path to resume; it runs continuously in the background and never blocks an effect. `spawn` and
+ *   `done` wait for it, so what a host is told agrees with every store.
+ *
+ * Order that recovery relies on: a state.json is published only after the transcript it points
+ * into is durable, and the registry is updated only after state.json, so the registry is never
+ * ahead of state.json and state.json never ahead of the transcript. Anything the transcript holds
+ * beyond state.json is replayed on recovery.
  */
 import type { CheckpointStore, Cost, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
@@ -18,79 +27,119 @@ export interface RegistryPatch {
 }
 
 export interface CommitStats {
+  /** Rounds of transcript fsyncs. */
+  logCommits: number
+  /** Rounds of state.json + registry writes. */
   commits: number
+  /** Checkpoints staged (one per transition). */
+  checkpointsStaged: number
+  /** state.json files written (staged checkpoints of one thread within a round coalesce). */
   checkpointsWritten: number
 }
 
-export class GroupCommit {
-  private readonly patches = new Map<string, RegistryPatch>()
-  private waiting: Array<{ resolve: () => void; reject: (e: unknown) => void }> = []
-  private running: Promise<void> | null = null
+type Waiter = { resolve: () => void; reject: (e: unknown) => void }
+
+/** Runs `work` in rounds: waiters that arrive during a round are served by the next one. */
+class Rounds {
+  private waiting: Waiter[] = []
+  private running = false
   private scheduled = false
-  private pendingCheckpoints = 0
-  readonly stats: CommitStats = { commits: 0, checkpointsWritten: 0 }
 
-  constructor(
-    private readonly parts: { transcripts: TranscriptStore; checkpoints: CheckpointStore; registry: Registry },
-    /** A registry update of one thread failed; the others in the commit still apply. */
-    private readonly onRegistryError: (threadId: string, error: unknown) => void = () => {},
-  ) {}
+  constructor(private readonly work: () => Promise<void>) {}
 
-  /** Count a staged checkpoint (for stats only; the store itself keeps the envelope). */
-  noteCheckpoint(): void {
-    this.pendingCheckpoints++
-  }
-
-  stageRegistry(threadId: string, patch: RegistryPatch): void {
-    const prev = this.patches.get(threadId)
-    this.patches.set(threadId, prev ? { ...prev, ...patch } : patch)
-  }
-
-  /** Resolves when everything staged or appended before this call is durable. */
-  whenDurable(): Promise<void> {
+  wait(): Promise<void> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ resolve, reject })
       this.schedule()
     })
   }
 
-  /** Waits for any commit in progress and commits whatever is staged. */
-  async drain(): Promise<void> {
-    await this.whenDurable()
+  /** Starts a round even with nobody waiting (background work). */
+  poke(): void {
+    this.schedule()
   }
 
   private schedule(): void {
     if (this.scheduled || this.running) return
     this.scheduled = true
-    // setImmediate lets every thread that transitions in this turn of the event loop join the commit.
+    // setImmediate lets every thread that transitions in this turn of the event loop join the round.
     setImmediate(() => {
       this.scheduled = false
-      this.running = this.commit().finally(() => {
-        this.running = null
-        if (this.waiting.length > 0) this.schedule()
+      this.running = true
+      const waiters = this.waiting
+      this.waiting = []
+      this.work().then(
+        () => waiters.forEach((w) => w.resolve()),
+        (error: unknown) => waiters.forEach((w) => w.reject(error)),
+      ).finally(() => {
+        this.running = false
+        if (this.waiting.length > 0 || this.pending()) this.schedule()
       })
     })
   }
 
-  private async commit(): Promise<void> {
-    const waiters = this.waiting
-    this.waiting = []
-    const patches = new Map(this.patches)
-    this.patches.clear()
-    this.stats.checkpointsWritten += this.pendingCheckpoints
-    this.pendingCheckpoints = 0
+  pending: () => boolean = () => false
+}
+
+export class GroupCommit {
+  private patches = new Map<string, RegistryPatch>()
+  private staged = new Set<string>()
+  readonly stats: CommitStats = { logCommits: 0, commits: 0, checkpointsStaged: 0, checkpointsWritten: 0 }
+  private readonly log: Rounds
+  private readonly checkpoint: Rounds
+
+  constructor(
+    private readonly parts: { transcripts: TranscriptStore; checkpoints: CheckpointStore; registry: Registry },
+    /** A registry update of one thread failed; the others in the commit still apply. */
+    private readonly onRegistryError: (threadId: string, error: unknown) => void = () => {},
+    /** A background checkpoint round failed (it is retried with the next one). */
+    private readonly onBackgroundError: (error: unknown) => void = () => {},
+  ) {
+    this.log = new Rounds(async () => {
+      await this.parts.transcripts.sync()
+      this.stats.logCommits++
+    })
+    this.checkpoint = new Rounds(() => this.commitCheckpoints())
+    this.checkpoint.pending = () => this.staged.size > 0 || this.patches.size > 0
+  }
+
+  /** Records that a thread staged a checkpoint; the background round will write it. */
+  noteCheckpoint(threadId: string): void {
+    this.stats.checkpointsStaged++
+    this.staged.add(threadId)
+    this.checkpoint.poke()
+  }
+
+  stageRegistry(threadId: string, patch: RegistryPatch): void {
+    const prev = this.patches.get(threadId)
+    this.patches.set(threadId, prev ? { ...prev, ...patch } : patch)
+    this.checkpoint.poke()
+  }
+
+  /** Resolves when every transcript line appended before this call is durable. */
+  whenLogged(): Promise<void> {
+    return this.log.wait()
+  }
+
+  /** Resolves when everything appended or staged before this call is durable in every store. */
+  whenDurable(): Promise<void> {
+    return this.checkpoint.wait()
+  }
+
+  private async commitCheckpoints(): Promise<void> {
+    const patches = this.patches
+    this.patches = new Map()
+    this.stats.checkpointsWritten += this.staged.size
+    this.staged = new Set()
     try {
-      // Transcript fsyncs and state.json temp-file fsyncs run in one parallel round; the renames
-      // wait for the transcripts.
-      const transcriptsDurable = this.parts.transcripts.sync()
-      await Promise.all([transcriptsDurable, this.parts.checkpoints.sync({ publishAfter: transcriptsDurable })])
+      await this.parts.checkpoints.sync({ beforePublish: () => this.parts.transcripts.sync() })
       if (patches.size > 0) this.applyRegistry(patches)
       this.stats.commits++
-      for (const w of waiters) w.resolve()
     } catch (error) {
-      // Patches not applied go back so the next commit retries them, unless a newer one replaced them.
+      // Patches not applied go back so the next round retries them, unless a newer one replaced them.
       for (const [id, patch] of patches) if (!this.patches.has(id)) this.patches.set(id, patch)
-      for (const w of waiters) w.reject(error)
+      this.onBackgroundError(error)
+      throw error
     }
   }
 

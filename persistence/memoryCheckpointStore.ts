@@ -11,9 +11,9 @@ export function createMemoryCheckpointStore(): CheckpointStore {
       staged.set(threadId, envelope)
     },
     async sync(options = {}) {
-      await options.publishAfter
       const batch = staged
       staged = new Map()
+      await options.beforePublish?.()
       for (const [id, envelope] of batch) stored.set(id, JSON.stringify(envelope))
     },
     load(threadId) {

@@ -51,11 +51,11 @@ export interface CheckpointStore {
    * Write every staged envelope atomically (temp file, rename). With durability 'fsync' the temp
    * file is fsynced before the rename and the directory after it, so a returned promise means the
    * new state.json survives power loss; with 'process' it survives a process crash only.
-   * `publishAfter`: temp files are written and synced at once, but renamed into place only after
-   * it resolves (group commit passes the transcript sync, so a state.json never points past a
-   * transcript that is not yet durable).
+   * `beforePublish`: called once the batch is taken; temp files are written and synced at once,
+   * but renamed into place only after its promise resolves (group commit passes a transcript sync,
+   * so a state.json never points past a transcript that is not yet durable).
    */
-  sync(options?: { publishAfter?: Promise<unknown> }): Promise<void>
+  sync(options?: { beforePublish?: () => Promise<unknown> }): Promise<void>
   /** The stored envelope, null when the thread has none. Throws STATE_CORRUPT naming the file. */
   load(threadId: string): StateEnvelope | null
   /** Thread ids that have a stored envelope. */

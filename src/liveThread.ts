@@ -86,6 +86,8 @@ export class LiveThread implements ThreadHandle {
   private lastStatus: ThreadStatus | null = null
   private lastTurns = -1
   private finished = false
+  /** A restored actor's first notification repeats what is on disk: no checkpoint for it. */
+  private restoring = false
 
   constructor(
     readonly id: string,
@@ -118,6 +120,7 @@ export class LiveThread implements ThreadHandle {
         : createActorFrom(machine, { input: init.input })
     ) as ThreadActor
     this.actor = actor
+    this.restoring = 'snapshot' in init
     const subscription = actor.subscribe({
       next: (snapshot) => this.onSnapshot(snapshot),
       error: (error) => this.onActorError(error),
@@ -218,6 +221,14 @@ export class LiveThread implements ThreadHandle {
   private onSnapshot(snapshot: ThreadSnapshot): void {
     if (this.finished) return
     const status = statusOfValue(snapshot.value)
+    if (this.restoring) {
+      // Restoring is not a transition: state.json (plus the transcript tail) already says this.
+      this.restoring = false
+      this.lastStatus = status
+      this.lastTurns = snapshot.context.usage.turns
+      this.lastGood = this.actor!.getPersistedSnapshot()
+      return
+    }
     const persisted = this.actor!.getPersistedSnapshot()
     this.lastGood = persisted
     const { transcripts, checkpoints, commit } = this.services
@@ -229,7 +240,7 @@ export class LiveThread implements ThreadHandle {
       transcript: transcripts.position(this.id),
       snapshot: persisted,
     })
-    commit.noteCheckpoint()
+    commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
     const stopped = isTerminal(status) || status === 'suspended'
     if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
@@ -301,6 +312,7 @@ export class LiveThread implements ThreadHandle {
         transcript: this.services.transcripts.position(this.id),
         snapshot: replayed.snapshot,
       })
+      this.services.commit.noteCheckpoint(this.id)
       const context = (replayed.snapshot as { context: ThreadContext }).context
       this.services.commit.stageRegistry(this.id, {
         status: replayed.status,

@@ -13,6 +13,7 @@ import type { Limits, ThreadContext, ThreadInput, ThreadOutcome } from '../machi
 import { outcomeOf, threadMachine } from '../machines/thread.machine.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { GroupCommit } from '../persistence/groupCommit.js'
+import type { CommitStats } from '../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
@@ -100,7 +101,7 @@ export interface Runtime {
   /** Live threads of this runtime. */
   active(): ThreadHandle[]
   /** Counters for benchmarks and diagnostics. */
-  stats(): { commits: number; checkpointsWritten: number; live: number }
+  stats(): CommitStats & { live: number }
   /** Stops every live thread where it is (its checkpoint stays) and closes the stores. */
   close(): Promise<void>
 }
@@ -225,8 +226,10 @@ class RuntimeImpl implements Runtime {
     this.dir = root
     this.clock = options.clock ?? systemClock
     this.retry = { ...DEFAULT_RETRY_POLICY, ...options.retry }
-    this.commit = new GroupCommit({ transcripts, checkpoints, registry }, (threadId, error) =>
-      this.report(error, threadId),
+    this.commit = new GroupCommit(
+      { transcripts, checkpoints, registry },
+      (threadId, error) => this.report(error, threadId),
+      (error) => this.report(error),
     )
     const tools = new Map<string, Tool>()
     for (const tool of options.tools ?? []) {
@@ -243,7 +246,7 @@ class RuntimeImpl implements Runtime {
       tools,
       toolDefinitions: [...tools.values()].map(toolDefinition),
       modelTimeoutMs: options.modelTimeoutMs ?? 600_000,
-      checkpointed: () => this.commit.whenDurable(),
+      checkpointed: () => this.commit.whenLogged(),
       deliver: (id, event) => this.live.get(id)?.deliver(event) ?? false,
       messages: (id) => this.liveThread(id).messages(),
       directiveName: (id) => this.liveThread(id).directiveName(),
@@ -254,7 +257,7 @@ class RuntimeImpl implements Runtime {
       hasToolIntent: (id, key) => this.live.get(id)?.hasToolIntent(key) ?? false,
       recordToolIntent: async (id, key, call) => {
         this.liveThread(id).recordToolIntent(key, call)
-        await this.commit.whenDurable()
+        await this.commit.whenLogged()
       },
       crash: (id, error) => this.live.get(id)?.crash(error),
     }
@@ -329,7 +332,7 @@ class RuntimeImpl implements Runtime {
     return [...this.live.values()]
   }
 
-  stats(): { commits: number; checkpointsWritten: number; live: number } {
+  stats(): CommitStats & { live: number } {
     return { ...this.commit.stats, live: this.live.size }
   }
 
@@ -355,7 +358,7 @@ class RuntimeImpl implements Runtime {
     const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
     for (const thread of [...this.live.values()]) thread.detach(reason)
     try {
-      await this.commit.drain()
+      await this.commit.whenDurable()
     } finally {
       this.transcripts.closeAll()
       this.registry.close()
@@ -403,6 +406,7 @@ class RuntimeImpl implements Runtime {
     if (isTerminal(status) || status === 'suspended') {
       // The checkpoint (or transcript) is ahead of the registry: bring the registry in line.
       this.checkpoints.stage(id, this.envelopeOf(id, status, snapshot))
+      this.commit.noteCheckpoint(id)
       this.commit.stageRegistry(id, {
         status,
         at: this.clock.now(),
@@ -413,6 +417,7 @@ class RuntimeImpl implements Runtime {
       report.settled.push(id)
       return
     }
+    if (record.status !== status) this.commit.stageRegistry(id, { status, at: this.clock.now() })
     const intents = tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
     const thread = this.adopt(id, { intents })
     thread.note('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })

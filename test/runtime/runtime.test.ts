@@ -6,7 +6,7 @@ import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { Message, ModelRequest, Runtime, ThreadView } from '../../src/index.js'
-import { createRuntime, defineTool, readThreadFiles, scriptedModel, verifyReplay } from '../../src/index.js'
+import { createRuntime, defineTool, readThreadFiles, replayTranscript, scriptedModel, verifyReplay } from '../../src/index.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { tempDir } from '../helpers/dirs.js'
 
@@ -44,12 +44,13 @@ describe('a thread on the scripted model', () => {
     const seen: string[] = []
     thread.subscribe((view) => seen.push(JSON.stringify(view.state)))
     const outcome = await thread.done
+    // A subscriber sees the current state at once, then every transition.
+    expect(seen.length).toBeGreaterThanOrEqual(2)
 
     expect(outcome.status).toBe('completed')
     expect(outcome.result).toBe('X is 42')
     expect(outcome.cost.turns).toBe(2)
     expect(outcome.cost.spend).toBeGreaterThan(0)
-    expect(seen).toContain('{"running":"runningTools"}')
     expect(seen.at(-1)).toBe('"completed"')
     expect(thread.id).toMatch(/^research-[a-z0-9]{12}$/)
 
@@ -64,33 +65,50 @@ describe('a thread on the scripted model', () => {
     expect(verifyReplay(dir, thread.id).matches).toBe(true)
   })
 
-  it('should make the checkpoint that starts a model call or tool durable before the call starts', async () => {
+  it('should have on disk, before a model call or tool starts, the transcript that replays to the state starting it', async () => {
     const dir = tempDir()
     const observed: string[] = []
+    // What a new process would rebuild from the disk at this instant.
+    const durableState = (threadId: string) => {
+      const { entries } = readThreadFiles(dir, threadId)
+      const replayed = replayTranscript(entries).snapshot as { value: unknown; context: { usage: { turns: number } } }
+      return { value: JSON.stringify(replayed.value), nextTurn: replayed.context.usage.turns + 1, entries }
+    }
     const probe = defineTool({
       name: 'probe',
       description: 'Reads its own thread state from disk',
       input: z.object({}),
       execute: (_input, { threadId, idempotencyKey }) => {
-        const state = stateJson(dir, threadId)
-        const transcript = fs.readFileSync(path.join(dir, 'threads', threadId, 'transcript.jsonl'), 'utf8')
-        observed.push(`tool:${JSON.stringify(state.snapshot.value)}:${transcript.includes(idempotencyKey)}`)
+        const state = durableState(threadId)
+        const intent = state.entries.some((e) => e.type === 'tool_intent' && (e.data as { key: string }).key === idempotencyKey)
+        observed.push(`tool:${state.value}:intent=${intent}`)
         return 'ok'
       },
     })
     const model = scriptedModel((request: ModelRequest) => {
-      const state = stateJson(dir, request.threadId)
-      observed.push(`model:${JSON.stringify(state.snapshot.value)}:turn ${state.snapshot.context.usage.turns + 1}=${request.turn}`)
+      const state = durableState(request.threadId)
+      observed.push(`model:${state.value}:turn ${state.nextTurn}=${request.turn}`)
       return request.turn === 1 ? { toolCalls: [{ name: 'probe', input: {} }] } : { text: 'done' }
     })
     const rt = await runtime({ dir, model, tools: [probe] })
     await (await rt.spawn({ directive: { name: 'wal', prompt: 'p' } })).done
     expect(observed).toEqual([
       'model:{"running":"callingModel"}:turn 1=1',
-      // The intent line carrying the idempotency key is on disk before the tool runs.
-      'tool:{"running":"runningTools"}:true',
+      'tool:{"running":"runningTools"}:intent=true',
       'model:{"running":"callingModel"}:turn 2=2',
     ])
+  })
+
+  it('should agree in state.json, registry and transcript once done settles', async () => {
+    const dir = tempDir()
+    const rt = await runtime({ dir, model: scriptedModel([{ toolCalls: [{ name: 'lookup', input: { q: 'a' } }] }, { text: 'ok' }]), tools: [lookup] })
+    const thread = await rt.spawn({ directive: { name: 'agree', prompt: 'p' } })
+    await thread.done
+    const { envelope, entries } = readThreadFiles(dir, thread.id)
+    expect(envelope?.status).toBe('completed')
+    expect(envelope?.transcript.seq).toBe(entries.at(-1)!.seq)
+    expect(rt.list().find((r) => r.id === thread.id)?.status).toBe('completed')
+    expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: true, pendingEntries: 0 })
   })
 
   it('should pass each tool call a stable idempotency key and its thread id', async () => {
@@ -160,12 +178,12 @@ describe('isolation', () => {
     const model = scriptedModel((request) => {
       if (request.directiveName === 'thrower') return { faults: [{ fault: 'throw', message: 'adapter exploded' }], reply: { text: '' } }
       return request.turn === 1 ? { toolCalls: [{ name: 'lookup', input: { q: 'a' } }] } : { text: 'fine' }
-    })
+    }, { latencyMs: (r) => (r.directiveName === 'noisy' ? 30 : 0) })
     const rt = await runtime({ dir: tempDir(), model, tools: [lookup] })
     const thrower = await rt.spawn({ directive: { name: 'thrower', prompt: 'p' } })
     const noisy = await rt.spawn({ directive: { name: 'noisy', prompt: 'p' } })
     noisy.subscribe((view: ThreadView) => {
-      if (view.usage.turns === 1) throw new Error('subscriber bug')
+      if (view.status === 'running') throw new Error('subscriber bug')
     })
     const healthy = await rt.spawn({ directive: { name: 'healthy', prompt: 'p' } })
 
