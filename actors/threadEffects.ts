@@ -123,7 +123,9 @@ export function runToolLogic(host: EffectHost) {
     const { threadId, turn, call } = input
     const key = toolIdempotencyKey(threadId, turn, call.id)
     detach(host, threadId, async () => {
-      await host.checkpointed(threadId)
+      // No separate checkpoint wait: the intent is appended after the records that started this
+      // step, so the one wait for the intent covers them too.
+      await Promise.resolve()
       if (controller.signal.aborted) return
       const tool = host.tools.get(call.name)
       let outcome: ToolOutcome

@@ -112,7 +112,10 @@ export class LiveThread implements ThreadHandle {
     return this.finished
   }
 
-  /** Starts the actor, which checkpoints its first snapshot. */
+  /**
+   * Starts the actor, which checkpoints its first snapshot. A restored `snapshot` must be a private
+   * copy: XState mutates what it restores, and it is kept as the last good snapshot.
+   */
   start(machine: AnyStateMachine, init: { input: unknown } | { snapshot: unknown }): void {
     const actor = (
       'snapshot' in init
@@ -121,6 +124,7 @@ export class LiveThread implements ThreadHandle {
     ) as ThreadActor
     this.actor = actor
     this.restoring = 'snapshot' in init
+    if ('snapshot' in init) this.lastGood = init.snapshot
     const subscription = actor.subscribe({
       next: (snapshot) => this.onSnapshot(snapshot),
       error: (error) => this.onActorError(error),
@@ -226,7 +230,6 @@ export class LiveThread implements ThreadHandle {
       this.restoring = false
       this.lastStatus = status
       this.lastTurns = snapshot.context.usage.turns
-      this.lastGood = this.actor!.getPersistedSnapshot()
       return
     }
     const persisted = this.actor!.getPersistedSnapshot()
@@ -254,8 +257,10 @@ export class LiveThread implements ThreadHandle {
       this.lastStatus = status
       this.lastTurns = usage.turns
     }
-    const view = viewOf(this.id, snapshot)
-    for (const listener of this.listeners) this.notifyOne(listener, view)
+    if (this.listeners.size > 0) {
+      const view = viewOf(this.id, snapshot)
+      for (const listener of this.listeners) this.notifyOne(listener, view)
+    }
     if (stopped) this.finish(outcomeOf(status === 'suspended' ? 'suspended' : (status as ThreadOutcome['status']), snapshot.context))
   }
 

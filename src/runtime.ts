@@ -285,8 +285,11 @@ class RuntimeImpl implements Runtime {
     this.transcripts.append(id, SPAWN_ENTRY, { input, parentId: options.parentId ?? null })
     const thread = this.adopt(id, { messages: [{ role: 'user', content: directive.prompt }] })
     thread.start(this.machine, { input })
-    thread.deliver({ type: 'START', at: this.clock.now() })
     await this.commit.whenDurable()
+    // START comes on the next turn of the event loop, after the caller's `await spawn(...)`
+    // continuation has run: a subscriber attached right away sees every transition. A crash before
+    // it leaves a durable `created` thread, which recovery starts.
+    setImmediate(() => thread.deliver({ type: 'START', at: this.clock.now() }))
     return thread
   }
 
@@ -347,7 +350,9 @@ class RuntimeImpl implements Runtime {
         this.markUnrecoverable(record.id, error, report)
       }
     }
-    await this.commit.whenDurable()
+    // Settled and failed threads changed stored status: make that durable before reporting it.
+    // Resumed threads need no wait here; their first effect waits for their transcript anyway.
+    if (report.settled.length + report.failed.length + report.rebuilt.length > 0) await this.commit.whenDurable()
     this.lastRecovery = report
     return report
   }
@@ -421,8 +426,8 @@ class RuntimeImpl implements Runtime {
     const intents = tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
     const thread = this.adopt(id, { intents })
     thread.note('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
-    // createActor mutates the snapshot it restores: give it a private copy.
-    thread.start(this.machine, { snapshot: structuredClone(snapshot) })
+    // `snapshot` is private to this call: freshly parsed from state.json or rebuilt by replay.
+    thread.start(this.machine, { snapshot })
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })
     report.resumed.push(id)
   }
