@@ -57,6 +57,12 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+// A reader that went away (`spindle demo | head`) is not an error; every thread is checkpointed.
+process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+  if (error.code === 'EPIPE') process.exit(0)
+  throw error
+})
+
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (error: unknown) => {

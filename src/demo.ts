@@ -121,7 +121,17 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     })
   }
   const timer = tty ? setInterval(render, 100) : null
-  const outcomes = await Promise.all(threads.map((t) => t.done.then((o) => [t.id, o] as const)))
+  // Ctrl-C: stop where we are. Nothing is lost either way (a second Ctrl-C, or kill -9, is as safe).
+  const interrupted = new Promise<'interrupted'>((resolve) => process.once('SIGINT', () => resolve('interrupted')))
+  const finished = Promise.all(threads.map((t) => t.done.then((o) => [t.id, o] as const)))
+  const first = await Promise.race([finished, interrupted])
+  if (first === 'interrupted') {
+    if (timer) clearInterval(timer)
+    await rt.close()
+    out.write(`\nStopped. Every thread is checkpointed in ${rt.dir}; run the demo again to resume them.\n`)
+    return 130
+  }
+  const outcomes = first
   if (timer) clearInterval(timer)
   render()
   out.write('\nDone:\n')
