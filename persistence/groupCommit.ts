@@ -115,21 +115,29 @@ export class GroupCommit {
       this.stats.logCommits++
     })
     this.checkpoint = new Rounds(() => this.commitCheckpoints())
-    this.checkpoint.pending = () => this.staged.size > 0 || this.patches.size > 0
+    this.checkpoint.pending = () => !this.closed && (this.staged.size > 0 || this.patches.size > 0)
     this.log.eager = LOG_ROUND_EAGER
   }
+
+  /** Commits what is staged, then accepts nothing more (the stores are about to close). */
+  async close(): Promise<void> {
+    await this.whenDurable()
+    this.closed = true
+  }
+
+  private closed = false
 
   /** Records that a thread staged a checkpoint; the background round will write it. */
   noteCheckpoint(threadId: string): void {
     this.stats.checkpointsStaged++
     this.staged.add(threadId)
-    this.checkpoint.poke()
+    if (!this.closed) this.checkpoint.poke()
   }
 
   stageRegistry(threadId: string, patch: RegistryPatch): void {
     const prev = this.patches.get(threadId)
     this.patches.set(threadId, prev ? { ...prev, ...patch } : patch)
-    this.checkpoint.poke()
+    if (!this.closed) this.checkpoint.poke()
   }
 
   /** Resolves when every transcript line appended before this call is durable. */

@@ -363,7 +363,7 @@ class RuntimeImpl implements Runtime {
     const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
     for (const thread of [...this.live.values()]) thread.detach(reason)
     try {
-      await this.commit.whenDurable()
+      await this.commit.close()
     } finally {
       this.transcripts.closeAll()
       this.registry.close()

@@ -5,11 +5,11 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { SimulatedClock } from 'xstate'
+import { SimulatedClock, createActor } from 'xstate'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { Message, Runtime, RuntimeOptions } from '../../src/index.js'
-import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
+import { createRuntime, defineTool, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
 
@@ -63,6 +63,20 @@ describe('process restart', () => {
     const report = await rt.recover()
     expect(report.resumed).toContain(a)
     expect((await rt.get(a).done).status).toBe('completed')
+  })
+})
+
+describe('state.json', () => {
+  it('should restore with plain XState: createActor(threadMachine, { snapshot })', async () => {
+    const dir = tempDir()
+    const [a] = await leaveTwoThreadsMidCall(dir)
+    const envelope = JSON.parse(fs.readFileSync(threadFile(dir, a, 'state.json'), 'utf8'))
+    expect(envelope).toMatchObject({ v: 1, threadId: a, status: 'running' })
+    const actor = createActor(threadMachine, { snapshot: envelope.snapshot } as never).start()
+    expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
+    expect(actor.getSnapshot().context.usage.turns).toBe(1)
+    actor.send({ type: 'MODEL_REPLIED', at: Date.now(), turn: 2, attempt: 1, text: 'by hand', toolCalls: [], usage: { inputTokens: 1, outputTokens: 1 } })
+    expect(actor.getSnapshot().output).toMatchObject({ status: 'completed', result: 'by hand' })
   })
 })
 
