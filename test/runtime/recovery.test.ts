@@ -149,36 +149,34 @@ describe('effects once', () => {
       return r.turn === 1 ? { toolCalls: [{ name: 'charge', input: {} }] } : { text: 'answered' }
     })
 
-  it('should not run a non-idempotent tool again after a crash mid-call, and tell the model', async () => {
+  /** A runtime stopped while a `charge` call it started is still running: its intent, no result. */
+  async function crashDuringCharge(idempotent: boolean) {
     const dir = tempDir()
     const firstRuns: string[] = []
-    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, false, true)] })
+    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, idempotent, true)] })
     const thread = await first.spawn({ directive: { name: 'pay', prompt: 'p' } })
     await until(thread, inState('runningTools'))
     while (firstRuns.length === 0) await new Promise((r) => setImmediate(r))
     await first.close()
+    return { dir, threadId: thread.id, firstRuns }
+  }
 
+  it('should not run a non-idempotent tool again after a crash mid-call, and tell the model', async () => {
+    const { dir, threadId } = await crashDuringCharge(false)
     const secondRuns: string[] = []
     const seen: Message[][] = []
     const rt = await runtime({ dir, model: chargeThenAnswer(seen), tools: [chargeTool(secondRuns, false, false)] })
-    expect(await rt.get(thread.id).done).toMatchObject({ status: 'completed', result: 'answered' })
+    expect(await rt.get(threadId).done).toMatchObject({ status: 'completed', result: 'answered' })
     expect(secondRuns).toEqual([])
     const toolMessage = seen.at(-1)!.find((m) => m.role === 'tool')
     expect(toolMessage).toMatchObject({ isError: true, content: expect.stringContaining('TOOL_INTERRUPTED') })
   })
 
   it('should run an idempotent tool again with the same idempotency key', async () => {
-    const dir = tempDir()
-    const firstRuns: string[] = []
-    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, true, true)] })
-    const thread = await first.spawn({ directive: { name: 'pay', prompt: 'p' } })
-    await until(thread, inState('runningTools'))
-    while (firstRuns.length === 0) await new Promise((r) => setImmediate(r))
-    await first.close()
-
+    const { dir, threadId, firstRuns } = await crashDuringCharge(true)
     const secondRuns: string[] = []
     const rt = await runtime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(secondRuns, true, false)] })
-    expect((await rt.get(thread.id).done).status).toBe('completed')
+    expect((await rt.get(threadId).done).status).toBe('completed')
     expect(secondRuns).toEqual(firstRuns)
   })
 })
