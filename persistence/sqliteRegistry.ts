@@ -107,6 +107,7 @@ class SqliteRegistry implements Registry {
       cost: p('UPDATE threads SET cost = ? WHERE id = ?'),
       get: p('SELECT * FROM threads WHERE id = ?'),
       active: p(`SELECT * FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`),
+      activeIds: p(`SELECT id, status FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`),
       all: p('SELECT * FROM threads ORDER BY created_at, id'),
       children: p('SELECT * FROM threads WHERE parent_id = ? ORDER BY created_at, id'),
       next: p('SELECT * FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
@@ -164,6 +165,10 @@ class SqliteRegistry implements Registry {
 
   listActive(): ThreadRecord[] {
     return (this.stmt.active!.all() as Row[]).map(toRecord)
+  }
+
+  activeStatuses(): Array<{ id: string; status: ThreadStatus }> {
+    return this.stmt.activeIds!.all() as Array<{ id: string; status: ThreadStatus }>
   }
 
   list(filter: { status?: ThreadStatus | ThreadStatus[]; limit?: number } = {}): ThreadRecord[] {

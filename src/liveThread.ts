@@ -86,6 +86,7 @@ export class LiveThread implements ThreadHandle {
   private lastStatus: ThreadStatus | null = null
   private lastTurns = -1
   private finished = false
+  private pendingNotes: Array<[string, unknown]> = []
   /** A restored actor's first notification repeats what is on disk: no checkpoint for it. */
   private restoring = false
 
@@ -163,12 +164,24 @@ export class LiveThread implements ThreadHandle {
   }
 
   recordToolIntent(key: string, call: { id: string; name: string }): void {
-    this.services.transcripts.append(this.id, 'tool_intent', { key, callId: call.id, name: call.name })
+    this.append('tool_intent', { key, callId: call.id, name: call.name })
     this.intents.add(key)
   }
 
-  note(type: string, data: unknown): void {
-    this.services.transcripts.append(this.id, type, data)
+  /**
+   * Records a note in the transcript just before the thread's next entry: bookkeeping (such as
+   * "recovered here") need not delay a thread that has nothing else to write yet.
+   */
+  noteBeforeNext(type: string, data: unknown): void {
+    this.pendingNotes.push([type, data])
+  }
+
+  private append(type: string, data: unknown): TranscriptEntry {
+    if (this.pendingNotes.length > 0) {
+      for (const [noteType, noteData] of this.pendingNotes) this.services.transcripts.append(this.id, noteType, noteData)
+      this.pendingNotes = []
+    }
+    return this.services.transcripts.append(this.id, type, data)
   }
 
   /**
@@ -181,7 +194,7 @@ export class LiveThread implements ThreadHandle {
     const snapshot = actor.getSnapshot()
     if (snapshot.status !== 'active' || !snapshot.can(event)) return false
     const { type, ...data } = event
-    this.services.transcripts.append(this.id, type, data)
+    this.append(type, data)
     if (this.messageLog !== null) {
       if (event.type === 'MODEL_REPLIED') for (const call of event.toolCalls) this.toolNames.set(call.id, call.name)
       applyToMessages(this.messageLog, event, this.toolNames)
@@ -303,7 +316,7 @@ export class LiveThread implements ThreadHandle {
     if (this.finished) return
     this.services.report(error, this.id)
     this.unsubscribeActor?.()
-    const entry = this.services.transcripts.append(this.id, 'FAIL', {
+    const entry = this.append('FAIL', {
       at: this.services.now(),
       error: { code: 'THREAD_CRASHED', message: describeError(error).message },
     })

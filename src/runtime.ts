@@ -342,7 +342,7 @@ class RuntimeImpl implements Runtime {
   async recover(): Promise<RecoveryReport> {
     this.assertOpen()
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [] }
-    for (const record of this.registry.listActive()) {
+    for (const record of this.registry.activeStatuses()) {
       if (this.live.has(record.id)) continue
       try {
         this.rehydrate(record, report)
@@ -370,7 +370,7 @@ class RuntimeImpl implements Runtime {
     }
   }
 
-  private rehydrate(record: ThreadRecord, report: RecoveryReport): void {
+  private rehydrate(record: { id: string; status: ThreadStatus }, report: RecoveryReport): void {
     const id = record.id
     let envelope: StateEnvelope | null = null
     let damaged: unknown = null
@@ -425,7 +425,7 @@ class RuntimeImpl implements Runtime {
     if (record.status !== status) this.commit.stageRegistry(id, { status, at: this.clock.now() })
     const intents = tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
     const thread = this.adopt(id, { intents })
-    thread.note('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
+    thread.noteBeforeNext('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
     // `snapshot` is private to this call: freshly parsed from state.json or rebuilt by replay.
     thread.start(this.machine, { snapshot })
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })

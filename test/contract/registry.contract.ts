@@ -91,6 +91,10 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         r.updateStatus(id, status, i)
       })
       expect(r.listActive().map((t) => t.status)).toEqual(['created', 'running'])
+      expect(r.activeStatuses()).toEqual([
+        { id: 't0-aaaaaaaaaaaa', status: 'created' },
+        { id: 't1-aaaaaaaaaaaa', status: 'running' },
+      ])
     }))
 
     it('should list by one status, by several, and with a limit', withRegistry((r) => {
