@@ -9,6 +9,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { readThreadFiles, verifyReplay } from '../../src/index.js'
+import type { Durability } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 const KILLS = Number(process.env.SPINDLE_CRASH_KILLS ?? 20)
@@ -16,9 +17,9 @@ const THREADS = 50
 // Enough work that every kill lands while threads are still running.
 const TURNS = 8 + KILLS
 
-function runWorker(dir: string, killAfterMs: number | null): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
+function runWorker(dir: string, killAfterMs: number | null, durability: Durability): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [compiled('test/crash/worker.js'), dir, String(THREADS), String(TURNS)], {
+    const child = spawn(process.execPath, [compiled('test/crash/worker.js'), dir, String(THREADS), String(TURNS), durability], {
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     let stderr = ''
@@ -31,25 +32,29 @@ function runWorker(dir: string, killAfterMs: number | null): Promise<{ code: num
   })
 }
 
-describe('crash recovery under SIGKILL', () => {
-  it(`should finish every thread exactly once across ${KILLS} kills`, async () => {
+// 'process' promises to survive a process crash too: it gets the same kills, half as many.
+describe.each([
+  ['fsync', KILLS],
+  ['process', Math.max(1, Math.floor(KILLS / 2))],
+] as const)('crash recovery under SIGKILL, durability %s', (durability, kills) => {
+  it(`should finish every thread exactly once across ${kills} kills`, async () => {
     const dir = tempDir('spindle-crash')
     let killed = 0
     let finishedEarly = false
-    while (killed < KILLS && !finishedEarly) {
+    while (killed < kills && !finishedEarly) {
       // Random moments: during start-up, recovery, spawning and the turn loop.
-      const result = await runWorker(dir, 80 + Math.floor(Math.random() * 500))
+      const result = await runWorker(dir, 80 + Math.floor(Math.random() * 500), durability)
       if (result.signal === 'SIGKILL') killed++
       else {
         expect(result.code, result.stderr).toBe(0)
         finishedEarly = true
       }
     }
-    expect(killed, 'the workload finished before every kill landed').toBe(KILLS)
-    const final = await runWorker(dir, null)
+    expect(killed, 'the workload finished before every kill landed').toBe(kills)
+    const final = await runWorker(dir, null, durability)
     expect(final.code, final.stderr).toBe(0)
 
-    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'process' })
+    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability })
     const rows = registry.list()
     registry.close()
     expect(rows).toHaveLength(THREADS)

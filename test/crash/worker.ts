@@ -3,14 +3,14 @@
  * killed predecessor left), spawns the workload if none exists yet, and runs until every thread
  * has stopped. The parent kills it with SIGKILL at random moments.
  *
- * argv: <dir> <threads> <turns>
+ * argv: <dir> <threads> <turns> [fsync|process]
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 
-const [dir, threadsArg = '50', turnsArg = '8'] = process.argv.slice(2)
+const [dir, threadsArg = '50', turnsArg = '8', durabilityArg = 'fsync'] = process.argv.slice(2)
 if (!dir) throw new Error('usage: worker <dir> [threads] [turns]')
 const threads = Number(threadsArg)
 const turns = Number(turnsArg)
@@ -49,7 +49,8 @@ const model = scriptedModel(
   { latencyMs: (r) => 3 + ((r.turn * 7 + r.threadId.length) % 11) },
 )
 
-const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability: 'fsync' })
+const durability = durabilityArg === 'process' ? 'process' : 'fsync'
+const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability })
 // A predecessor killed while spawning left fewer threads: spawn the rest.
 for (let i = rt.list().length; i < threads; i++) {
   {
