@@ -29,10 +29,6 @@ export function fsyncDir(dir: string): Promise<void> {
   })
 }
 
-export function fsyncFd(fd: number): Promise<void> {
-  return new Promise((resolve, reject) => fs.fsync(fd, (e) => (e ? reject(e) : resolve())))
-}
-
 /** Replaces `file` atomically. With `fsync`, the new content survives power loss once this returns. */
 export function writeFileAtomicSync(file: string, data: string | Buffer, options: { fsync: boolean }): void {
   const temp = tempName(file)

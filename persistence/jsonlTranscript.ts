@@ -10,6 +10,7 @@ import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import type { DataPaths } from './paths.js'
 import { threadDir } from './paths.js'
+import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
@@ -74,23 +75,7 @@ function fdatasync(fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())))
 }
 
-function fsyncDir(dir: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    fs.open(dir, 'r', (openError, fd) => {
-      if (openError) return reject(openError)
-      fs.fsync(fd, (syncError) => fs.close(fd, () => (syncError ? reject(syncError) : resolve())))
-    })
-  })
-}
 
-function fsyncDirSync(dir: string): void {
-  const fd = fs.openSync(dir, 'r')
-  try {
-    fs.fsyncSync(fd)
-  } finally {
-    fs.closeSync(fd)
-  }
-}
 
 /**
  * The line that ends at `from.bytes`, which must be the entry `from` names. Reads backwards in

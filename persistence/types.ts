@@ -6,8 +6,6 @@
 
 export type ThreadStatus = 'created' | 'running' | 'suspended' | 'completed' | 'error' | 'cancelled' | 'continued'
 
-export const TERMINAL_STATUSES: readonly ThreadStatus[] = ['completed', 'error', 'cancelled', 'continued']
-export const ACTIVE_STATUSES: readonly ThreadStatus[] = ['created', 'running']
 
 /** How far a thread's transcript had got when a checkpoint was taken. */
 export interface TranscriptPosition {

@@ -109,10 +109,6 @@ export class LiveThread implements ThreadHandle {
     return this.lastStatus ?? 'created'
   }
 
-  get isFinished(): boolean {
-    return this.finished
-  }
-
   /**
    * Starts the actor, which checkpoints its first snapshot. A restored `snapshot` must be a private
    * copy: XState mutates what it restores, and it is kept as the last good snapshot.

@@ -33,7 +33,6 @@ import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId, newNonce, newThreadId } from './ids.js'
 import type { ThreadHandle, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
-import { messagesFromTranscript } from './messages.js'
 import type { RetryPolicy } from './policies/classifyError.js'
 import { DEFAULT_RETRY_POLICY, classifyError, retryDelayMs } from './policies/classifyError.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
@@ -499,6 +498,3 @@ class RuntimeImpl implements Runtime {
     if (this.closed) throw new SpindleError('RUNTIME_CLOSED', 'This runtime is closed. Open a new one with createRuntime().')
   }
 }
-
-/** @internal used by tests and the CLI to rebuild a thread's messages. */
-export { messagesFromTranscript }
