@@ -7,11 +7,13 @@ import { parseArgs } from 'node:util'
 import { isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { runDemo } from './demo.js'
+import { writeVisualizations } from './visualize.js'
 
 const USAGE = `usage: spindle <command> [options]
 
 commands:
   demo [--dir DIR] [--durability fsync|process]   run several threads on the scripted model
+  viz [--out DIR] [--check]                       write Mermaid diagrams of the machines (--check: exit 1 if stale)
 
 exit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data`
 
@@ -44,6 +46,19 @@ async function main(argv: string[]): Promise<number> {
         out: process.stdout,
         ...(values.latency ? { latencyMs: Number(values.latency) } : {}),
       })
+    }
+    case 'viz': {
+      const { values } = parseArgs({
+        args: rest,
+        options: { out: { type: 'string', default: 'visualizations' }, check: { type: 'boolean', default: false } },
+      })
+      const stale = writeVisualizations(values.out!, { check: values.check! })
+      for (const file of stale) process.stdout.write(`${values.check ? 'out of date' : 'wrote'}: ${file}\n`)
+      if (values.check && stale.length > 0) {
+        process.stderr.write('The machines changed since the diagrams were generated: run `spindle viz` and commit the result.\n')
+        return 1
+      }
+      return 0
     }
     case undefined:
     case 'help':

@@ -1,0 +1,105 @@
+/**
+ * Mermaid state diagrams generated from the machines, so `visualizations/` never drifts from the
+ * code. Eventless transitions, guards and actions are drawn too: they carry the decisions.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import type { AnyStateMachine } from 'xstate'
+import { threadMachine } from '../machines/thread.machine.js'
+
+interface NodeLike {
+  key: string
+  id: string
+  type: string
+  initial?: { target: ReadonlyArray<{ id: string }> }
+  states: Record<string, NodeLike>
+  transitions: Map<string, ReadonlyArray<TransitionLike>>
+  always?: ReadonlyArray<TransitionLike>
+}
+
+interface TransitionLike {
+  eventType: string
+  target?: ReadonlyArray<{ id: string }>
+  guard?: unknown
+  actions: ReadonlyArray<unknown>
+  reenter?: boolean
+}
+
+function mermaidId(id: string): string {
+  return id.replace(/[^a-zA-Z0-9_]/g, '_')
+}
+
+function guardText(guard: unknown): string {
+  if (!guard) return ''
+  if (typeof guard === 'string') return guard
+  // and([...]) / or([...]) are functions carrying their operands in `guards`.
+  const operands = (guard as { guards?: unknown[] }).guards
+  if (Array.isArray(operands)) return operands.map(guardText).join(' && ')
+  const type = (guard as { type?: unknown }).type
+  return typeof type === 'string' ? type : 'guard'
+}
+
+function actionText(action: unknown): string {
+  if (typeof action === 'string') return action
+  if (typeof action === 'object' && action !== null && 'type' in action) return String((action as { type: unknown }).type)
+  return 'action'
+}
+
+function label(t: TransitionLike, event: string): string {
+  const guard = guardText(t.guard)
+  const actions = t.actions.map(actionText).filter((a) => a !== 'action')
+  return [event, guard ? `[${guard}]` : '', actions.length ? `/ ${actions.join(', ')}` : ''].filter(Boolean).join(' ')
+}
+
+function renderNode(node: NodeLike, indent: string, lines: string[]): void {
+  const children = Object.values(node.states)
+  if (node.initial && children.length > 0) lines.push(`${indent}[*] --> ${mermaidId(node.initial.target[0]!.id)}`)
+  for (const child of children) {
+    const id = mermaidId(child.id)
+    if (Object.keys(child.states).length > 0) {
+      lines.push(`${indent}state ${child.key} as ${id} {`)
+      renderNode(child, `${indent}  `, lines)
+      lines.push(`${indent}}`)
+    } else {
+      lines.push(`${indent}state "${child.key}" as ${id}`)
+    }
+    if (child.type === 'final') lines.push(`${indent}${id} --> [*]`)
+  }
+  for (const child of children) {
+    const from = mermaidId(child.id)
+    for (const t of child.always ?? []) {
+      for (const target of t.target ?? []) lines.push(`${indent}${from} --> ${mermaidId(target.id)}: ${label(t, 'always')}`)
+    }
+    for (const [event, transitions] of child.transitions) {
+      for (const t of transitions) {
+        for (const target of t.target ?? []) lines.push(`${indent}${from} --> ${mermaidId(target.id)}: ${label(t, event)}`)
+      }
+    }
+  }
+}
+
+/** A Mermaid `stateDiagram-v2` of a machine. */
+export function toMermaid(machine: AnyStateMachine): string {
+  const root = machine.root as unknown as NodeLike
+  const lines = [`%% Generated from machines/ by \`spindle viz\`; do not edit.`, 'stateDiagram-v2']
+  renderNode(root, '  ', lines)
+  return `${lines.join('\n')}\n`
+}
+
+/** The diagrams `visualizations/` holds, by file name. */
+export function visualizations(): Record<string, string> {
+  return { 'thread.machine.mmd': toMermaid(threadMachine) }
+}
+
+/** Writes the diagrams, or with `check` only lists the files that are missing or out of date. */
+export function writeVisualizations(dir: string, options: { check?: boolean } = {}): string[] {
+  const stale: string[] = []
+  for (const [name, text] of Object.entries(visualizations())) {
+    const file = path.join(dir, name)
+    const current = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null
+    if (current === text) continue
+    stale.push(file)
+    if (!options.check) fs.writeFileSync(file, text)
+  }
+  return stale
+}

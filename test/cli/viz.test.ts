@@ -1,0 +1,36 @@
+/**
+ * visualizations/ is generated from machines/: the checked-in diagrams must match the code.
+ */
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { visualizations, writeVisualizations } from '../../src/visualize.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+const checkedIn = path.resolve(import.meta.dirname, '../../visualizations')
+
+describe('visualizations', () => {
+  it('should be up to date with machines/ (run `spindle viz` after changing a machine)', () => {
+    expect(writeVisualizations(checkedIn, { check: true })).toEqual([])
+  })
+
+  it('should draw every state, eventless decision and guard of the thread machine', () => {
+    const text = visualizations()['thread.machine.mmd']!
+    for (const state of ['created', 'checkingLimits', 'callingModel', 'runningTools', 'waitingToRetry', 'suspended', 'completed', 'error', 'cancelled', 'continued']) {
+      expect(text).toContain(`"${state}"`)
+    }
+    expect(text).toContain('always [limitExceeded] / suspendForLimit')
+    expect(text).toContain('MODEL_FAILED [isCurrentFailure && canRetry] / scheduleRetry')
+  })
+
+  it('should make `spindle viz --check` fail on a stale diagram and `spindle viz` repair it', () => {
+    const out = tempDir()
+    fs.writeFileSync(path.join(out, 'thread.machine.mmd'), 'stateDiagram-v2\n  [*] --> old\n')
+    const cli = compiled('src/cli.js')
+    expect(() => execFileSync(process.execPath, [cli, 'viz', '--out', out, '--check'], { stdio: 'pipe' })).toThrow()
+    execFileSync(process.execPath, [cli, 'viz', '--out', out])
+    execFileSync(process.execPath, [cli, 'viz', '--out', out, '--check'])
+    expect(fs.readFileSync(path.join(out, 'thread.machine.mmd'), 'utf8')).toBe(visualizations()['thread.machine.mmd'])
+  })
+})
