@@ -39,6 +39,7 @@ export interface EffectHost {
   readonly tools: ReadonlyMap<string, Tool>
   readonly toolDefinitions: readonly ToolDefinition[]
   readonly modelTimeoutMs: number
+  readonly toolTimeoutMs: number
   /** Resolves once the thread's latest checkpoint (and transcript) is durable. */
   checkpointed(threadId: string): Promise<void>
   /** Records the event in the transcript, then sends it to the thread. False when dropped as stale. */
@@ -142,7 +143,7 @@ export function runToolLogic(host: EffectHost) {
       } else {
         await host.recordToolIntent(threadId, key, call)
         if (controller.signal.aborted) return
-        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId })
+        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs)
       }
       if (controller.signal.aborted) return
       host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })

@@ -28,7 +28,8 @@ export interface Tool<Input = unknown> {
    * error result saying the call was interrupted.
    */
   readonly idempotent: boolean
-  readonly timeoutMs: number
+  /** Its own timeout in ms; when absent the runtime's configured default (timeouts.toolMs) applies. */
+  readonly timeoutMs: number | undefined
   execute(input: Input, context: ToolContext): unknown
 }
 
@@ -38,12 +39,10 @@ export interface ToolSpec<S extends z.ZodType> {
   input: S
   /** @default false */
   idempotent?: boolean
-  /** @default 120_000 */
+  /** @default the runtime's `timeouts.toolMs` (120 000 in the shipped defaults) */
   timeoutMs?: number
   execute(input: z.infer<S>, context: ToolContext): unknown
 }
-
-export const DEFAULT_TOOL_TIMEOUT_MS = 120_000
 
 const TOOL_NAME = /^[a-zA-Z][a-zA-Z0-9_-]{0,63}$/
 
@@ -61,8 +60,8 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool<z.infer
   if (!TOOL_NAME.test(spec.name)) {
     throw new TypeError(`defineTool: name must match ${TOOL_NAME} (got ${JSON.stringify(spec.name)})`)
   }
-  const timeoutMs = spec.timeoutMs ?? DEFAULT_TOOL_TIMEOUT_MS
-  if (!Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+  const timeoutMs = spec.timeoutMs
+  if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs <= 0)) {
     throw new TypeError(`defineTool: timeoutMs of "${spec.name}" must be a positive number of ms (got ${timeoutMs})`)
   }
   return {
@@ -104,6 +103,7 @@ export async function executeToolCall(
   tools: ReadonlyMap<string, Tool>,
   call: ToolCall,
   context: { signal: AbortSignal; idempotencyKey: string; threadId: string },
+  defaultTimeoutMs: number,
 ): Promise<ToolOutcome> {
   const tool = tools.get(call.name)
   if (!tool) {
@@ -117,12 +117,13 @@ export async function executeToolCall(
   const controller = new AbortController()
   const onOuterAbort = (): void => controller.abort(context.signal.reason)
   context.signal.addEventListener('abort', onOuterAbort, { once: true })
+  const timeoutMs = tool.timeoutMs ?? defaultTimeoutMs
   let timer: NodeJS.Timeout | undefined
   const timedOut = new Promise<ToolOutcome>((resolve) => {
     timer = setTimeout(() => {
       controller.abort(new Error(`tool "${tool.name}" timed out`))
-      resolve(errorOutcome('TOOL_TIMEOUT', `Tool "${tool.name}" did not finish within ${tool.timeoutMs} ms and was stopped.`))
-    }, tool.timeoutMs)
+      resolve(errorOutcome('TOOL_TIMEOUT', `Tool "${tool.name}" did not finish within ${timeoutMs} ms and was stopped.`))
+    }, timeoutMs)
   })
   try {
     const run = (async (): Promise<ToolOutcome> => {

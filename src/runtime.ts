@@ -34,7 +34,10 @@ import { assertThreadId, newNonce, newThreadId } from './ids.js'
 import type { ThreadHandle, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
 import type { RetryPolicy } from './policies/classifyError.js'
-import { DEFAULT_RETRY_POLICY, classifyError, retryDelayMs } from './policies/classifyError.js'
+import { classifyError, retryDelayMs } from './policies/classifyError.js'
+import { mergeConfig, systemDefaults } from '../config/load.js'
+import { ConfigLayerSchema } from '../config/schema.js'
+import type { Config, ConfigLayer } from '../config/schema.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
 import { isTerminal, statusOfValue } from './threadStatus.js'
 
@@ -53,11 +56,12 @@ export interface RuntimeOptions {
   store?: 'file' | 'memory'
   /** Carry unfinished threads on when the runtime opens (default true). */
   recover?: boolean
-  /** Limits for threads that do not set their own. Unset limits are unlimited. */
+  /** Limits for threads that do not set their own, over config/defaults.yaml's `limits`. null is unlimited. */
   defaultLimits?: Partial<Limits>
+  /** Over config/defaults.yaml's `retry`. */
   retry?: Partial<RetryPolicy>
-  /** Time after which a model call is abandoned and classified transient (default 10 minutes). */
-  modelTimeoutMs?: number
+  /** Over config/defaults.yaml's `timeouts`: `modelMs` abandons a model call (classified transient), `toolMs` is the default tool timeout. */
+  timeouts?: Partial<Config['timeouts']>
   clock?: Clock
   /** Problems that did not stop the runtime: a thread that failed, a file that could not be read. */
   onProblem?: (problem: Problem) => void
@@ -105,16 +109,19 @@ export interface Runtime {
   close(): Promise<void>
 }
 
-function resolveLimits(defaults: Partial<Limits> | undefined, own: Partial<Limits> | undefined): Limits {
-  const merged = { turns: null, tokens: null, spend: null, durationMs: null, ...defaults, ...own }
-  for (const [name, value] of Object.entries(merged)) {
-    if (value !== null && !(typeof value === 'number' && value >= 0 && !Number.isNaN(value))) {
-      throw new SpindleError('INVALID_OPTIONS', `limits.${name} must be a non-negative number or null (got ${JSON.stringify(value)}).`, {
-        details: { field: `limits.${name}` },
-      })
-    }
-  }
-  return merged
+/** Validates a layer of options against the configuration schema, naming the field that is wrong. */
+function validateLayer(layer: ConfigLayer, where: string): ConfigLayer {
+  const result = ConfigLayerSchema.safeParse(layer)
+  if (result.success) return result.data
+  const issue = result.error.issues[0]!
+  const field = issue.path.join('.')
+  throw new SpindleError('INVALID_OPTIONS', `${where}: ${field} ${issue.message.toLowerCase()} (got ${JSON.stringify(fieldValue(layer, issue.path))}).`, {
+    details: { field },
+  })
+}
+
+function fieldValue(value: unknown, at: ReadonlyArray<PropertyKey>): unknown {
+  return at.reduce<unknown>((v, key) => (v && typeof v === 'object' ? (v as Record<PropertyKey, unknown>)[key] : undefined), value)
 }
 
 function validateSpawn(options: SpawnOptions): void {
@@ -199,7 +206,14 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     checkpoints = createFileCheckpointStore({ paths, durability })
     registry = openSqliteRegistry({ path: paths.registry, durability })
   }
-  const runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry)
+  let runtime: RuntimeImpl
+  try {
+    runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry)
+  } catch (error) {
+    transcripts.closeAll()
+    registry.close()
+    throw error
+  }
   if (options.recover !== false) await runtime.recover()
   return runtime
 }
@@ -212,6 +226,7 @@ class RuntimeImpl implements Runtime {
   private readonly machine: AnyStateMachine
   private readonly clock: Clock
   private readonly retry: RetryPolicy
+  private readonly config: Config
   private closed = false
 
   constructor(
@@ -224,7 +239,11 @@ class RuntimeImpl implements Runtime {
   ) {
     this.dir = root
     this.clock = options.clock ?? systemClock
-    this.retry = { ...DEFAULT_RETRY_POLICY, ...options.retry }
+    this.config = mergeConfig(
+      systemDefaults(),
+      validateLayer({ limits: options.defaultLimits, retry: options.retry, timeouts: options.timeouts }, 'createRuntime options'),
+    )
+    this.retry = this.config.retry
     this.commit = new GroupCommit(
       { transcripts, checkpoints, registry },
       (threadId, error) => this.report(error, threadId),
@@ -244,7 +263,8 @@ class RuntimeImpl implements Runtime {
       model: options.model,
       tools,
       toolDefinitions: [...tools.values()].map(toolDefinition),
-      modelTimeoutMs: options.modelTimeoutMs ?? 600_000,
+      modelTimeoutMs: this.config.timeouts.modelMs,
+      toolTimeoutMs: this.config.timeouts.toolMs,
       checkpointed: () => this.commit.whenLogged(),
       deliver: (id, event) => this.live.get(id)?.deliver(event) ?? false,
       messages: (id) => this.liveThread(id).messages(),
@@ -266,7 +286,7 @@ class RuntimeImpl implements Runtime {
   async spawn(options: SpawnOptions): Promise<ThreadHandle> {
     this.assertOpen()
     validateSpawn(options)
-    const limits = resolveLimits(this.options.defaultLimits, options.limits)
+    const limits = mergeConfig(this.config, validateLayer({ limits: options.limits }, 'spawn')).limits
     if (options.parentId !== undefined) assertThreadId(options.parentId)
     const directive = { name: options.directive.name, prompt: options.directive.prompt }
     const id = newThreadId(directive.name)
@@ -390,15 +410,17 @@ class RuntimeImpl implements Runtime {
         : envelope.snapshot
     } else {
       // No usable state.json: the transcript is the source of truth, replay it whole.
-      if (!this.transcriptExists(id)) {
+      const opened = this.transcriptExists(id) ? this.transcripts.open(id) : null
+      if (!opened || opened.tail.length === 0) {
+        // A kill between registering a thread and its first transcript line: spawn never returned.
         throw new SpindleError(
           'FILES_MISSING',
-          `Thread ${id} is registered as ${record.status} but has neither state.json nor transcript.jsonl in ` +
-            `${this.threadPath(id)}. It was registered but never checkpointed, so no step of it was acknowledged; it is marked error.`,
+          `Thread ${id} is registered as ${record.status} but has no state.json and ` +
+            `${opened ? 'an empty transcript.jsonl' : 'no transcript.jsonl'} in ${this.threadPath(id)}. It was registered ` +
+            'but never checkpointed, so no step of it was acknowledged; it is marked error.',
           { details: { threadId: id, dir: this.threadPath(id) } },
         )
       }
-      const opened = this.transcripts.open(id)
       tail = opened.tail
       snapshot = replayTranscript(tail).snapshot
       report.rebuilt.push(id)

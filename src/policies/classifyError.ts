@@ -4,6 +4,7 @@
  */
 import type { ErrorCategory, FailureInfo } from '../../machines/thread.machine.js'
 import { isSpindleError } from '../errors.js'
+import type { Config } from '../../config/schema.js'
 
 export interface Classified {
   failure: FailureInfo
@@ -102,24 +103,9 @@ export function classifyError(error: unknown, now = Date.now()): Classified {
   return retryAfterMs === undefined ? { failure: info(category) } : { failure: info(category), retryAfterMs }
 }
 
-export interface RetryPolicy {
-  maxRetries: number
-  baseMs: number
-  capMs: number
-  /** 0.2 means ±20 % */
-  jitter: number
-  rateLimitDefaultMs: number
-  quotaWaitMs: number
-}
+/** The `retry` section of the configuration (config/defaults.yaml). `jitter` 0.2 means ±20 %. */
+export type RetryPolicy = Config['retry']
 
-export const DEFAULT_RETRY_POLICY: RetryPolicy = {
-  maxRetries: 3,
-  baseMs: 2_000,
-  capMs: 120_000,
-  jitter: 0.2,
-  rateLimitDefaultMs: 30_000,
-  quotaWaitMs: 60_000,
-}
 
 /** How long to wait before attempt `attempt + 1`. The result is recorded, so replay needs no randomness. */
 export function retryDelayMs(classified: Classified, attempt: number, policy: RetryPolicy, random = Math.random): number {

@@ -50,7 +50,8 @@ const model = scriptedModel(
 )
 
 const durability = durabilityArg === 'process' ? 'process' : 'fsync'
-const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability })
+// Turns grow with the number of kills; lift the default turn limit.
+const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability, defaultLimits: { turns: null } })
 // A predecessor killed while spawning left fewer threads: spawn the rest.
 for (let i = rt.list().length; i < threads; i++) {
   {

@@ -233,6 +233,16 @@ describe('bad input on disk', () => {
     expect((await rt.get(b).done).status).toBe('completed')
   })
 
+  it('should settle a thread killed between registering and its first transcript line as never acknowledged', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    fs.rmSync(threadFile(dir, a, 'state.json'))
+    fs.writeFileSync(threadFile(dir, a, 'transcript.jsonl'), '')
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery.failed[0]).toMatchObject({ threadId: a, code: 'FILES_MISSING', message: expect.stringContaining('empty transcript') })
+    expect((await rt.get(b).done).status).toBe('completed')
+  })
+
   it('should refuse ids that could leave the data directory, and name unknown ids', async () => {
     const rt = await runtime({ dir: tempDir(), model: finishes })
     expect(() => rt.get('../etc-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
