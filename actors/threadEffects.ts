@@ -72,6 +72,7 @@ export function toolIdempotencyKey(threadId: string, turn: number, callId: strin
 export function callModelLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, CallModelInput>(({ input }) => {
     const controller = new AbortController()
+    let settled = false
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
       if (controller.signal.aborted) return
@@ -107,9 +108,13 @@ export function callModelLogic(host: EffectHost) {
       } finally {
         host.clock.clearTimeout(timer)
       }
+      settled = true
       if (!controller.signal.aborted || event.type === 'MODEL_FAILED') host.deliver(input.threadId, event)
     })
-    return () => controller.abort(new Error('model call stopped'))
+    // A call that already delivered has nothing to stop (and aborting costs an Error and an event).
+    return () => {
+      if (!settled) controller.abort(new Error('model call stopped'))
+    }
   })
 }
 
@@ -121,6 +126,7 @@ export function callModelLogic(host: EffectHost) {
 export function runToolLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, RunToolInput>(({ input }) => {
     const controller = new AbortController()
+    let settled = false
     const { threadId, turn, call } = input
     const key = toolIdempotencyKey(threadId, turn, call.id)
     detach(host, threadId, async () => {
@@ -146,9 +152,12 @@ export function runToolLogic(host: EffectHost) {
         outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs)
       }
       if (controller.signal.aborted) return
+      settled = true
       host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
     })
-    return () => controller.abort(new Error('tool call stopped'))
+    return () => {
+      if (!settled) controller.abort(new Error('tool call stopped'))
+    }
   })
 }
 

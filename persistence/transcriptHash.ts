@@ -4,7 +4,7 @@
  *
  * Changing what goes into the hash invalidates every stored transcript: treat it like a file format.
  */
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 
 /**
  * The hash of one transcript entry: sha256 (hex) of the previous entry's hash ('' before the first
@@ -29,5 +29,6 @@ export function entryHash(prevHash: string, seq: number, ts: string, type: strin
  * `data` once (the text must be exactly what `JSON.stringify([seq, ts, type, data])` gives).
  */
 export function hashText(prevHash: string, serialised: string): string {
-  return createHash('sha256').update(prevHash).update('\n').update(serialised).digest('hex')
+  // One-shot hash (Node >= 20.12): half the cost of a Hash object per entry, same digest.
+  return hash('sha256', `${prevHash}\n${serialised}`, 'hex')
 }
