@@ -16,7 +16,7 @@
  * ahead of state.json and state.json never ahead of the transcript. Anything the transcript holds
  * beyond state.json is replayed on recovery.
  */
-import type { CheckpointStore, Cost, Registry, ThreadStatus, TranscriptStore } from './types.js'
+import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
 /** A registry change for one thread; the newest value of each field wins within a commit. */
 export interface RegistryPatch {
@@ -39,23 +39,30 @@ export interface CommitStats {
 
 /** See `Rounds.eager`: measured on 2 cores, smaller rounds that overlap CPU work beat one big one. */
 const LOG_ROUND_EAGER = 48
+const LOG_ROUNDS_IN_FLIGHT = 4
 
 type Waiter = { resolve: () => void; reject: (e: unknown) => void }
 
-/** Runs `work` in rounds: waiters that arrive during a round are served by the next one. */
+/**
+ * Runs `work` in rounds: waiters that arrive while rounds are in flight are served by a later one.
+ * Up to `concurrency` rounds may be in flight (each covers what was written before it started).
+ */
 class Rounds {
   private waiting: Waiter[] = []
-  private running = false
+  private inFlight = 0
   private scheduled = false
 
-  constructor(private readonly work: () => Promise<void>) {}
+  constructor(
+    private readonly work: () => Promise<void>,
+    private readonly concurrency = 1,
+  ) {}
 
   wait(): Promise<void> {
     return new Promise((resolve, reject) => {
       this.waiting.push({ resolve, reject })
       // Enough waiters to be worth a round: start it now, so its fsyncs run on the pool while the
-      // threads that are still busy finish their steps (they join the next round).
-      if (this.waiting.length >= this.eager && !this.running) this.startNow()
+      // threads that are still busy finish their steps (they join a later round).
+      if (this.waiting.length >= this.eager && this.inFlight < this.concurrency) this.startNow()
       else this.schedule()
     })
   }
@@ -68,18 +75,20 @@ class Rounds {
     this.schedule()
   }
 
+  pending: () => boolean = () => false
+
   private schedule(): void {
-    if (this.scheduled || this.running) return
+    if (this.scheduled || this.inFlight >= this.concurrency) return
     this.scheduled = true
     // setImmediate lets every thread that transitions in this turn of the event loop join the round.
     setImmediate(() => {
       this.scheduled = false
-      if (!this.running) this.startNow()
+      if (this.inFlight < this.concurrency && (this.waiting.length > 0 || this.pending())) this.startNow()
     })
   }
 
   private startNow(): void {
-    this.running = true
+    this.inFlight++
     const waiters = this.waiting
     this.waiting = []
     this.work()
@@ -88,15 +97,14 @@ class Rounds {
         (error: unknown) => waiters.forEach((w) => w.reject(error)),
       )
       .finally(() => {
-        this.running = false
+        this.inFlight--
         if (this.waiting.length > 0 || this.pending()) this.schedule()
       })
   }
-
-  pending: () => boolean = () => false
 }
 
 export class GroupCommit {
+  private registrations: RegisterThread[] = []
   private patches = new Map<string, RegistryPatch>()
   private staged = new Set<string>()
   readonly stats: CommitStats = { logCommits: 0, commits: 0, checkpointsStaged: 0, checkpointsWritten: 0 }
@@ -110,12 +118,15 @@ export class GroupCommit {
     /** A background checkpoint round failed (it is retried with the next one). */
     private readonly onBackgroundError: (error: unknown) => void = () => {},
   ) {
+    // Transcript rounds may overlap: each fsyncs the files written before it began, and the store
+    // orders a round with nothing new behind the ones in flight.
     this.log = new Rounds(async () => {
       await this.parts.transcripts.sync()
       this.stats.logCommits++
-    })
+    }, LOG_ROUNDS_IN_FLIGHT)
     this.checkpoint = new Rounds(() => this.commitCheckpoints())
-    this.checkpoint.pending = () => !this.closed && (this.staged.size > 0 || this.patches.size > 0)
+    this.checkpoint.pending = () =>
+      !this.closed && (this.staged.size > 0 || this.patches.size > 0 || this.registrations.length > 0)
     this.log.eager = LOG_ROUND_EAGER
   }
 
@@ -131,6 +142,15 @@ export class GroupCommit {
   noteCheckpoint(threadId: string): void {
     this.stats.checkpointsStaged++
     this.staged.add(threadId)
+    if (!this.closed) this.checkpoint.poke()
+  }
+
+  /**
+   * Registers a new thread in the next checkpoint round, in the same transaction as its first
+   * status: its row commits only after its first state.json, so a row always has files.
+   */
+  stageRegistration(thread: RegisterThread): void {
+    this.registrations.push(thread)
     if (!this.closed) this.checkpoint.poke()
   }
 
@@ -151,25 +171,35 @@ export class GroupCommit {
   }
 
   private async commitCheckpoints(): Promise<void> {
+    const registrations = this.registrations
+    this.registrations = []
     const patches = this.patches
     this.patches = new Map()
     this.stats.checkpointsWritten += this.staged.size
     this.staged = new Set()
     try {
       await this.parts.checkpoints.sync({ beforePublish: () => this.parts.transcripts.sync() })
-      if (patches.size > 0) this.applyRegistry(patches)
+      if (patches.size > 0 || registrations.length > 0) this.applyRegistry(registrations, patches)
       this.stats.commits++
     } catch (error) {
-      // Patches not applied go back so the next round retries them, unless a newer one replaced them.
+      // What was not applied goes back so the next round retries it, unless something newer replaced it.
+      this.registrations.unshift(...registrations)
       for (const [id, patch] of patches) if (!this.patches.has(id)) this.patches.set(id, patch)
       this.onBackgroundError(error)
       throw error
     }
   }
 
-  private applyRegistry(patches: Map<string, RegistryPatch>): void {
+  private applyRegistry(registrations: RegisterThread[], patches: Map<string, RegistryPatch>): void {
     const { registry } = this.parts
     registry.transaction(() => {
+      for (const thread of registrations) {
+        try {
+          registry.register(thread)
+        } catch (error) {
+          this.onRegistryError(thread.id, error)
+        }
+      }
       for (const [id, patch] of patches) {
         try {
           if (patch.cost) registry.updateCostSnapshot(id, patch.cost)

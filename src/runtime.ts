@@ -291,8 +291,14 @@ class RuntimeImpl implements Runtime {
     const directive = { name: options.directive.name, prompt: options.directive.prompt }
     const id = newThreadId(directive.name)
     const input: ThreadInput = { threadId: id, directive, limits, maxRetries: this.retry.maxRetries }
-    // Registered first: a row without files means "spawn never acknowledged", which recovery settles.
-    this.registry.register({
+    this.transcripts.open(id)
+    this.transcripts.append(id, SPAWN_ENTRY, { input, parentId: options.parentId ?? null })
+    const thread = this.adopt(id, { messages: [{ role: 'user', content: directive.prompt }] })
+    thread.start(this.machine, { input })
+    // The row commits in the round that makes the first state.json durable: a thread exists once
+    // it is registered, and a registered thread always has files. Files without a row are a spawn
+    // that never returned; recovery leaves them alone.
+    this.commit.stageRegistration({
       id,
       directiveName: directive.name,
       directive,
@@ -300,10 +306,6 @@ class RuntimeImpl implements Runtime {
       nonce: newNonce(),
       createdAt: this.clock.now(),
     })
-    this.transcripts.open(id)
-    this.transcripts.append(id, SPAWN_ENTRY, { input, parentId: options.parentId ?? null })
-    const thread = this.adopt(id, { messages: [{ role: 'user', content: directive.prompt }] })
-    thread.start(this.machine, { input })
     await this.commit.whenDurable()
     // START comes on the next turn of the event loop, after the caller's `await spawn(...)`
     // continuation has run: a subscriber attached right away sees every transition. A crash before
