@@ -1,16 +1,19 @@
 /**
  * Atomic file replacement: temp file, fsync, rename, fsync the directory. A crash at any point
- * leaves either the old file or the new one, never a mix.
+ * leaves either the old file or the new one, never a mix. For one-off files (config, cancel
+ * requests, side files); state.json has its own batched version in fileCheckpointStore.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 
 let counter = 0
 
+/** Unique per process and call, so two writers of the same file never share a temp file. */
 function tempName(file: string): string {
   return `${file}.tmp-${process.pid}-${++counter}`
 }
 
+/** Makes the entries of `dir` (a rename or a new file into it) survive power loss. */
 export function fsyncDirSync(dir: string): void {
   const fd = fs.openSync(dir, 'r')
   try {
@@ -20,6 +23,7 @@ export function fsyncDirSync(dir: string): void {
   }
 }
 
+/** `fsyncDirSync` on the libuv threadpool, so many directories can be synced in parallel. */
 export function fsyncDir(dir: string): Promise<void> {
   return new Promise((resolve, reject) => {
     fs.open(dir, 'r', (error, fd) => {
@@ -29,7 +33,13 @@ export function fsyncDir(dir: string): Promise<void> {
   })
 }
 
-/** Replaces `file` atomically. With `fsync`, the new content survives power loss once this returns. */
+/**
+ * Replaces `file` atomically: readers see the old content or the new, never a mix. With `fsync`
+ * the new content survives power loss once this returns; without, a process crash only. On failure
+ * the temp file is removed, `file` keeps its old content, and the error propagates.
+ * @param options.fsync fsync the temp file before the rename and the directory after it.
+ * @example writeFileAtomicSync(path.join(dir, 'cancel.json'), JSON.stringify(request), { fsync: true })
+ */
 export function writeFileAtomicSync(file: string, data: string | Buffer, options: { fsync: boolean }): void {
   const temp = tempName(file)
   try {
@@ -42,12 +52,16 @@ export function writeFileAtomicSync(file: string, data: string | Buffer, options
     }
     fs.renameSync(temp, file)
   } catch (error) {
-    fs.rmSync(temp, { force: true })
+    // Best effort: a failing cleanup must not hide the error that matters.
+    try {
+      fs.rmSync(temp, { force: true })
+    } catch {}
     throw error
   }
   if (options.fsync) fsyncDirSync(path.dirname(file))
 }
 
+/** `writeFileAtomicSync` without blocking the event loop; same contract. */
 export async function writeFileAtomic(file: string, data: string | Buffer, options: { fsync: boolean }): Promise<void> {
   const temp = tempName(file)
   try {
@@ -60,7 +74,7 @@ export async function writeFileAtomic(file: string, data: string | Buffer, optio
     }
     await fs.promises.rename(temp, file)
   } catch (error) {
-    await fs.promises.rm(temp, { force: true })
+    await fs.promises.rm(temp, { force: true }).catch(() => {})
     throw error
   }
   if (options.fsync) await fsyncDir(path.dirname(file))

@@ -2,10 +2,15 @@
  * state.json per thread, written by group commit: every staged envelope of a batch is written to a
  * temp file, the temp files are fsynced in parallel, renamed into place, and the directories
  * fsynced in parallel — one round of fsync latency for the whole batch instead of one per thread.
+ *
+ * Caveats: one writer per data directory (the temp name `state.json.tmp` is fixed, so two
+ * processes syncing the same thread would write into each other's temp file). A crash mid-batch
+ * leaves, per thread, either the previous state.json or the new one, plus perhaps a stray
+ * `state.json.tmp` that `load` ignores and the next sync overwrites.
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { SpindleError, isSpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/errors.js'
 import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
 import { upgradeEnvelope } from './envelope.js'
@@ -15,9 +20,17 @@ import type { CheckpointStore, Durability, StateEnvelope } from './types.js'
 
 const STATE = 'state.json'
 const TEMP = 'state.json.tmp'
-/** File operations of one batch in flight at once. */
+/** File operations of one batch in flight at once: bounded so ten thousand threads never hold ten thousand descriptors. */
 const CONCURRENCY = 256
 
+/** One thread of a batch that was not made durable, and the file or directory that failed. */
+interface WriteFailure {
+  threadId: string
+  file: string
+  error: unknown
+}
+
+/** A callback-style fs call as a promise: it runs on the libuv threadpool, so many run at once. */
 function call<T = void>(fn: (cb: (error: NodeJS.ErrnoException | null, value?: T) => void) => void): Promise<T> {
   return new Promise((resolve, reject) => fn((error, value) => (error ? reject(error) : resolve(value as T))))
 }
@@ -30,71 +43,135 @@ async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) 
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
 }
 
+/**
+ * Writes `data` to `<dir>/state.json.tmp`, creating `dir` when it is missing (opening first and
+ * creating on ENOENT keeps the hot path at one open). `onMkdir` gets the directories whose entries
+ * changed because of a mkdir here: they need an fsync before the new directory is durable.
+ */
+async function writeTemp(dir: string, data: string, fsync: boolean, onMkdir: (changedParents: string[]) => void): Promise<void> {
+  const temp = path.join(dir, TEMP)
+  let fd: number
+  try {
+    fd = await call<number>((cb) => fs.open(temp, 'w', cb))
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    const first = await fs.promises.mkdir(dir, { recursive: true })
+    // mkdir created `first` and everything below it down to `dir`; each one's parent gained an entry.
+    if (first !== undefined) {
+      const changedParents: string[] = []
+      for (let d = dir; path.dirname(d) !== d; d = path.dirname(d)) {
+        changedParents.push(path.dirname(d))
+        if (d === first) break
+      }
+      onMkdir(changedParents)
+    }
+    fd = await call<number>((cb) => fs.open(temp, 'w', cb))
+  }
+  try {
+    await call((cb) => fs.writeFile(fd, data, cb))
+    // fdatasync flushes the data and the size (what reading it back needs), not the timestamps.
+    if (fsync) await call((cb) => fs.fdatasync(fd, cb))
+  } finally {
+    await call((cb) => fs.close(fd, cb))
+  }
+}
+
+function describeFailures(failures: readonly WriteFailure[]): string {
+  return failures.map((f) => `${f.threadId} (${f.file}: ${(f.error as Error)?.message ?? String(f.error)})`).join('; ')
+}
+
+/**
+ * A CheckpointStore keeping `<root>/threads/<id>/state.json`, replaced atomically by `sync()`.
+ * @param options.paths the data directory; every thread path goes through `threadDir`.
+ * @param options.durability 'fsync': a resolved `sync()` survives power loss. 'process': a process crash only.
+ * @example
+ * const checkpoints = createFileCheckpointStore({ paths: dataPaths('.spindle'), durability: 'fsync' })
+ * checkpoints.stage(id, envelope)
+ * await checkpoints.sync()
+ */
 export function createFileCheckpointStore(options: { paths: DataPaths; durability: Durability }): CheckpointStore {
   const { paths, durability } = options
+  const fsync = durability === 'fsync'
   let staged = new Map<string, StateEnvelope>()
   let chain: Promise<void> = Promise.resolve()
+  /** Directories that gained an entry by a mkdir and are not fsynced yet, with the threads that need them. */
+  const unsyncedParents = new Map<string, Set<string>>()
 
-  /** Writes one temp file (creating the thread directory if it is missing); resolves true if it created it. */
-  async function writeTemp(dir: string, data: string, fsync: boolean): Promise<boolean> {
-    const temp = path.join(dir, TEMP)
-    let created = false
-    let handle: number
-    try {
-      handle = await call<number>((cb) => fs.open(temp, 'w', cb))
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-      await fs.promises.mkdir(dir, { recursive: true })
-      created = true
-      handle = await call<number>((cb) => fs.open(temp, 'w', cb))
+  /** Puts failed envelopes back for the next sync, unless a newer one of that thread was staged meanwhile. */
+  function restage(batch: Map<string, StateEnvelope>, threadIds: Iterable<string>): void {
+    for (const id of threadIds) {
+      const envelope = batch.get(id)
+      if (envelope && !staged.has(id)) staged.set(id, envelope)
     }
-    try {
-      await call((cb) => fs.writeFile(handle, data, cb))
-      if (fsync) await call((cb) => fs.fsync(handle, cb))
-    } finally {
-      await call((cb) => fs.close(handle, cb))
-    }
-    return created
   }
 
   async function writeBatch(batch: Map<string, StateEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
-    const fsync = durability === 'fsync'
-    const failed: Array<{ id: string; error: unknown }> = []
+    const failures: WriteFailure[] = []
     const written: Array<{ id: string; dir: string }> = []
-    let createdDir = false
-    // Every file's open, write, fsync and close run on the libuv pool, many at once but bounded so
-    // ten thousand threads never hold ten thousand extra descriptors.
     await eachLimited([...batch], CONCURRENCY, async ([id, envelope]) => {
       const dir = threadDir(paths, id)
+      // Recorded at once, whatever happens next: a retry finds the directory and does not mkdir.
+      const onMkdir = (changedParents: string[]) => {
+        if (!fsync) return
+        for (const parent of changedParents) unsyncedParents.set(parent, (unsyncedParents.get(parent) ?? new Set()).add(id))
+      }
       try {
-        if (await writeTemp(dir, JSON.stringify(envelope), fsync)) createdDir = true
+        await writeTemp(dir, JSON.stringify(envelope), fsync, onMkdir)
         written.push({ id, dir })
       } catch (error) {
-        failed.push({ id, error })
+        failures.push({ threadId: id, file: path.join(dir, TEMP), error })
       }
     })
-    await publishAfter
+
+    try {
+      await publishAfter
+    } catch (error) {
+      // Nothing is published past a transcript that is not durable: drop the temp files, keep the batch.
+      await eachLimited(written, CONCURRENCY, (w) => fs.promises.rm(path.join(w.dir, TEMP), { force: true }).catch(() => {}))
+      restage(batch, batch.keys())
+      throw error
+    }
+
     const published: typeof written = []
     await eachLimited(written, CONCURRENCY, async (w) => {
       try {
         await call((cb) => fs.rename(path.join(w.dir, TEMP), path.join(w.dir, STATE), cb))
         published.push(w)
       } catch (error) {
-        failed.push({ id: w.id, error })
+        failures.push({ threadId: w.id, file: path.join(w.dir, STATE), error })
       }
     })
+
     if (fsync) {
-      await eachLimited(published, CONCURRENCY, (w) => fsyncDir(w.dir))
-      if (createdDir) await fsyncDir(paths.threads)
+      await eachLimited(published, CONCURRENCY, async (w) => {
+        try {
+          await fsyncDir(w.dir)
+        } catch (error) {
+          failures.push({ threadId: w.id, file: w.dir, error })
+        }
+      })
+      // New thread directories: their entries in `threads` (and `threads` in the root, the first
+      // time) must be durable too, or a renamed state.json could vanish with its directory.
+      for (const [dir, ids] of unsyncedParents) {
+        try {
+          await fsyncDir(dir)
+          unsyncedParents.delete(dir)
+        } catch (error) {
+          for (const id of ids) failures.push({ threadId: id, file: dir, error })
+        }
+      }
     }
-    if (failed.length > 0) {
-      // Retry on the next sync, unless a newer envelope of that thread was staged meanwhile.
-      for (const { id } of failed) if (!staged.has(id)) staged.set(id, batch.get(id)!)
-      // Not STATE_CORRUPT: nothing on disk is damaged, the write did not happen.
+
+    if (failures.length > 0) {
+      const failedIds = new Set(failures.map((f) => f.threadId))
+      restage(batch, failedIds)
+      // Not a SpindleError: STATE_CORRUPT would send the user to rebuild a state.json that is
+      // intact (the old version is still in place), and errors.ts has no code for a failed write.
+      // The fs errors (with their errno codes) are kept as the cause.
       throw new Error(
-        `Could not write state.json of ${failed.length} thread(s): ` +
-          failed.map((f) => `${f.id} (${(f.error as Error).message})`).join('; '),
-        { cause: failed[0]!.error },
+        `Could not make state.json durable for ${failedIds.size} thread(s): ${describeFailures(failures)}. ` +
+          `A thread whose temp file or rename failed keeps its previous state.json; the next sync retries them all.`,
+        { cause: failures.length === 1 ? failures[0]!.error : new AggregateError(failures.map((f) => f.error)) },
       )
     }
   }
@@ -106,11 +183,20 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     },
 
     sync(options = {}) {
-      // Serialised: two batches must never write the same temp file at once.
+      // Serialised: two batches must never write the same temp file at once, and a later batch
+      // must never be overtaken by an earlier one.
       const run = chain.then(() => {
         const batch = staged
         staged = new Map()
-        const publishAfter = options.beforePublish?.() ?? Promise.resolve()
+        let publishAfter: Promise<unknown>
+        try {
+          publishAfter = Promise.resolve(options.beforePublish?.())
+        } catch (error) {
+          publishAfter = Promise.reject(error)
+        }
+        // Handled here so a rejection while the temp files are written is not reported as
+        // unhandled (which would end the process); writeBatch awaits it and sees the error.
+        publishAfter.catch(() => {})
         return batch.size > 0 ? writeBatch(batch, publishAfter) : publishAfter.then(() => undefined)
       })
       chain = run.catch(() => {})
@@ -137,6 +223,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
           { cause: error, details: { path: file, threadId } },
         )
       }
+      // Validation and version steps (upgradeV1toV2 …) live in envelope.ts.
       return upgradeEnvelope(raw, file, threadId)
     },
 
@@ -145,7 +232,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
       try {
         names = fs.readdirSync(paths.threads)
       } catch (error) {
-        if (isSpindleError(error) || (error as NodeJS.ErrnoException).code === 'ENOENT') return []
+        if ((error as NodeJS.ErrnoException).code === 'ENOENT') return []
         throw error
       }
       return names.filter((name) => isThreadId(name) && fs.existsSync(path.join(paths.threads, name, STATE)))

@@ -175,15 +175,18 @@ export class GroupCommit {
     this.registrations = []
     const patches = this.patches
     this.patches = new Map()
-    this.stats.checkpointsWritten += this.staged.size
+    const staged = this.staged
     this.staged = new Set()
     try {
       await this.parts.checkpoints.sync({ beforePublish: () => this.parts.transcripts.sync() })
       if (patches.size > 0 || registrations.length > 0) this.applyRegistry(registrations, patches)
       this.stats.commits++
+      this.stats.checkpointsWritten += staged.size
     } catch (error) {
       // What was not applied goes back so the next round retries it, unless something newer replaced it.
       this.registrations.unshift(...registrations)
+      // The store re-stages what it could not write; remember those threads so the next round runs.
+      for (const id of staged) this.staged.add(id)
       for (const [id, patch] of patches) if (!this.patches.has(id)) this.patches.set(id, patch)
       this.onBackgroundError(error)
       throw error

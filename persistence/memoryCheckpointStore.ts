@@ -1,25 +1,55 @@
 /**
- * In-memory checkpoints: the reference implementation. Stores JSON text so every load is a fresh copy.
+ * In-memory checkpoints: the reference implementation of CheckpointStore, for tests and as
+ * executable documentation of the contract the file backend keeps. Nothing survives the process.
  */
+import { assertThreadId } from '../src/ids.js'
 import type { CheckpointStore, StateEnvelope } from './types.js'
 
+/**
+ * A CheckpointStore in a Map. Staged is not stored: only `sync()` publishes, like on disk. It keeps
+ * JSON text, so every load is a fresh copy that callers may mutate, and what was stored is what
+ * JSON can carry (as with state.json).
+ * @example
+ * const checkpoints = createMemoryCheckpointStore()
+ * checkpoints.stage(id, envelope)
+ * await checkpoints.sync()
+ * checkpoints.load(id) // a copy of envelope
+ */
 export function createMemoryCheckpointStore(): CheckpointStore {
   let staged = new Map<string, StateEnvelope>()
   const stored = new Map<string, string>()
+  let chain: Promise<void> = Promise.resolve()
+
   return {
     stage(threadId, envelope) {
+      assertThreadId(threadId)
       staged.set(threadId, envelope)
     },
-    async sync(options = {}) {
-      const batch = staged
-      staged = new Map()
-      await options.beforePublish?.()
-      for (const [id, envelope] of batch) stored.set(id, JSON.stringify(envelope))
+
+    sync(options = {}) {
+      // Serialised like the file store: a batch waiting on beforePublish is never overtaken.
+      const run = chain.then(async () => {
+        const batch = staged
+        staged = new Map()
+        try {
+          await options.beforePublish?.()
+        } catch (error) {
+          // Nothing published; the batch goes back unless a newer envelope was staged meanwhile.
+          for (const [id, envelope] of batch) if (!staged.has(id)) staged.set(id, envelope)
+          throw error
+        }
+        for (const [id, envelope] of batch) stored.set(id, JSON.stringify(envelope))
+      })
+      chain = run.catch(() => {})
+      return run
     },
+
     load(threadId) {
+      assertThreadId(threadId)
       const text = stored.get(threadId)
       return text === undefined ? null : (JSON.parse(text) as StateEnvelope)
     },
+
     list() {
       return [...stored.keys()]
     },

@@ -1,5 +1,7 @@
 /**
- * The contract every CheckpointStore backend keeps. Not collected directly: backends' spec files call it.
+ * The contract every CheckpointStore backend keeps. Not collected directly (vitest.config.ts
+ * excludes test/contract): each backend's spec file calls `checkpointContract`.
+ * Known deviations: none.
  */
 import { describe, expect, it } from 'vitest'
 import type { CheckpointStore, StateEnvelope } from '../../persistence/types.js'
@@ -9,6 +11,7 @@ export interface CheckpointBackend {
   destroy?: () => void
 }
 
+/** A plausible v1 envelope; `turns` varies the content so tests can tell versions apart. */
 export function envelope(threadId: string, turns = 0): StateEnvelope {
   return {
     v: 1,
@@ -19,6 +22,20 @@ export function envelope(threadId: string, turns = 0): StateEnvelope {
     snapshot: { status: 'active', value: { running: 'callingModel' }, context: { usage: { turns } } },
   }
 }
+
+/** A promise the test resolves or rejects by hand. */
+function gate(): { promise: Promise<void>; open: () => void; fail: (error: Error) => void } {
+  let open!: () => void
+  let fail!: (error: Error) => void
+  const promise = new Promise<void>((resolve, reject) => {
+    open = resolve
+    fail = reject
+  })
+  return { promise, open, fail }
+}
+
+const A = 'a-aaaaaaaaaaaa'
+const B = 'b-aaaaaaaaaaaa'
 
 export function checkpointContract(name: string, create: () => CheckpointBackend): void {
   describe(`CheckpointStore contract: ${name}`, () => {
@@ -35,49 +52,94 @@ export function checkpointContract(name: string, create: () => CheckpointBackend
       expect(store.load('none-aaaaaaaaaaaa')).toBeNull()
     }))
 
+    // Staged is not stored, in every backend (the memory store too): only sync() publishes.
     it('should not store a staged envelope before sync', withStore((store) => {
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa'))
-      expect(store.load('a-aaaaaaaaaaaa')).toBeNull()
+      store.stage(A, envelope(A))
+      expect(store.load(A)).toBeNull()
     }))
 
     it('should round-trip an envelope through stage and sync', withStore(async (store) => {
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa', 3))
+      store.stage(A, envelope(A, 3))
       await store.sync()
-      expect(store.load('a-aaaaaaaaaaaa')).toEqual(envelope('a-aaaaaaaaaaaa', 3))
+      expect(store.load(A)).toEqual(envelope(A, 3))
     }))
 
     it('should keep only the newest of two stages before a sync', withStore(async (store) => {
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa', 1))
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa', 2))
+      store.stage(A, envelope(A, 1))
+      store.stage(A, envelope(A, 2))
       await store.sync()
-      expect(store.load('a-aaaaaaaaaaaa')?.transcript.seq).toBe(2)
+      expect(store.load(A)).toEqual(envelope(A, 2))
     }))
 
-    it('should publish only after beforePublish resolves', withStore(async (store) => {
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa', 1))
-      let release!: () => void
-      const gate = new Promise<void>((r) => (release = r))
-      const syncing = store.sync({ beforePublish: () => gate })
-      await new Promise((r) => setTimeout(r, 20))
-      expect(store.load('a-aaaaaaaaaaaa')).toBeNull()
-      release()
-      await syncing
-      expect(store.load('a-aaaaaaaaaaaa')?.transcript.seq).toBe(1)
-    }))
-
-    it('should list the threads it holds', withStore(async (store) => {
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa'))
-      store.stage('b-aaaaaaaaaaaa', envelope('b-aaaaaaaaaaaa'))
+    it('should list the synced threads and not the ones only staged', withStore(async (store) => {
+      store.stage(A, envelope(A))
+      store.stage(B, envelope(B))
       await store.sync()
-      expect(store.list().sort()).toEqual(['a-aaaaaaaaaaaa', 'b-aaaaaaaaaaaa'])
+      store.stage('c-aaaaaaaaaaaa', envelope('c-aaaaaaaaaaaa'))
+      expect(store.list().sort()).toEqual([A, B])
     }))
 
     it('should give a fresh copy on every load', withStore(async (store) => {
-      store.stage('a-aaaaaaaaaaaa', envelope('a-aaaaaaaaaaaa'))
+      store.stage(A, envelope(A))
       await store.sync()
-      const first = store.load('a-aaaaaaaaaaaa')!
+      const first = store.load(A)!
       ;(first.snapshot as { value: unknown }).value = 'mutated'
-      expect((store.load('a-aaaaaaaaaaaa')!.snapshot as { value: unknown }).value).toEqual({ running: 'callingModel' })
+      expect(store.load(A)).toEqual(envelope(A))
+    }))
+
+    it('should publish a batch only once beforePublish resolves', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      const transcriptSynced = gate()
+      const syncing = store.sync({ beforePublish: () => transcriptSynced.promise })
+      expect(store.load(A)).toBeNull()
+      transcriptSynced.open()
+      await syncing
+      expect(store.load(A)).toEqual(envelope(A, 1))
+    }))
+
+    // beforePublish is the transcript sync: if it fails, a state.json must not point past it.
+    it('should publish nothing when beforePublish rejects, and publish the batch on the next sync', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      await store.sync()
+      store.stage(A, envelope(A, 2))
+      const transcriptSynced = gate()
+      const syncing = store.sync({ beforePublish: () => transcriptSynced.promise })
+      transcriptSynced.fail(new Error('transcript fsync failed'))
+      await expect(syncing).rejects.toThrow('transcript fsync failed')
+      expect(store.load(A)).toEqual(envelope(A, 1))
+      await store.sync()
+      expect(store.load(A)).toEqual(envelope(A, 2))
+    }))
+
+    it('should not let a retried batch overwrite a newer stage', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      await expect(store.sync({ beforePublish: () => Promise.reject(new Error('transcript fsync failed')) })).rejects.toThrow()
+      store.stage(A, envelope(A, 2))
+      await store.sync()
+      expect(store.load(A)).toEqual(envelope(A, 2))
+    }))
+
+    it('should start a sync only after the previous one has published', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      const slow = gate()
+      const first = store.sync({
+        beforePublish: () => {
+          // Staged once the first batch was taken: it belongs to the next one.
+          store.stage(A, envelope(A, 2))
+          return slow.promise
+        },
+      })
+      let seenBySecond: unknown = 'beforePublish of the second sync was not called'
+      const second = store.sync({ beforePublish: async () => void (seenBySecond = store.load(A)) })
+      slow.open()
+      await Promise.all([first, second])
+      expect(seenBySecond).toEqual(envelope(A, 1))
+      expect(store.load(A)).toEqual(envelope(A, 2))
+    }))
+
+    it('should refuse an id that is not a thread id', withStore((store) => {
+      expect(() => store.stage('Not An Id', envelope('Not An Id'))).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
+      expect(() => store.load('Not An Id')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
     }))
   })
 }

@@ -1,11 +1,12 @@
 import fs from 'node:fs'
 import path from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { writeFileAtomic, writeFileAtomicSync } from '../../persistence/atomicFile.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { createMemoryCheckpointStore } from '../../persistence/memoryCheckpointStore.js'
+import type { DataPaths } from '../../persistence/paths.js'
 import { dataPaths } from '../../persistence/paths.js'
-import type { Durability } from '../../persistence/types.js'
+import type { CheckpointStore, Durability } from '../../persistence/types.js'
 import { checkpointContract, envelope } from '../contract/checkpoints.contract.js'
 import { tempDir } from '../helpers/dirs.js'
 
@@ -13,115 +14,260 @@ checkpointContract('memory', () => ({ store: createMemoryCheckpointStore() }))
 for (const durability of ['fsync', 'process'] as const) {
   checkpointContract(`file (${durability})`, () => {
     const dir = tempDir()
-    return { store: createFileCheckpointStore({ paths: dataPaths(dir), durability }), destroy: () => fs.rmSync(dir, { recursive: true }) }
+    return { store: createFileCheckpointStore({ paths: dataPaths(dir), durability }), destroy: () => fs.rmSync(dir, { recursive: true, force: true }) }
   })
 }
 
-function fileStore(durability: Durability = 'fsync') {
-  const dir = tempDir()
-  const paths = dataPaths(dir)
-  return { dir, paths, store: createFileCheckpointStore({ paths, durability }), file: (id: string) => path.join(paths.threads, id, 'state.json') }
-}
-
-describe('state.json on disk', () => {
-  it('should report a truncated state.json as STATE_CORRUPT naming the file', async () => {
-    const { store, file } = fileStore()
-    store.stage('cut-aaaaaaaaaaaa', envelope('cut-aaaaaaaaaaaa', 2))
-    await store.sync()
-    const text = fs.readFileSync(file('cut-aaaaaaaaaaaa'), 'utf8')
-    fs.writeFileSync(file('cut-aaaaaaaaaaaa'), text.slice(0, text.length / 2))
-    expect(() => store.load('cut-aaaaaaaaaaaa')).toThrow(
-      expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining(file('cut-aaaaaaaaaaaa')) }),
-    )
-  })
-
-  it('should ignore a half-written temp file left by a crash and load the last good state', async () => {
-    const { store, file } = fileStore()
-    store.stage('tmp-aaaaaaaaaaaa', envelope('tmp-aaaaaaaaaaaa', 4))
-    await store.sync()
-    fs.writeFileSync(`${file('tmp-aaaaaaaaaaaa')}.tmp`, '{"v":1,"thre')
-    expect(store.load('tmp-aaaaaaaaaaaa')?.transcript.seq).toBe(4)
-  })
-
-  it('should refuse a schema version it does not know', async () => {
-    const { store, file } = fileStore()
-    store.stage('ver-aaaaaaaaaaaa', envelope('ver-aaaaaaaaaaaa'))
-    await store.sync()
-    fs.writeFileSync(file('ver-aaaaaaaaaaaa'), JSON.stringify({ ...envelope('ver-aaaaaaaaaaaa'), v: 99 }))
-    expect(() => store.load('ver-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'STATE_VERSION_UNSUPPORTED', message: expect.stringContaining('99') }))
-  })
-
-  it('should refuse a state.json that belongs to another thread or lacks a field', async () => {
-    const { store, file } = fileStore()
-    store.stage('own-aaaaaaaaaaaa', envelope('own-aaaaaaaaaaaa'))
-    await store.sync()
-    fs.writeFileSync(file('own-aaaaaaaaaaaa'), JSON.stringify(envelope('other-aaaaaaaaaaaa')))
-    expect(() => store.load('own-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining('other-aaaaaaaaaaaa') }))
-    const { snapshot: _drop, ...noSnapshot } = envelope('own-aaaaaaaaaaaa')
-    fs.writeFileSync(file('own-aaaaaaaaaaaa'), JSON.stringify(noSnapshot))
-    expect(() => store.load('own-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining('"snapshot"') }))
-  })
-
-  for (const durability of ['fsync', 'process'] as const) {
-    it(`should leave no temp files behind with durability '${durability}'`, async () => {
-      const { store, paths } = fileStore(durability)
-      for (let i = 0; i < 3; i++) {
-        store.stage('clean-aaaaaaaaaaaa', envelope('clean-aaaaaaaaaaaa', i))
-        await store.sync()
-      }
-      expect(fs.readdirSync(path.join(paths.threads, 'clean-aaaaaaaaaaaa'))).toEqual(['state.json'])
-    })
-  }
-
-  it('should write the other threads of a batch when one fails, name the failed one, and retry it', async () => {
-    const { store, paths } = fileStore()
-    fs.mkdirSync(paths.threads, { recursive: true })
-    // A regular file where the thread directory should be: writing into it fails.
-    fs.writeFileSync(path.join(paths.threads, 'bad-aaaaaaaaaaaa'), 'not a directory')
-    store.stage('bad-aaaaaaaaaaaa', envelope('bad-aaaaaaaaaaaa'))
-    store.stage('good-aaaaaaaaaaaa', envelope('good-aaaaaaaaaaaa'))
-    await expect(store.sync()).rejects.toThrow(/bad-aaaaaaaaaaaa/)
-    expect(store.load('good-aaaaaaaaaaaa')).not.toBeNull()
-    fs.rmSync(path.join(paths.threads, 'bad-aaaaaaaaaaaa'))
-    await store.sync()
-    expect(store.load('bad-aaaaaaaaaaaa')).not.toBeNull()
-  })
-
-  it('should refuse an id that would leave the data directory', () => {
-    const { store } = fileStore()
-    expect(() => store.stage('../x-aaaaaaaaaaaa', envelope('../x-aaaaaaaaaaaa'))).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
-    expect(() => store.load('../../etc/passwd')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
-  })
-
-  it('should list only directories that are thread ids with a state.json', async () => {
-    const { store, paths } = fileStore()
-    store.stage('listed-aaaaaaaaaaaa', envelope('listed-aaaaaaaaaaaa'))
-    await store.sync()
-    fs.mkdirSync(path.join(paths.threads, 'Not An Id'))
-    fs.mkdirSync(path.join(paths.threads, 'empty-aaaaaaaaaaaa'))
-    expect(store.list()).toEqual(['listed-aaaaaaaaaaaa'])
-  })
+const made: string[] = []
+afterEach(() => {
+  for (const dir of made.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
 })
 
-describe('atomic file replacement', () => {
-  it('should replace the content and leave no temp file, sync and async', async () => {
-    const dir = tempDir()
-    const file = path.join(dir, 'f.json')
-    writeFileAtomicSync(file, 'one', { fsync: true })
-    await writeFileAtomic(file, 'two', { fsync: true })
-    expect(fs.readFileSync(file, 'utf8')).toBe('two')
-    expect(fs.readdirSync(dir)).toEqual(['f.json'])
-  })
+function freshDir(): string {
+  const dir = tempDir()
+  made.push(dir)
+  return dir
+}
 
-  it('should keep the old content and no temp file when the write fails', () => {
-    const dir = tempDir()
-    const file = path.join(dir, 'f.json')
-    writeFileAtomicSync(file, 'old', { fsync: false })
-    // Renaming onto a directory fails after the temp file was written.
-    const target = path.join(dir, 'sub')
-    fs.mkdirSync(path.join(target, 'inner'), { recursive: true })
-    expect(() => writeFileAtomicSync(target, 'new', { fsync: false })).toThrow()
-    expect(fs.readFileSync(file, 'utf8')).toBe('old')
-    expect(fs.readdirSync(dir).sort()).toEqual(['f.json', 'sub'])
-  })
+interface OnDisk {
+  paths: DataPaths
+  store: CheckpointStore
+  /** state.json of a thread. */
+  file: (id: string) => string
+}
+
+function fileStore(durability: Durability = 'fsync'): OnDisk {
+  const paths = dataPaths(freshDir())
+  return { paths, store: createFileCheckpointStore({ paths, durability }), file: (id) => path.join(paths.threads, id, 'state.json') }
+}
+
+/** One row of the recovery matrix: a good state, a fault injected into it, and what must still hold. */
+interface Recovery {
+  scenario: string
+  setup: (disk: OnDisk) => Promise<void>
+  fault: (disk: OnDisk) => Promise<void> | void
+  holds: string
+  check: (disk: OnDisk) => Promise<void> | void
+}
+
+const T = 'research-abcdefghijkl'
+const BAD = 'bad-abcdefghijkl'
+const GOOD = 'good-abcdefghijkl'
+
+async function synced(disk: OnDisk, turns: number): Promise<void> {
+  disk.store.stage(T, envelope(T, turns))
+  await disk.store.sync()
+}
+
+function escape(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+}
+
+/** The thread directory BAD is a regular file, so writing its state.json fails; GOOD is fine. */
+function blockThreadDir(disk: OnDisk): void {
+  fs.mkdirSync(disk.paths.threads, { recursive: true })
+  fs.writeFileSync(path.join(disk.paths.threads, BAD), 'not a directory')
+  disk.store.stage(BAD, envelope(BAD, 1))
+  disk.store.stage(GOOD, envelope(GOOD, 1))
+}
+
+const recoveryMatrix: Recovery[] = [
+  {
+    scenario: 'state.json cut in half',
+    setup: (disk) => synced(disk, 2),
+    fault: (disk) => {
+      const text = fs.readFileSync(disk.file(T), 'utf8')
+      fs.writeFileSync(disk.file(T), text.slice(0, text.length / 2))
+    },
+    holds: 'throw STATE_CORRUPT naming the file and the rebuild command on load',
+    check: (disk) => {
+      expect(() => disk.store.load(T)).toThrow(
+        expect.objectContaining({
+          code: 'STATE_CORRUPT',
+          message: expect.stringMatching(new RegExp(`${escape(disk.file(T))}.*spindle rebuild ${T}`)),
+          details: { path: disk.file(T), threadId: T },
+        }),
+      )
+    },
+  },
+  {
+    scenario: 'a crash left a half-written state.json.tmp next to a good state.json',
+    setup: (disk) => synced(disk, 4),
+    fault: (disk) => fs.writeFileSync(`${disk.file(T)}.tmp`, '{"v":1,"thre'),
+    holds: 'load the last good state.json',
+    check: (disk) => expect(disk.store.load(T)).toEqual(envelope(T, 4)),
+  },
+  {
+    scenario: 'state.json written by a newer spindle (v: 99)',
+    setup: (disk) => synced(disk, 1),
+    fault: (disk) => fs.writeFileSync(disk.file(T), JSON.stringify({ ...envelope(T), v: 99 })),
+    holds: 'throw STATE_VERSION_UNSUPPORTED naming the version and the file on load',
+    check: (disk) => {
+      expect(() => disk.store.load(T)).toThrow(
+        expect.objectContaining({ code: 'STATE_VERSION_UNSUPPORTED', message: expect.stringMatching(new RegExp(`${escape(disk.file(T))}.*99`)) }),
+      )
+    },
+  },
+  {
+    scenario: "another thread's state.json copied into the directory",
+    setup: (disk) => synced(disk, 1),
+    fault: (disk) => fs.writeFileSync(disk.file(T), JSON.stringify(envelope('other-abcdefghijkl'))),
+    holds: 'throw STATE_CORRUPT naming the other thread on load',
+    check: (disk) => {
+      expect(() => disk.store.load(T)).toThrow(expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining('other-abcdefghijkl') }))
+    },
+  },
+  {
+    scenario: 'state.json without its snapshot',
+    setup: (disk) => synced(disk, 1),
+    fault: (disk) => {
+      const { snapshot: _dropped, ...rest } = envelope(T)
+      fs.writeFileSync(disk.file(T), JSON.stringify(rest))
+    },
+    holds: 'throw STATE_CORRUPT naming the missing field on load',
+    check: (disk) => {
+      expect(() => disk.store.load(T)).toThrow(expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining('"snapshot"') }))
+    },
+  },
+  {
+    scenario: "one thread's directory is a regular file",
+    setup: async () => {},
+    fault: blockThreadDir,
+    holds: 'reject the sync naming that thread and its file',
+    check: async (disk) => {
+      const error = await disk.store.sync().then(() => null, (e: unknown) => e as Error)
+      expect(error?.message).toContain(BAD)
+      expect(error?.message).toContain(path.join(disk.paths.threads, BAD, 'state.json.tmp'))
+      expect(error?.message).not.toContain(GOOD)
+    },
+  },
+  {
+    scenario: "one thread's directory is a regular file",
+    setup: async () => {},
+    fault: blockThreadDir,
+    holds: 'still write the other threads of the batch',
+    check: async (disk) => {
+      await disk.store.sync().catch(() => {})
+      expect(disk.store.load(GOOD)).toEqual(envelope(GOOD, 1))
+    },
+  },
+  {
+    scenario: "one thread's directory is a regular file",
+    setup: async () => {},
+    fault: blockThreadDir,
+    holds: 'write the failed thread on the next sync once the fault is gone',
+    check: async (disk) => {
+      await disk.store.sync().catch(() => {})
+      fs.rmSync(path.join(disk.paths.threads, BAD))
+      await disk.store.sync()
+      expect(disk.store.load(BAD)).toEqual(envelope(BAD, 1))
+    },
+  },
+  {
+    scenario: 'the transcript sync before publishing fails',
+    setup: (disk) => synced(disk, 1),
+    fault: async (disk) => {
+      disk.store.stage(T, envelope(T, 2))
+      await disk.store.sync({ beforePublish: () => Promise.reject(new Error('EIO')) }).catch(() => {})
+    },
+    holds: 'keep the previous state.json and no temp file',
+    check: (disk) => {
+      expect(disk.store.load(T)).toEqual(envelope(T, 1))
+      expect(fs.readdirSync(path.dirname(disk.file(T)))).toEqual(['state.json'])
+    },
+  },
+  (() => {
+    let publish = () => {}
+    let syncing = Promise.resolve()
+    return {
+      scenario: 'the process stops after the temp file is written, before the rename',
+      setup: (disk: OnDisk) => synced(disk, 1),
+      fault: async (disk: OnDisk) => {
+        disk.store.stage(T, envelope(T, 2))
+        syncing = disk.store.sync({ beforePublish: () => new Promise<void>((resolve) => (publish = resolve)) })
+        // Parked before its rename: what is on disk now is what a crash at this point leaves.
+        await vi.waitFor(() => expect(fs.readFileSync(`${disk.file(T)}.tmp`, 'utf8')).toBe(JSON.stringify(envelope(T, 2))))
+      },
+      holds: 'load the previous state.json until the batch is published',
+      check: async (disk: OnDisk) => {
+        expect(disk.store.load(T)).toEqual(envelope(T, 1))
+        publish()
+        await syncing
+        expect(disk.store.load(T)).toEqual(envelope(T, 2))
+      },
+    }
+  })(),
+  {
+    scenario: "a caller passes the path-traversal id '../x-aaaaaaaaaaaa'",
+    setup: async () => {},
+    fault: () => {},
+    holds: 'refuse it with INVALID_THREAD_ID before touching the disk',
+    check: (disk) => {
+      expect(() => disk.store.stage('../x-aaaaaaaaaaaa', envelope('../x-aaaaaaaaaaaa'))).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
+      expect(() => disk.store.load('../../etc/passwd')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
+      expect(fs.existsSync(disk.paths.threads)).toBe(false)
+    },
+  },
+  {
+    scenario: 'threads/ holds a directory that is not a thread id and one without state.json',
+    setup: (disk) => synced(disk, 1),
+    fault: (disk) => {
+      fs.mkdirSync(path.join(disk.paths.threads, 'Not An Id'))
+      fs.mkdirSync(path.join(disk.paths.threads, 'empty-abcdefghijkl'))
+    },
+    holds: 'list only the thread with a state.json',
+    check: (disk) => expect(disk.store.list()).toEqual([T]),
+  },
+]
+
+describe('file checkpoint store: recovery matrix', () => {
+  for (const row of recoveryMatrix) {
+    it(`should ${row.holds} (${row.scenario})`, async () => {
+      const disk = fileStore()
+      await row.setup(disk)
+      await row.fault(disk)
+      await row.check(disk)
+    })
+  }
+})
+
+describe('file checkpoint store: durability', () => {
+  for (const durability of ['fsync', 'process'] as const) {
+    it(`should round-trip and leave no temp files with durability '${durability}'`, async () => {
+      const disk = fileStore(durability)
+      for (let turns = 0; turns < 3; turns++) {
+        disk.store.stage(T, envelope(T, turns))
+        await disk.store.sync()
+      }
+      expect(disk.store.load(T)).toEqual(envelope(T, 2))
+      expect(fs.readdirSync(path.dirname(disk.file(T)))).toEqual(['state.json'])
+    })
+  }
+})
+
+describe('writeFileAtomic', () => {
+  const variants = {
+    writeFileAtomic: (file: string, data: string) => writeFileAtomic(file, data, { fsync: true }),
+    writeFileAtomicSync: async (file: string, data: string) => writeFileAtomicSync(file, data, { fsync: true }),
+  }
+  for (const [name, write] of Object.entries(variants)) {
+    it(`should replace the content and leave no temp file (${name})`, async () => {
+      const dir = freshDir()
+      const file = path.join(dir, 'f.json')
+      fs.writeFileSync(file, 'old')
+      await write(file, 'new')
+      expect(fs.readFileSync(file, 'utf8')).toBe('new')
+      expect(fs.readdirSync(dir)).toEqual(['f.json'])
+    })
+
+    it(`should remove its temp file and rethrow when the rename fails (${name})`, async () => {
+      const dir = freshDir()
+      // A non-empty directory as the target: the temp file is written, then the rename fails.
+      const target = path.join(dir, 'sub')
+      fs.mkdirSync(path.join(target, 'inner'), { recursive: true })
+      await expect(write(target, 'new')).rejects.toThrow()
+      expect(fs.readdirSync(dir)).toEqual(['sub'])
+      expect(fs.readdirSync(target)).toEqual(['inner'])
+    })
+  }
 })
