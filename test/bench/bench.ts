@@ -24,24 +24,34 @@ function fresh(label: string): string {
 const f = (n: unknown, digits = 0): string => (typeof n === 'number' ? n.toFixed(digits) : String(n))
 
 console.log(`spindle bench: ${threads} threads x ${turns} turns, scripted model answering at once, one tool call per turn (${os.cpus().length} cores, node ${process.version})\n`)
-console.log('store      turns/s  checkpoints  commits  bytes on disk  bytes/message  p50 turn ms  p99 turn ms  peak RSS MB')
+console.log('checkpoints: transitions checkpointed / state.json files written (a round coalesces a thread\'s transitions);')
+console.log('rounds: transcript fsync rounds / state.json+registry rounds\n')
+console.log('store      turns/s  checkpoints      rounds  bytes on disk  p50 turn ms  p99 turn ms  peak RSS MB')
+let full: Record<string, number | string> = {}
 for (const store of ['memory', 'process', 'fsync']) {
   const dir = fresh(store)
   const r = run(['turns', dir, store, String(threads), String(turns)])
-  const perMessage = Number(r.bytesOnDisk) / Number(r.messages)
+  if (store === 'fsync') full = r
+  const checkpoints = `${r.checkpointsStaged}/${r.checkpointsWritten}`
+  const rounds = `${r.logCommits}/${r.commits}`
   console.log(
-    `${store.padEnd(9)}  ${f(r.turnsPerSecond).padStart(7)}  ${f(r.checkpoints).padStart(11)}  ${f(r.commits).padStart(7)}  ${f(r.bytesOnDisk).padStart(13)}  ${f(perMessage).padStart(13)}  ${f(r.p50ms, 2).padStart(11)}  ${f(r.p99ms, 2).padStart(11)}  ${f(r.peakRssMb, 1).padStart(11)}`,
+    `${store.padEnd(9)}  ${f(r.turnsPerSecond).padStart(7)}  ${checkpoints.padStart(11)}  ${rounds.padStart(10)}  ${f(r.bytesOnDisk).padStart(13)}  ${f(r.p50ms, 2).padStart(11)}  ${f(r.p99ms, 2).padStart(11)}  ${f(r.peakRssMb, 1).padStart(11)}`,
   )
   fs.rmSync(dir, { recursive: true, force: true })
 }
 
-// Linearity of disk use: the same workload at half the turns.
+// Linearity of disk use: the same workload at half the turns, and the line through both points.
 {
   const dir = fresh('half')
   const half = Math.max(2, Math.floor(turns / 2))
   const r = run(['turns', dir, 'fsync', String(threads), String(half)])
-  console.log(`\ndisk at ${half} turns: ${r.bytesOnDisk} bytes for ${r.messages} messages (${f(Number(r.bytesOnDisk) / Number(r.messages))} bytes/message)`)
   fs.rmSync(dir, { recursive: true, force: true })
+  const perMessage = (Number(full.bytesOnDisk) - Number(r.bytesOnDisk)) / (Number(full.messages) - Number(r.messages))
+  const fixed = Number(r.bytesOnDisk) - perMessage * Number(r.messages)
+  console.log(
+    `\ndisk: ${r.bytesOnDisk} bytes for ${r.messages} messages, ${full.bytesOnDisk} for ${full.messages}: ` +
+      `${f(perMessage)} bytes per message + ${f(fixed / threads)} bytes per thread`,
+  )
 }
 
 {

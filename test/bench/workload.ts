@@ -61,7 +61,9 @@ if (mode === 'turns') {
       totalTurns,
       seconds,
       turnsPerSecond: totalTurns / seconds,
-      checkpoints: stats.checkpointsWritten,
+      checkpointsStaged: stats.checkpointsStaged,
+      checkpointsWritten: stats.checkpointsWritten,
+      logCommits: stats.logCommits,
       commits: stats.commits,
       // A turn records a reply and a tool result: two messages.
       messages: totalTurns * 2,
