@@ -1,5 +1,5 @@
 import { SpindleError } from '../src/errors.js'
-import type { StateEnvelope } from './types.js'
+import type { StateEnvelope, ThreadStatus, TranscriptPosition } from './types.js'
 
 export const STATE_VERSION = 1
 
@@ -31,4 +31,9 @@ export function upgradeEnvelope(raw: unknown, file: string, threadId: string): S
   }
   if (env.threadId !== threadId) throw corrupt(`it belongs to thread ${String(env.threadId)}, not ${threadId}`)
   return raw as StateEnvelope
+}
+
+/** The envelope of a snapshot taken at `transcript`, at time `now` (ms). */
+export function makeEnvelope(threadId: string, status: ThreadStatus, transcript: TranscriptPosition, snapshot: unknown, now: number): StateEnvelope {
+  return { v: STATE_VERSION, threadId, status, savedAt: new Date(now).toISOString(), transcript, snapshot }
 }

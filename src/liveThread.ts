@@ -7,6 +7,7 @@ import type { Actor, AnyStateMachine, SnapshotFrom, StateValue } from 'xstate'
 import type { Message } from '../actors/model.js'
 import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../machines/thread.machine.js'
 import { outcomeOf } from '../machines/thread.machine.js'
+import { makeEnvelope } from '../persistence/envelope.js'
 import type { GroupCommit } from '../persistence/groupCommit.js'
 import type { CheckpointStore, Cost, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
 import { SpindleError, describeError } from './errors.js'
@@ -244,14 +245,7 @@ export class LiveThread implements ThreadHandle {
     const persisted = this.actor!.getPersistedSnapshot()
     this.lastGood = persisted
     const { transcripts, checkpoints, commit } = this.services
-    checkpoints.stage(this.id, {
-      v: 1,
-      threadId: this.id,
-      status,
-      savedAt: new Date(this.services.now()).toISOString(),
-      transcript: transcripts.position(this.id),
-      snapshot: persisted,
-    })
+    checkpoints.stage(this.id, makeEnvelope(this.id, status, transcripts.position(this.id), persisted, this.services.now()))
     commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
     const stopped = isTerminal(status) || status === 'suspended'
@@ -318,14 +312,10 @@ export class LiveThread implements ThreadHandle {
     })
     try {
       const replayed = replayTranscript([entry], { from: this.lastGood })
-      this.services.checkpoints.stage(this.id, {
-        v: 1,
-        threadId: this.id,
-        status: replayed.status,
-        savedAt: new Date(this.services.now()).toISOString(),
-        transcript: this.services.transcripts.position(this.id),
-        snapshot: replayed.snapshot,
-      })
+      this.services.checkpoints.stage(
+        this.id,
+        makeEnvelope(this.id, replayed.status, this.services.transcripts.position(this.id), replayed.snapshot, this.services.now()),
+      )
       this.services.commit.noteCheckpoint(this.id)
       const context = (replayed.snapshot as { context: ThreadContext }).context
       this.services.commit.stageRegistry(this.id, {

@@ -12,6 +12,7 @@ import { toolDefinition } from '../actors/tools.js'
 import type { Limits, ThreadContext, ThreadInput, ThreadOutcome } from '../machines/thread.machine.js'
 import { outcomeOf, threadMachine } from '../machines/thread.machine.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
+import { makeEnvelope } from '../persistence/envelope.js'
 import { GroupCommit } from '../persistence/groupCommit.js'
 import type { CommitStats } from '../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
@@ -433,7 +434,7 @@ class RuntimeImpl implements Runtime {
     const context = (snapshot as { context: ThreadContext }).context
     if (isTerminal(status) || status === 'suspended') {
       // The checkpoint (or transcript) is ahead of the registry: bring the registry in line.
-      this.checkpoints.stage(id, this.envelopeOf(id, status, snapshot))
+      this.checkpoints.stage(id, makeEnvelope(id, status, this.transcripts.position(id), snapshot, this.clock.now()))
       this.commit.noteCheckpoint(id)
       this.commit.stageRegistry(id, {
         status,
@@ -480,17 +481,6 @@ class RuntimeImpl implements Runtime {
     )
     this.live.set(id, thread)
     return thread
-  }
-
-  private envelopeOf(id: string, status: ThreadStatus, snapshot: unknown): StateEnvelope {
-    return {
-      v: 1,
-      threadId: id,
-      status,
-      savedAt: new Date(this.clock.now()).toISOString(),
-      transcript: this.transcripts.position(id),
-      snapshot,
-    }
   }
 
   private liveThread(id: string): LiveThread {
