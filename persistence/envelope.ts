@@ -12,7 +12,7 @@ export function upgradeEnvelope(raw: unknown, file: string, threadId: string): S
     new SpindleError(
       'STATE_CORRUPT',
       `${file} is not a valid thread state: ${what}. The thread's transcript still holds its history; ` +
-        `\`spindle rebuild ${threadId}\` rebuilds state.json from it.`,
+        `a runtime opening this directory rebuilds state.json from it.`,
       { details: { path: file, threadId } },
     )
   if (typeof raw !== 'object' || raw === null) throw corrupt('it is not a JSON object')

@@ -219,7 +219,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         throw new SpindleError(
           'STATE_CORRUPT',
           `${file} is not valid JSON (${text.length} bytes; it may have been cut short). The thread's transcript still ` +
-            `holds its history; \`spindle rebuild ${threadId}\` rebuilds state.json from it.`,
+            `holds its history: a runtime opening this directory rebuilds state.json from it.`,
           { cause: error, details: { path: file, threadId } },
         )
       }

@@ -164,7 +164,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         threadId,
         `does not match state.json, which says entry ${from.seq} ends at byte ${from.bytes}; the file holds ` +
           `${entry ? `entry ${String(entry.seq)} with a different hash` : 'no intact entry'} there. ` +
-          `Inspect the file, or run \`spindle rebuild ${threadId}\` to rebuild the thread from its transcript.`,
+          `Restore the file from a backup, or inspect it with readThreadFiles() from the spindle API.`,
         { seq: from.seq, bytes: from.bytes },
       )
     }
@@ -259,7 +259,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
             file,
             threadId,
             `is missing, but state.json says it holds ${start.seq} entries. ` +
-              `Restore the file, or run \`spindle rebuild ${threadId}\` to see what can be recovered.`,
+              `Restore the file from a backup; without it the thread cannot be rebuilt.`,
             { seq: start.seq },
           )
         }
@@ -273,7 +273,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
             file,
             threadId,
             `is truncated: state.json says ${start.bytes} bytes, file has ${size}. ` +
-              `Inspect the file, or run \`spindle rebuild ${threadId}\` to rebuild the thread from what is left.`,
+              `Restore the file from a backup, or inspect what is left with readThreadFiles() from the spindle API.`,
             { bytes: start.bytes, size },
           )
         }

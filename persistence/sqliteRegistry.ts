@@ -94,7 +94,7 @@ class SqliteRegistry implements Registry {
       throw new SpindleError(
         'REGISTRY_FAILED',
         `Could not open the registry ${file}: ${(error as Error).message}. If the file is damaged, move it aside; ` +
-          `\`spindle doctor\` can rebuild it from the threads' state files.`,
+          `the threads' own files are not affected.`,
         { cause: error, details: { path: file } },
       )
     }

@@ -16,7 +16,7 @@ function broken(path: string, seq: number, reason: string): SpindleError {
   return new SpindleError(
     'TRANSCRIPT_CHAIN_BROKEN',
     `The transcript ${path} is damaged at seq ${seq}: ${reason}. Entries before it are intact; ` +
-      'inspect the file, or run `spindle rebuild <id>` to see what can be recovered.',
+      'inspect the file (readThreadFiles() from the spindle API reads it) or restore it from a backup.',
     { details: { path, seq, reason } },
   )
 }

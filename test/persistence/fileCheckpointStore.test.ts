@@ -84,7 +84,7 @@ const recoveryMatrix: Recovery[] = [
       expect(() => disk.store.load(T)).toThrow(
         expect.objectContaining({
           code: 'STATE_CORRUPT',
-          message: expect.stringMatching(new RegExp(`${escape(disk.file(T))}.*spindle rebuild ${T}`)),
+          message: expect.stringMatching(new RegExp(`${escape(disk.file(T))}.*rebuilds state.json from it`)),
           details: { path: disk.file(T), threadId: T },
         }),
       )

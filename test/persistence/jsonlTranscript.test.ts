@@ -173,7 +173,7 @@ describe('jsonl transcript recovery', () => {
       const error = thrown(() => store.open(ID))
       expect(error.code).toBe('TRANSCRIPT_CHAIN_BROKEN')
       expect(error.details).toMatchObject({ path: file, seq: 2 })
-      expect(error.message).toContain('spindle rebuild')
+      expect(error.message).toContain('restore it from a backup')
     })
 
     it('should throw TRANSCRIPT_CHAIN_BROKEN at the expected seq when an entry is missing', () => {
