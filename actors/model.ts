@@ -1,6 +1,7 @@
 /**
  * The model adapter contract. Side effects. Not imported by machines/.
  */
+import { z } from 'zod'
 import type { ModelUsage, ToolCall } from '../machines/thread.machine.js'
 
 export type Message =
@@ -59,3 +60,20 @@ export class ModelHttpError extends Error {
   }
 }
 ModelHttpError.prototype.name = 'ModelHttpError'
+
+const tokenCount = z.number().int().nonnegative()
+
+/** What an adapter must return; checked before the reply is recorded, so a bad one never reaches the transcript. */
+export const ModelResponseSchema = z.object({
+  text: z.string(),
+  toolCalls: z.array(z.object({ id: z.string().min(1), name: z.string().min(1), input: z.unknown() })),
+  usage: z.object({ inputTokens: tokenCount, outputTokens: tokenCount, cost: z.number().nonnegative().optional() }),
+})
+
+/** Thrown (and classified permanent) when an adapter returns something that is not a ModelResponse. */
+export class InvalidModelResponseError extends Error {
+  constructor(adapter: string, detail: string) {
+    super(`Model adapter "${adapter}" returned an invalid response: ${detail}. Fix the adapter to return { text, toolCalls, usage }.`)
+  }
+}
+InvalidModelResponseError.prototype.name = 'InvalidModelResponseError'

@@ -15,7 +15,8 @@ import type {
   ThreadEvent,
   WaitUntilInput,
 } from '../machines/thread.machine.js'
-import type { Message, ModelAdapter, ToolDefinition } from './model.js'
+import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
+import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
 import type { Tool, ToolOutcome } from './tools.js'
 import { executeToolCall } from './tools.js'
 
@@ -82,7 +83,7 @@ export function callModelLogic(host: EffectHost) {
       )
       let event: ThreadEvent
       try {
-        const reply = await host.model.generate({
+        const raw = await host.model.generate({
           threadId: input.threadId,
           directiveName: host.directiveName(input.threadId),
           turn: input.turn,
@@ -91,6 +92,12 @@ export function callModelLogic(host: EffectHost) {
           tools: host.toolDefinitions,
           signal: controller.signal,
         })
+        const checked = ModelResponseSchema.safeParse(raw)
+        if (!checked.success) {
+          const issue = checked.error.issues[0]!
+          throw new InvalidModelResponseError(host.model.name, `${issue.path.join('.') || 'the response'}: ${issue.message}`)
+        }
+        const reply = checked.data as ModelResponse
         event = {
           type: 'MODEL_REPLIED',
           at: host.clock.now(),

@@ -95,6 +95,16 @@ function errorOutcome(error: string, message: string): ToolOutcome {
   return { ok: false, output: { error, message } }
 }
 
+/** A result is recorded in the transcript as JSON: one that cannot be is an error for the model, not a crash. */
+function recordable(toolName: string, output: unknown): ToolOutcome {
+  try {
+    JSON.stringify(output)
+    return { ok: true, output }
+  } catch (error) {
+    return errorOutcome('TOOL_OUTPUT_INVALID', `Tool "${toolName}" returned a value that cannot be recorded as JSON: ${describeError(error).message}`)
+  }
+}
+
 /**
  * Runs one tool call: look-up, input validation, execution under a timeout. Never throws; every
  * failure becomes an error outcome for the model.
@@ -128,7 +138,7 @@ export async function executeToolCall(
   try {
     const run = (async (): Promise<ToolOutcome> => {
       const output = await tool.execute(parsed.data, { ...context, signal: controller.signal })
-      return { ok: true, output: output === undefined ? null : output }
+      return recordable(tool.name, output === undefined ? null : output)
     })()
     return await Promise.race([run, timedOut])
   } catch (error) {

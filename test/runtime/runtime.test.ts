@@ -5,7 +5,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import type { Message, ModelRequest, Runtime, ThreadView } from '../../src/index.js'
+import type { Message, ModelAdapter, ModelRequest, Runtime, ThreadView } from '../../src/index.js'
 import { createRuntime, defineTool, readThreadFiles, replayTranscript, scriptedModel, verifyReplay } from '../../src/index.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { tempDir } from '../helpers/dirs.js'
@@ -200,6 +200,40 @@ describe('isolation', () => {
     expect(c).toMatchObject({ status: 'completed', result: 'fine' })
     // The runtime still serves new threads.
     expect((await (await rt.spawn({ directive: { name: 'after', prompt: 'p' } })).done).status).toBe('completed')
+  })
+})
+
+describe('misbehaving adapters and tools', () => {
+  it('should end a thread whose model adapter returns a malformed response in error, naming the adapter', async () => {
+    const broken: ModelAdapter = { name: 'broken-adapter', generate: async () => ({ text: 42, toolCalls: 'none' }) as never }
+    const rt = await runtime({ dir: tempDir(), model: broken })
+    const outcome = await (await rt.spawn({ directive: { name: 'malformed', prompt: 'p' } })).done
+    expect(outcome.status).toBe('error')
+    expect(outcome.error?.message).toContain('Model adapter "broken-adapter" returned an invalid response')
+  })
+
+  it('should give the model an error result when a tool returns a value that cannot be recorded', async () => {
+    const circular = defineTool({
+      name: 'circular',
+      description: 'returns a circular object',
+      input: z.object({}),
+      execute: () => {
+        const value: Record<string, unknown> = {}
+        value.self = value
+        return value
+      },
+    })
+    let seen: readonly Message[] = []
+    const model = scriptedModel((r) => {
+      seen = r.messages
+      return r.turn === 1 ? { toolCalls: [{ name: 'circular', input: {} }] } : { text: 'coped' }
+    })
+    const dir = tempDir()
+    const rt = await runtime({ dir, model, tools: [circular] })
+    const thread = await rt.spawn({ directive: { name: 'unrecordable', prompt: 'p' } })
+    expect((await thread.done).status).toBe('completed')
+    expect(seen.find((m) => m.role === 'tool')).toMatchObject({ isError: true, content: expect.stringContaining('TOOL_OUTPUT_INVALID') })
+    expect(verifyReplay(dir, thread.id).matches).toBe(true)
   })
 })
 
