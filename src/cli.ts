@@ -1,86 +1,211 @@
 #!/usr/bin/env node
 /**
- * The `spindle` command.
+ * The `spindle` command. Commands that read take --json; tables and colour only on a TTY.
  */
 import './threadpool.js'
-import { parseArgs } from 'node:util'
-import { isSpindleError } from './errors.js'
-import type { SpindleErrorCode } from './errors.js'
+import { Command, CommanderError, Option } from 'commander'
+import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './demo.js'
+import { SpindleError, isSpindleError } from './errors.js'
+import type { SpindleErrorCode } from './errors.js'
+import { listThreads, rebuildThread, showThread, threadLog } from './operator.js'
 import { writeVisualizations } from './visualize.js'
 
-const USAGE = `usage: spindle <command> [options]
-
-commands:
-  demo [--dir DIR] [--durability fsync|process]   run several threads on the scripted model
-  viz [--out DIR] [--check]                       write Mermaid diagrams of the machines (--check: exit 1 if stale)
-
-exit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data`
-
+/** Exit statuses, documented in `spindle --help` and the README. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   INVALID_OPTIONS: 3,
   INVALID_THREAD_ID: 3,
   CONFIG_INVALID: 3,
   THREAD_NOT_FOUND: 4,
   STATE_CORRUPT: 5,
+  STATE_VERSION_UNSUPPORTED: 5,
   TRANSCRIPT_CORRUPT: 5,
   TRANSCRIPT_CHAIN_BROKEN: 5,
+  REPLAY_DIVERGED: 5,
   FILES_MISSING: 5,
+  REGISTRY_FAILED: 5,
 }
 
-async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv
-  switch (command) {
-    case 'demo': {
-      const { values } = parseArgs({
-        args: rest,
-        options: { dir: { type: 'string', default: '.spindle' }, durability: { type: 'string', default: 'fsync' }, latency: { type: 'string' } },
-      })
-      if (values.durability !== 'fsync' && values.durability !== 'process') {
-        process.stderr.write(`--durability must be fsync or process (got ${values.durability})\n`)
-        return 2
-      }
-      return runDemo({
-        dir: values.dir!,
-        durability: values.durability,
-        out: process.stdout,
-        ...(values.latency ? { latencyMs: Number(values.latency) } : {}),
+const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
+
+const tty = process.stdout.isTTY === true
+const COLOURS: Record<string, string> = { completed: '32', running: '36', created: '36', suspended: '33', error: '31', cancelled: '90', continued: '35' }
+const colour = (status: string): string => (tty && COLOURS[status] ? `\x1b[${COLOURS[status]}m${status}\x1b[0m` : status)
+const out = (text: string): void => {
+  process.stdout.write(`${text}\n`)
+}
+const json = (value: unknown): void => out(JSON.stringify(value, null, tty ? 2 : undefined))
+
+function table(rows: string[][]): void {
+  const widths = rows[0]!.map((_, i) => Math.max(...rows.map((r) => stripAnsi(r[i] ?? '').length)))
+  for (const row of rows) out(row.map((cell, i) => cell + ' '.repeat(widths[i]! - stripAnsi(cell).length)).join('  ').trimEnd())
+}
+
+function stripAnsi(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/\x1b\[[0-9;]*m/g, '')
+}
+
+function parseStatuses(value: string | undefined): ThreadStatus[] | undefined {
+  if (value === undefined) return undefined
+  const statuses = value.split(',').map((s) => s.trim())
+  for (const status of statuses) {
+    if (!STATUSES.includes(status as ThreadStatus)) {
+      throw new SpindleError('INVALID_OPTIONS', `--status: "${status}" is not a thread status (one of ${STATUSES.join(', ')}).`, {
+        details: { field: 'status' },
       })
     }
-    case 'viz': {
-      const { values } = parseArgs({
-        args: rest,
-        options: { out: { type: 'string', default: 'visualizations' }, check: { type: 'boolean', default: false } },
-      })
-      const stale = writeVisualizations(values.out!, { check: values.check! })
-      for (const file of stale) process.stdout.write(`${values.check ? 'out of date' : 'wrote'}: ${file}\n`)
-      if (values.check && stale.length > 0) {
-        process.stderr.write('The machines changed since the diagrams were generated: run `spindle viz` and commit the result.\n')
-        return 1
-      }
-      return 0
-    }
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      process.stdout.write(`${USAGE}\n`)
-      return command === undefined ? 2 : 0
-    default:
-      process.stderr.write(`spindle: unknown command "${command}"\n${USAGE}\n`)
-      return 2
   }
+  return statuses as ThreadStatus[]
 }
 
-// A reader that went away (`spindle demo | head`) is not an error; every thread is checkpointed.
+const dirOption = (): Option => new Option('--dir <dir>', 'data directory of the runtime').default('.spindle')
+
+function program(setExit: (code: number) => void): Command {
+  const cli = new Command('spindle')
+    .description('A durable actor runtime for LLM agent threads.')
+    .addHelpText(
+      'after',
+      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 130 interrupted.',
+    )
+    .showHelpAfterError()
+
+  cli
+    .command('demo')
+    .description('run several threads on the scripted model with live progress; run again after a kill to resume')
+    .addOption(dirOption())
+    .addOption(new Option('--durability <mode>', 'fsync or process').choices(['fsync', 'process']).default('fsync'))
+    .option('--latency <ms>', 'simulated model latency in ms', (v) => Number(v))
+    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number }) => {
+      setExit(
+        await runDemo({
+          dir: o.dir,
+          durability: o.durability,
+          out: process.stdout,
+          ...(o.latency !== undefined ? { latencyMs: o.latency } : {}),
+        }),
+      )
+    })
+
+  cli
+    .command('ls')
+    .description('list threads')
+    .addOption(dirOption())
+    .option('--status <statuses>', 'only these statuses, comma-separated')
+    .option('--json', 'print JSON')
+    .action((o: { dir: string; status?: string; json?: boolean }) => {
+      const status = parseStatuses(o.status)
+      const threads = listThreads(o.dir, status ? { status } : {})
+      if (o.json) return json(threads)
+      if (threads.length === 0) return out('no threads')
+      table([
+        ['ID', 'STATUS', 'TURNS', 'SPEND', 'UPDATED'],
+        ...threads.map((t) => [
+          t.id,
+          colour(t.status),
+          String(t.cost?.turns ?? 0),
+          `$${(t.cost?.spend ?? 0).toFixed(5)}`,
+          new Date(t.updatedAt).toISOString(),
+        ]),
+      ])
+    })
+
+  cli
+    .command('show <id>')
+    .description('one thread: registry row, checkpointed state, transcript health')
+    .addOption(dirOption())
+    .option('--json', 'print JSON')
+    .action((id: string, o: { dir: string; json?: boolean }) => {
+      const report = showThread(o.dir, id)
+      if (o.json) return json(report)
+      const { record, state, transcript, problems } = report
+      out(`${record.id}  ${colour(record.status)}`)
+      out(`directive   ${record.directiveName}`)
+      if (record.parentId) out(`parent      ${record.parentId}`)
+      if (state) {
+        const c = state.context
+        out(`state       ${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`)
+        out(`usage       ${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, $${c.usage.spend.toFixed(5)}`)
+        out(`limits      ${Object.entries(c.limits).map(([k, v]) => `${k} ${v ?? '∞'}`).join(', ')}`)
+        if (c.suspendReason) out(`suspended   ${c.suspendReason}${c.limitHit ? ` (${c.limitHit.limit} ${c.limitHit.used}/${c.limitHit.max})` : ''}`)
+        if (c.result !== null) out(`result      ${c.result}`)
+        if (c.error) out(`error       [${c.error.code}] ${c.error.message}`)
+      }
+      if (transcript) out(`transcript  ${transcript.entries} entries, chain verified${transcript.torn ? ', torn last line' : ''}`)
+      for (const p of problems) out(`problem     [${p.code}] ${p.message}`)
+      if (problems.length > 0) setExit(5)
+    })
+
+  cli
+    .command('logs <id>')
+    .description("print a thread's transcript, verified")
+    .addOption(dirOption())
+    .option('--after <seq>', 'only entries after this seq', (v) => Number(v))
+    .option('--json', 'print JSON lines')
+    .action((id: string, o: { dir: string; after?: number; json?: boolean }) => {
+      const entries = threadLog(o.dir, id, o.after !== undefined ? { after: o.after } : {})
+      for (const e of entries) {
+        if (o.json) out(JSON.stringify(e))
+        else out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${JSON.stringify(e.data).slice(0, 120)}`)
+      }
+    })
+
+  cli
+    .command('rebuild <id>')
+    .description("replay a thread's transcript and compare with its state.json; --apply writes the rebuilt one")
+    .addOption(dirOption())
+    .option('--apply', 'write the rebuilt state.json (atomically) and update the registry; not while a runtime runs the thread')
+    .option('--json', 'print JSON')
+    .action((id: string, o: { dir: string; apply?: boolean; json?: boolean }) => {
+      const report = rebuildThread(o.dir, id, { apply: o.apply === true })
+      if (!report.matches && !report.applied) setExit(5)
+      if (o.json) return json(report)
+      out(`rebuilt     ${colour(report.rebuilt.status)} ${JSON.stringify(report.rebuilt.value)} replayed through transcript seq ${report.rebuilt.appliedSeq}`)
+      const stored = report.stored
+      if (stored === null) out('state.json  missing')
+      else if ('problem' in stored) out(`state.json  unreadable: [${stored.problem.code}] ${stored.problem.message}`)
+      else out(`state.json  ${colour(stored.status)} ${JSON.stringify(stored.value)} at transcript seq ${stored.transcriptSeq}`)
+      out(
+        report.matches
+          ? `state.json matches its transcript${report.behind ? ` (${report.behind} later entries are replayed on recovery)` : ''}.`
+          : report.applied
+            ? 'state.json differed from its transcript and was rewritten.'
+            : 'state.json does not match its transcript: run again with --apply to rewrite it.',
+      )
+      if (report.applied && report.matches) out('state.json rewritten from the transcript.')
+    })
+
+  cli
+    .command('viz')
+    .description('write Mermaid diagrams of the machines to visualizations/')
+    .option('--out <dir>', 'where to write', 'visualizations')
+    .option('--check', 'write nothing; exit 1 if a diagram is missing or stale')
+    .action((o: { out: string; check?: boolean }) => {
+      const stale = writeVisualizations(o.out, { check: o.check === true })
+      for (const file of stale) out(`${o.check ? 'out of date' : 'wrote'}: ${file}`)
+      if (o.check && stale.length > 0) {
+        process.stderr.write('The machines changed since the diagrams were generated: run `spindle viz` and commit the result.\n')
+        setExit(1)
+      }
+    })
+  return cli
+}
+
+// A reader that went away (`spindle logs id | head`) is not an error; every thread is checkpointed.
 process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   if (error.code === 'EPIPE') process.exit(0)
   throw error
 })
 
-main(process.argv.slice(2)).then(
-  (code) => process.exit(code),
+let exitCode = 0
+const cli = program((code) => (exitCode = code)).exitOverride()
+cli.parseAsync(process.argv).then(
+  () => process.exit(exitCode),
   (error: unknown) => {
+    if (error instanceof CommanderError) {
+      // Help and version are not failures; everything else commander rejects is a usage error.
+      process.exit(error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? 0 : 2)
+    }
     if (isSpindleError(error)) {
       process.stderr.write(`spindle: ${error.message} [${error.code}]\n`)
       process.exit(EXIT[error.code] ?? 1)

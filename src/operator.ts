@@ -1,0 +1,163 @@
+/**
+ * What the operator commands read and repair, as data; `cli.ts` formats it. Reads never change a
+ * file; only `rebuildThread(..., { apply: true })` writes, atomically.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { isDeepStrictEqual } from 'node:util'
+import type { ThreadContext } from '../machines/thread.machine.js'
+import { writeFileAtomicSync } from '../persistence/atomicFile.js'
+import { makeEnvelope } from '../persistence/envelope.js'
+import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
+import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
+import { dataPaths, threadDir } from '../persistence/paths.js'
+import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
+import type { Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../persistence/types.js'
+import { SpindleError, describeError, isSpindleError } from './errors.js'
+import { assertThreadId } from './ids.js'
+import { replayTranscript } from './replay.js'
+import { isTerminal } from './threadStatus.js'
+
+function openRegistry(dir: string): Registry {
+  const paths = dataPaths(dir)
+  if (!fs.existsSync(paths.registry)) {
+    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
+      details: { dir: paths.root },
+    })
+  }
+  return openSqliteRegistry({ path: paths.registry, durability: 'process' })
+}
+
+function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
+  const registry = openRegistry(dir)
+  try {
+    return fn(registry)
+  } finally {
+    registry.close()
+  }
+}
+
+function recordOf(registry: Registry, dir: string, id: string): ThreadRecord {
+  assertThreadId(id)
+  const record = registry.get(id)
+  if (!record) {
+    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dataPaths(dir).root}. \`spindle ls\` lists the threads there.`, {
+      details: { threadId: id },
+    })
+  }
+  return record
+}
+
+export function listThreads(dir: string, filter: { status?: ThreadStatus[] } = {}): ThreadRecord[] {
+  return withRegistry(dir, (registry) => registry.list(filter.status?.length ? { status: filter.status } : {}))
+}
+
+export interface ThreadReport {
+  record: ThreadRecord
+  /** null when state.json is missing; `problem` says why when it could not be read. */
+  state: { value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
+  transcript: { entries: number; lastSeq: number; torn: boolean } | null
+  problems: Array<{ code: string; message: string }>
+}
+
+/** Everything known about one thread; damage is reported, not thrown. */
+export function showThread(dir: string, id: string): ThreadReport {
+  const record = withRegistry(dir, (registry) => recordOf(registry, dir, id))
+  const paths = dataPaths(dir)
+  const problems: ThreadReport['problems'] = []
+  let state: ThreadReport['state'] = null
+  try {
+    const envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(id)
+    if (envelope) {
+      const snapshot = envelope.snapshot as { value: unknown; context: ThreadContext }
+      state = { value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
+    }
+  } catch (error) {
+    problems.push(describeError(error))
+  }
+  let transcript: ThreadReport['transcript'] = null
+  try {
+    const { entries, torn } = createJsonlTranscriptStore({ paths, durability: 'process' }).read(id)
+    transcript = { entries: entries.length, lastSeq: entries.at(-1)?.seq ?? 0, torn: torn !== null }
+  } catch (error) {
+    problems.push(describeError(error))
+  }
+  return { record, state, transcript, problems }
+}
+
+/** A thread's transcript entries, verified; `after` skips entries up to that seq. */
+export function threadLog(dir: string, id: string, options: { after?: number } = {}): TranscriptEntry[] {
+  withRegistry(dir, (registry) => recordOf(registry, dir, id))
+  const { entries } = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' }).read(id)
+  return options.after === undefined ? entries : entries.filter((e) => e.seq > options.after!)
+}
+
+export interface RebuildReport {
+  threadId: string
+  /** What the rebuilt snapshot says. */
+  rebuilt: { status: ThreadStatus; value: unknown; appliedSeq: number }
+  /** What state.json said, or why it could not be read. */
+  stored: { status: ThreadStatus; value: unknown; transcriptSeq: number } | { problem: { code: string; message: string } } | null
+  /** Whether state.json equals the replay of the transcript up to the position it records. */
+  matches: boolean
+  /** Transcript entries after the position state.json records (a crash leaves some; recovery replays them). */
+  behind: number
+  applied: boolean
+}
+
+/**
+ * Replays a thread's transcript and compares the result with its state.json. With `apply`, writes
+ * the rebuilt state.json atomically (fsynced) and brings the registry row in line. Do not apply to
+ * a thread a running runtime is executing.
+ */
+export function rebuildThread(dir: string, id: string, options: { apply?: boolean } = {}): RebuildReport {
+  const paths = dataPaths(dir)
+  return withRegistry(dir, (registry) => {
+    recordOf(registry, dir, id)
+    const transcripts = createJsonlTranscriptStore({ paths, durability: 'fsync' })
+    const { entries } = transcripts.read(id)
+    let envelope: StateEnvelope | null = null
+    let stored: RebuildReport['stored'] = null
+    try {
+      envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(id)
+      if (envelope) {
+        stored = {
+          status: envelope.status,
+          value: (envelope.snapshot as { value: unknown }).value,
+          transcriptSeq: envelope.transcript.seq,
+        }
+      }
+    } catch (error) {
+      if (!isSpindleError(error)) throw error
+      stored = { problem: describeError(error) }
+    }
+    const full = replayTranscript(entries)
+    const upTo = envelope?.transcript.seq ?? Number.POSITIVE_INFINITY
+    const comparable = envelope ? replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot : null
+    const report: RebuildReport = {
+      threadId: id,
+      rebuilt: { status: full.status, value: (full.snapshot as { value: unknown }).value, appliedSeq: full.appliedSeq },
+      stored,
+      matches: envelope !== null && isDeepStrictEqual(comparable, envelope.snapshot),
+      behind: envelope ? entries.filter((e) => e.seq > upTo).length : entries.length,
+      applied: false,
+    }
+    if (options.apply) {
+      // open() (unlike read()) cuts a torn last line, so the position written matches the file.
+      const { position } = transcripts.open(id)
+      transcripts.close(id)
+      const file = path.join(threadDir(paths, id), 'state.json')
+      writeFileAtomicSync(file, JSON.stringify(makeEnvelope(id, full.status, position, full.snapshot, Date.now())), { fsync: true })
+      const context = (full.snapshot as { context: ThreadContext }).context
+      registry.transaction(() => {
+        registry.updateCostSnapshot(id, context.usage)
+        if (isTerminal(full.status) || full.status === 'suspended') {
+          registry.setResult(id, { result: context.result ?? undefined, error: context.error })
+        }
+        registry.updateStatus(id, full.status, Date.now())
+      })
+      report.applied = true
+    }
+    return report
+  })
+}

@@ -1,0 +1,33 @@
+/**
+ * The main job: `spindle demo`, killed with SIGKILL half way and started again, resumes and says so.
+ */
+import { spawn, spawnSync } from 'node:child_process'
+import { describe, expect, it } from 'vitest'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+describe('spindle demo', () => {
+  it('should resume after kill -9, say so, and finish every thread', async () => {
+    const dir = tempDir('spindle-demo')
+    const cli = compiled('src/cli.js')
+    // Slow enough to be killed part way: six threads, six turns, ~300 ms a model call.
+    const first = spawn(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '300'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let printed = ''
+    await new Promise<void>((resolve) => {
+      first.stdout.on('data', (d: Buffer) => {
+        printed += d
+        // Kill once some thread has finished a turn or two.
+        if (/turn=2/.test(printed)) resolve()
+      })
+    })
+    first.kill('SIGKILL')
+    await new Promise((resolve) => first.on('exit', resolve))
+    expect(printed).not.toContain('Done:')
+
+    const second = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
+    expect(second.status).toBe(0)
+    expect(second.stdout).toMatch(/^Resumed \d+ unfinished thread\(s\)/)
+    const done = second.stdout.slice(second.stdout.indexOf('Done:'))
+    expect(done.match(/ completed /g)).toHaveLength(5)
+    expect(done).toContain('suspended (limit)')
+  })
+})

@@ -1,0 +1,97 @@
+/**
+ * The operator commands as a person runs them: real child processes on a real data directory.
+ */
+import { spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { beforeAll, describe, expect, it } from 'vitest'
+import { createRuntime, scriptedModel, verifyReplay } from '../../src/index.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+function spindle(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const run = spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8' })
+  return { code: run.status, stdout: run.stdout, stderr: run.stderr }
+}
+
+let dir: string
+let done: string
+let suspended: string
+
+beforeAll(async () => {
+  dir = tempDir('spindle-cli')
+  const rt = await createRuntime({
+    dir,
+    model: scriptedModel((r) => (r.directiveName === 'loop' ? { toolCalls: [{ name: 'nope', input: {} }] } : { text: 'answer' })),
+  })
+  const a = await rt.spawn({ directive: { name: 'answer', prompt: 'p' } })
+  const b = await rt.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 2 } })
+  await Promise.all([a.done, b.done])
+  await rt.close()
+  done = a.id
+  suspended = b.id
+})
+
+describe('spindle ls', () => {
+  it('should list every thread as JSON', () => {
+    const run = spindle('ls', '--dir', dir, '--json')
+    expect(run.code).toBe(0)
+    const rows = JSON.parse(run.stdout) as Array<{ id: string; status: string }>
+    expect(rows.map((r) => [r.id, r.status]).sort()).toEqual([[done, 'completed'], [suspended, 'suspended']].sort())
+  })
+
+  it('should filter by status', () => {
+    const rows = JSON.parse(spindle('ls', '--dir', dir, '--status', 'suspended', '--json').stdout) as Array<{ id: string }>
+    expect(rows.map((r) => r.id)).toEqual([suspended])
+  })
+
+  it('should refuse an unknown status with exit code 3', () => {
+    const run = spindle('ls', '--dir', dir, '--status', 'sleeping')
+    expect(run.code).toBe(3)
+    expect(run.stderr).toContain('"sleeping" is not a thread status')
+  })
+})
+
+describe('spindle show and logs', () => {
+  it('should show a suspended thread with its limit', () => {
+    const report = JSON.parse(spindle('show', suspended, '--dir', dir, '--json').stdout)
+    expect(report.record.status).toBe('suspended')
+    expect(report.state.context.limitHit).toEqual({ limit: 'turns', used: 2, max: 2 })
+    expect(report.problems).toEqual([])
+  })
+
+  it('should print the verified transcript as JSON lines', () => {
+    const lines = spindle('logs', done, '--dir', dir, '--json').stdout.trim().split('\n').map((l) => JSON.parse(l))
+    expect(lines.map((e) => e.seq)).toEqual(lines.map((_, i) => i + 1))
+    expect(lines[0].type).toBe('thread_spawned')
+    expect(lines.at(-1).type).toBe('MODEL_REPLIED')
+  })
+
+  it('should exit 4 for an unknown thread and 3 for an id that is not an id', () => {
+    expect(spindle('show', 'ghost-aaaaaaaaaaaa', '--dir', dir).code).toBe(4)
+    expect(spindle('logs', '../../etc/passwd', '--dir', dir).code).toBe(3)
+  })
+
+  it('should exit 2 for an unknown command', () => {
+    expect(spindle('frobnicate').code).toBe(2)
+  })
+})
+
+describe('spindle rebuild', () => {
+  it('should find a damaged state.json, leave it alone without --apply, and restore it with --apply', () => {
+    const file = path.join(dir, 'threads', done, 'state.json')
+    const good = JSON.parse(fs.readFileSync(file, 'utf8'))
+    fs.writeFileSync(file, fs.readFileSync(file, 'utf8').slice(0, 50))
+
+    const dry = spindle('rebuild', done, '--dir', dir, '--json')
+    expect(dry.code).toBe(5)
+    expect(JSON.parse(dry.stdout)).toMatchObject({ matches: false, applied: false, stored: { problem: { code: 'STATE_CORRUPT' } } })
+    expect(fs.readFileSync(file, 'utf8').length).toBe(50)
+
+    const apply = spindle('rebuild', done, '--dir', dir, '--apply')
+    expect(apply.code).toBe(0)
+    expect(apply.stdout).toContain('rewritten')
+    expect(JSON.parse(fs.readFileSync(file, 'utf8')).snapshot).toEqual(good.snapshot)
+    expect(verifyReplay(dir, done).matches).toBe(true)
+    expect(spindle('rebuild', done, '--dir', dir).code).toBe(0)
+  })
+})
