@@ -1,36 +1,41 @@
 /**
- * The registry: canonical status of every thread, in SQLite (better-sqlite3).
- *
- * Caveats: one writer per process (better-sqlite3 is synchronous; concurrent processes wait on
- * SQLITE_BUSY up to busy_timeout). With durability 'fsync', synchronous = FULL: a committed
- * transaction survives power loss. With 'process', synchronous = NORMAL: in WAL mode that survives
- * a process crash but may lose the last transactions on power loss.
+ * The registry backend on SQLite (better-sqlite3): the canonical status of every thread, one row
+ * per thread. Side effects. Knows nothing about machines.
  */
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/errors.js'
 import type { Cost, Durability, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
-/** Numbered migrations; PRAGMA user_version records how many have run. Never edit one that shipped. */
+/**
+ * Numbered schema migrations: `PRAGMA user_version` records how many have run, and opening a
+ * database runs the rest in one transaction. Append only; never edit one that has shipped.
+ */
 export const MIGRATIONS: readonly string[] = [
+  // 1. threads. parent_id has no foreign key on purpose: after damage a parent row may be missing,
+  // and a child must still be registrable (and listable) without it.
   `CREATE TABLE threads (
      id TEXT PRIMARY KEY,
      directive_name TEXT NOT NULL,
      directive TEXT NOT NULL,
-     parent_id TEXT,
-     previous_thread_id TEXT,
+     parent_id TEXT NULL,
+     previous_thread_id TEXT NULL,
      status TEXT NOT NULL CHECK (status IN ('created','running','suspended','completed','error','cancelled','continued')),
      nonce TEXT NOT NULL,
      created_at INTEGER NOT NULL,
      updated_at INTEGER NOT NULL,
-     cost TEXT,
-     result TEXT,
-     error TEXT
+     cost TEXT NULL,
+     result TEXT NULL,
+     error TEXT NULL
    );
    CREATE INDEX threads_status ON threads(status);
    CREATE INDEX threads_parent ON threads(parent_id);
    CREATE INDEX threads_previous ON threads(previous_thread_id);`,
 ]
 
+/** How long a statement waits for another connection's lock before failing with SQLITE_BUSY. */
+const BUSY_TIMEOUT_MS = 5000
+
+/** A `threads` row as SQLite returns it (JSON columns still text). */
 interface Row {
   id: string
   directive_name: string
@@ -46,8 +51,49 @@ interface Row {
   error: string | null
 }
 
-// A damaged JSON cell must not make the whole listing fail: the row is still returned, that field null.
-function parseCell(text: string | null): any {
+interface InsertParams {
+  id: string
+  directiveName: string
+  directive: string
+  parentId: string | null
+  previousThreadId: string | null
+  nonce: string
+  createdAt: number
+}
+
+/** Every statement the registry runs, prepared once per connection. */
+function prepareStatements(db: Database.Database) {
+  return {
+    insert: db.prepare<InsertParams>(
+      `INSERT INTO threads (id, directive_name, directive, parent_id, previous_thread_id, status, nonce, created_at, updated_at)
+       VALUES (@id, @directiveName, @directive, @parentId, @previousThreadId, 'created', @nonce, @createdAt, @createdAt)`,
+    ),
+    updateStatus: db.prepare<[ThreadStatus, number, string]>('UPDATE threads SET status = ?, updated_at = ? WHERE id = ?'),
+    setResult: db.prepare<[string | null, string | null, string]>('UPDATE threads SET result = ?, error = ? WHERE id = ?'),
+    setCost: db.prepare<[string, string]>('UPDATE threads SET cost = ? WHERE id = ?'),
+    get: db.prepare<[string], Row>('SELECT * FROM threads WHERE id = ?'),
+    active: db.prepare<[], Row>(`SELECT * FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`),
+    activeStatuses: db.prepare<[], { id: string; status: ThreadStatus }>(
+      `SELECT id, status FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`,
+    ),
+    // LIMIT -1 means no limit in SQLite, so one statement serves both cases.
+    all: db.prepare<[number], Row>('SELECT * FROM threads ORDER BY created_at, id LIMIT ?'),
+    // The statuses arrive as one JSON array, so one prepared statement serves any number of them.
+    byStatus: db.prepare<[string, number], Row>(
+      'SELECT * FROM threads WHERE status IN (SELECT value FROM json_each(?)) ORDER BY created_at, id LIMIT ?',
+    ),
+    children: db.prepare<[string], Row>('SELECT * FROM threads WHERE parent_id = ? ORDER BY created_at, id'),
+    // Only damage can fork a chain (two rows continuing the same thread); follow the oldest.
+    next: db.prepare<[string], Row>('SELECT * FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
+  }
+}
+
+/**
+ * One JSON cell back to its value. A cell that does not parse (hand edit, disk damage) reads as
+ * null instead of throwing: one damaged row must not hide every other thread from `list` or from
+ * recovery, and the raw text stays in the file for inspection.
+ */
+function parseCell(text: string | null): unknown {
   if (text === null) return null
   try {
     return JSON.parse(text)
@@ -67,163 +113,223 @@ function toRecord(row: Row): ThreadRecord {
     nonce: row.nonce,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
-    cost: parseCell(row.cost),
+    cost: parseCell(row.cost) as Cost | null,
     result: parseCell(row.result),
-    error: parseCell(row.error),
+    error: parseCell(row.error) as ThreadRecord['error'],
   }
 }
 
-function notFound(id: string): SpindleError {
-  return new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in the registry.`, { details: { threadId: id } })
+function threadNotFound(id: string, file: string): SpindleError {
+  return new SpindleError('THREAD_NOT_FOUND', `Thread ${id} is not in the registry ${file}; check the id and the data directory.`, {
+    details: { threadId: id, path: file },
+  })
+}
+
+/** What the user can do about a SQLite failure, by its result code. */
+function hintFor(code: string): string {
+  if (code.startsWith('SQLITE_BUSY')) {
+    return `Another connection held the registry's lock for more than ${BUSY_TIMEOUT_MS} ms; run one spindle runtime per data directory.`
+  }
+  if (code === 'SQLITE_FULL') return 'The disk is full; free some space and retry.'
+  if (code.startsWith('SQLITE_READONLY') || code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_PERM') {
+    return 'Check that the file and its directory exist and are writable by this user.'
+  }
+  if (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB') {
+    return "The file is damaged: move it aside and start again; the threads' own files are not affected."
+  }
+  return 'Check the file and the disk it is on.'
+}
+
+/** A SQLite failure becomes REGISTRY_FAILED naming the file; anything else propagates unchanged. */
+function registryFailed(file: string, action: string, error: unknown): unknown {
+  if (!(error instanceof Database.SqliteError)) return error
+  return new SpindleError('REGISTRY_FAILED', `Could not ${action} in the registry ${file}: ${error.message}. ${hintFor(error.code)}`, {
+    cause: error,
+    details: { path: file, sqliteCode: error.code },
+  })
 }
 
 class SqliteRegistry implements Registry {
   private readonly db: Database.Database
-  private readonly stmt: Record<string, Database.Statement>
-  private closed = false
+  private readonly statements: ReturnType<typeof prepareStatements>
 
-  constructor(private readonly file: string, durability: Durability) {
+  constructor(
+    private readonly file: string,
+    durability: Durability,
+  ) {
+    let db: Database.Database | undefined
     try {
-      this.db = new Database(file)
-      if (file !== ':memory:') this.db.pragma('journal_mode = WAL')
-      this.db.pragma(`synchronous = ${durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
-      this.db.pragma('foreign_keys = ON')
-      this.db.pragma('busy_timeout = 5000')
-      this.migrate()
+      db = new Database(file)
+      // An in-memory database cannot use WAL (it has no file to keep a log beside).
+      if (file !== ':memory:') db.pragma('journal_mode = WAL')
+      // WAL + NORMAL survives a process crash but may lose the last commits on power loss; FULL survives both.
+      db.pragma(`synchronous = ${durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
+      db.pragma('foreign_keys = ON')
+      db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
+      migrate(db, file)
+      this.statements = prepareStatements(db)
     } catch (error) {
-      throw new SpindleError(
-        'REGISTRY_FAILED',
-        `Could not open the registry ${file}: ${(error as Error).message}. If the file is damaged, move it aside; ` +
-          `the threads' own files are not affected.`,
-        { cause: error, details: { path: file } },
-      )
+      db?.close()
+      if (error instanceof SpindleError) throw error
+      const hint = error instanceof Database.SqliteError ? hintFor(error.code) : 'Check the path and its permissions.'
+      throw new SpindleError('REGISTRY_FAILED', `Could not open the registry ${file}: ${(error as Error).message}. ${hint}`, {
+        cause: error,
+        details: { path: file },
+      })
     }
-    const p = (sql: string) => this.db.prepare(sql)
-    this.stmt = {
-      insert: p(`INSERT INTO threads (id, directive_name, directive, parent_id, previous_thread_id, status, nonce, created_at, updated_at)
-                 VALUES (@id, @directiveName, @directive, @parentId, @previousThreadId, 'created', @nonce, @createdAt, @createdAt)`),
-      status: p('UPDATE threads SET status = ?, updated_at = ? WHERE id = ?'),
-      result: p('UPDATE threads SET result = ?, error = ? WHERE id = ?'),
-      cost: p('UPDATE threads SET cost = ? WHERE id = ?'),
-      get: p('SELECT * FROM threads WHERE id = ?'),
-      active: p(`SELECT * FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`),
-      activeIds: p(`SELECT id, status FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`),
-      all: p('SELECT * FROM threads ORDER BY created_at, id'),
-      children: p('SELECT * FROM threads WHERE parent_id = ? ORDER BY created_at, id'),
-      next: p('SELECT * FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
-    }
-  }
-
-  private migrate(): void {
-    const version = this.db.pragma('user_version', { simple: true }) as number
-    if (version > MIGRATIONS.length) {
-      throw new Error(`schema version ${version} is newer than this spindle knows (${MIGRATIONS.length}); upgrade spindle`)
-    }
-    this.db.transaction(() => {
-      for (let i = version; i < MIGRATIONS.length; i++) this.db.exec(MIGRATIONS[i]!)
-      this.db.pragma(`user_version = ${MIGRATIONS.length}`)
-    })()
+    this.db = db
   }
 
   register(thread: RegisterThread): void {
+    const params: InsertParams = {
+      id: thread.id,
+      directiveName: thread.directiveName,
+      directive: JSON.stringify(thread.directive),
+      parentId: thread.parentId ?? null,
+      previousThreadId: thread.previousThreadId ?? null,
+      nonce: thread.nonce,
+      createdAt: thread.createdAt,
+    }
     try {
-      this.stmt.insert!.run({
-        id: thread.id,
-        directiveName: thread.directiveName,
-        directive: JSON.stringify(thread.directive),
-        parentId: thread.parentId ?? null,
-        previousThreadId: thread.previousThreadId ?? null,
-        nonce: thread.nonce,
-        createdAt: thread.createdAt,
-      })
+      this.statements.insert.run(params)
     } catch (error) {
-      throw new SpindleError('REGISTRY_FAILED', `Could not register thread ${thread.id} in ${this.file}: ${(error as Error).message}.`, {
-        cause: error,
-        details: { threadId: thread.id, path: this.file },
-      })
+      if (error instanceof Database.SqliteError && error.code === 'SQLITE_CONSTRAINT_PRIMARYKEY') {
+        throw new SpindleError('REGISTRY_FAILED', `Thread ${thread.id} is already registered in ${this.file}; register each thread id once.`, {
+          cause: error,
+          details: { path: this.file, threadId: thread.id },
+        })
+      }
+      throw registryFailed(this.file, `register thread ${thread.id}`, error)
     }
   }
 
   updateStatus(id: string, status: ThreadStatus, at: number): void {
-    if (this.stmt.status!.run(status, at, id).changes === 0) throw notFound(id)
+    const { changes } = this.guard(`set the status of thread ${id}`, () => this.statements.updateStatus.run(status, at, id))
+    if (changes === 0) throw threadNotFound(id, this.file)
   }
 
   get(id: string): ThreadRecord | null {
-    const row = this.stmt.get!.get(id) as Row | undefined
+    const row = this.guard(`read thread ${id}`, () => this.statements.get.get(id))
     return row ? toRecord(row) : null
   }
 
   setResult(id: string, outcome: { result?: unknown; error?: { code: string; message: string } | null }): void {
     const result = outcome.result === undefined ? null : JSON.stringify(outcome.result)
     const error = outcome.error ? JSON.stringify(outcome.error) : null
-    if (this.stmt.result!.run(result, error, id).changes === 0) throw notFound(id)
+    const { changes } = this.guard(`store the result of thread ${id}`, () => this.statements.setResult.run(result, error, id))
+    if (changes === 0) throw threadNotFound(id, this.file)
   }
 
   updateCostSnapshot(id: string, cost: Cost): void {
-    if (this.stmt.cost!.run(JSON.stringify(cost), id).changes === 0) throw notFound(id)
+    const { changes } = this.guard(`store the cost of thread ${id}`, () => this.statements.setCost.run(JSON.stringify(cost), id))
+    if (changes === 0) throw threadNotFound(id, this.file)
   }
 
   listActive(): ThreadRecord[] {
-    return (this.stmt.active!.all() as Row[]).map(toRecord)
+    return this.guard('list active threads', () => this.statements.active.all()).map(toRecord)
   }
 
   activeStatuses(): Array<{ id: string; status: ThreadStatus }> {
-    return this.stmt.activeIds!.all() as Array<{ id: string; status: ThreadStatus }>
+    return this.guard('list active threads', () => this.statements.activeStatuses.all())
   }
 
   list(filter: { status?: ThreadStatus | ThreadStatus[]; limit?: number } = {}): ThreadRecord[] {
-    const statuses = filter.status === undefined ? null : Array.isArray(filter.status) ? filter.status : [filter.status]
-    let rows: Row[]
-    if (statuses) {
-      const marks = statuses.map(() => '?').join(',')
-      rows = this.db.prepare(`SELECT * FROM threads WHERE status IN (${marks}) ORDER BY created_at, id`).all(...statuses) as Row[]
-    } else {
-      rows = this.stmt.all!.all() as Row[]
-    }
-    return (filter.limit !== undefined ? rows.slice(0, filter.limit) : rows).map(toRecord)
+    const limit = filter.limit ?? -1
+    const rows = this.guard('list threads', () => {
+      if (filter.status === undefined) return this.statements.all.all(limit)
+      const statuses = Array.isArray(filter.status) ? filter.status : [filter.status]
+      return this.statements.byStatus.all(JSON.stringify(statuses), limit)
+    })
+    return rows.map(toRecord)
   }
 
   listChildren(id: string): ThreadRecord[] {
-    return (this.stmt.children!.all(id) as Row[]).map(toRecord)
+    return this.guard(`list the children of thread ${id}`, () => this.statements.children.all(id)).map(toRecord)
   }
 
   chain(id: string): ThreadRecord[] {
-    const start = this.get(id)
-    if (!start) return []
-    const seen = new Set([start.id])
-    const before: ThreadRecord[] = []
-    let cursor = start
-    while (cursor.previousThreadId && !seen.has(cursor.previousThreadId)) {
-      const prev = this.get(cursor.previousThreadId)
-      if (!prev) break
-      seen.add(prev.id)
-      before.unshift(prev)
-      cursor = prev
-    }
-    const after: ThreadRecord[] = []
-    cursor = start
-    for (;;) {
-      const row = this.stmt.next!.get(cursor.id) as Row | undefined
-      if (!row || seen.has(row.id)) break
-      seen.add(row.id)
-      cursor = toRecord(row)
-      after.push(cursor)
-    }
-    return [...before, start, ...after]
+    return this.guard(`read the continuation chain of thread ${id}`, () => {
+      const start = this.statements.get.get(id)
+      if (!start) return []
+      // Damage could make previous_thread_id loop; every row is visited at most once.
+      const seen = new Set([start.id])
+      const rows: Row[] = [start]
+      for (let row = start; row.previous_thread_id !== null && !seen.has(row.previous_thread_id); ) {
+        const previous = this.statements.get.get(row.previous_thread_id)
+        if (!previous) break
+        seen.add(previous.id)
+        rows.unshift(previous)
+        row = previous
+      }
+      for (let row = start; ; ) {
+        const next = this.statements.next.get(row.id)
+        if (!next || seen.has(next.id)) break
+        seen.add(next.id)
+        rows.push(next)
+        row = next
+      }
+      return rows
+    }).map(toRecord)
   }
 
   transaction<T>(fn: () => T): T {
-    return this.db.transaction(fn)()
+    return this.guard('run a transaction', () => this.db.transaction(fn)())
   }
 
   close(): void {
-    if (this.closed) return
-    this.closed = true
-    this.db.close()
+    if (this.db.open) this.db.close()
+  }
+
+  /** Runs `fn`, turning a SQLite failure into REGISTRY_FAILED that names the file. */
+  private guard<T>(action: string, fn: () => T): T {
+    try {
+      return fn()
+    } catch (error) {
+      throw registryFailed(this.file, action, error)
+    }
   }
 }
 
-/** Opens (and migrates) the registry database. */
-export function openSqliteRegistry(options: { path: string; durability: Durability }): Registry {
+/** Brings the schema up to MIGRATIONS.length, in one transaction; refuses a newer schema. */
+function migrate(db: Database.Database, file: string): void {
+  const version = db.pragma('user_version', { simple: true }) as number
+  if (version > MIGRATIONS.length) {
+    throw new SpindleError(
+      'REGISTRY_FAILED',
+      `The registry ${file} has schema version ${version}, newer than this spindle knows (${MIGRATIONS.length}); upgrade spindle to open it.`,
+      { details: { path: file, version, known: MIGRATIONS.length } },
+    )
+  }
+  if (version === MIGRATIONS.length) return
+  db.transaction(() => {
+    for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
+    db.pragma(`user_version = ${MIGRATIONS.length}`)
+  })()
+}
+
+/**
+ * Opens the registry database at `path`, creating and migrating it as needed, and returns it as a
+ * {@link Registry}. Every write is one synchronous SQLite transaction, committed when the call returns.
+ *
+ * @param options.path - The database file, or `':memory:'` for a registry that lives and dies with
+ *   the process (tests, `store: 'memory'`).
+ * @param options.durability - `'fsync'` sets `synchronous = FULL`: a returned write survives power
+ *   loss. `'process'` sets `synchronous = NORMAL`: in WAL mode a returned write survives a process
+ *   crash, but the last commits may be lost on power loss.
+ * @throws SpindleError `REGISTRY_FAILED` (details.path) when the file cannot be opened, is not a
+ *   SQLite database, or has a schema newer than this spindle; later SQLite failures throw the same code.
+ *
+ * Caveats: one writer per process: open one registry per file and share it (better-sqlite3 is
+ * synchronous, so calls in one process never interleave). Another process's connection may hold
+ * the write lock; a statement then waits up to busy_timeout (5 s) and fails with REGISTRY_FAILED
+ * (SQLITE_BUSY). Durability is as chosen above; WAL keeps readers (the CLI) from blocking the writer.
+ *
+ * @example
+ * const registry = openSqliteRegistry({ path: ':memory:', durability: 'process' })
+ * registry.register({ id: 't-1', directiveName: 'hello', directive: {}, nonce: 'n', createdAt: Date.now() })
+ * registry.get('t-1')?.status // 'created'
+ * registry.close()
+ */
+export function openSqliteRegistry(options: { path: string | ':memory:'; durability: Durability }): Registry {
   return new SqliteRegistry(options.path, options.durability)
 }

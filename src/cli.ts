@@ -8,7 +8,7 @@ import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './demo.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
-import { listThreads, rebuildThread, showThread, threadLog } from './operator.js'
+import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator.js'
 import { writeVisualizations } from './visualize.js'
 
 /** Exit statuses, documented in `spindle --help` and the README. */
@@ -173,6 +173,20 @@ function program(setExit: (code: number) => void): Command {
             : 'state.json does not match its transcript: run again with --apply to rewrite it.',
       )
       if (report.applied && report.matches) out('state.json rewritten from the transcript.')
+    })
+
+  cli
+    .command('doctor')
+    .description('check every thread: registry row, state.json, transcript chain, and that they agree; exit 5 on damage')
+    .addOption(dirOption())
+    .option('--json', 'print JSON')
+    .action((o: { dir: string; json?: boolean }) => {
+      const { threads, findings } = doctor(o.dir)
+      if (findings.some((f) => f.kind === 'damage')) setExit(5)
+      if (o.json) return json({ threads, findings })
+      for (const f of findings) out(`${f.kind.padEnd(6)}  ${f.threadId}  [${f.code}] ${f.message}\n        repair: ${f.repair}`)
+      const damaged = findings.filter((f) => f.kind === 'damage').length
+      out(`${threads} threads checked: ${damaged ? `${damaged} damaged` : 'no damage'}${findings.length > damaged ? `, ${findings.length - damaged} other findings` : ''}.`)
     })
 
   cli

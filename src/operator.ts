@@ -161,3 +161,82 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
     return report
   })
 }
+
+export interface Finding {
+  threadId: string
+  /** damage: something is lost or wrong; lag: normal after a crash, fixed by recovery; stray: files of a spawn that never returned */
+  kind: 'damage' | 'lag' | 'stray'
+  code: string
+  message: string
+  repair: string
+}
+
+/**
+ * Checks every thread of a data directory: registry row, state.json, transcript chain, and that
+ * state.json and the registry agree with what the transcript replays to. Reads only.
+ */
+export function doctor(dir: string): { threads: number; findings: Finding[] } {
+  const paths = dataPaths(dir)
+  const checkpoints = createFileCheckpointStore({ paths, durability: 'process' })
+  const transcripts = createJsonlTranscriptStore({ paths, durability: 'process' })
+  const findings: Finding[] = []
+  const records = withRegistry(dir, (registry) => registry.list())
+  const registered = new Set(records.map((r) => r.id))
+  for (const record of records) {
+    const id = record.id
+    const damage = (code: string, message: string, repair: string) => findings.push({ threadId: id, kind: 'damage', code, message, repair })
+    let entries: TranscriptEntry[]
+    try {
+      entries = transcripts.read(id).entries
+    } catch (error) {
+      const { code, message } = describeError(error)
+      damage(code, message, 'Restore transcript.jsonl from a backup; without it the thread cannot be rebuilt.')
+      continue
+    }
+    let envelope: StateEnvelope | null = null
+    try {
+      envelope = checkpoints.load(id)
+    } catch (error) {
+      const { code, message } = describeError(error)
+      damage(code, message, `spindle rebuild ${id} --apply`)
+    }
+    let replayed: ReturnType<typeof replayTranscript>
+    try {
+      replayed = replayTranscript(entries)
+    } catch (error) {
+      const { code, message } = describeError(error)
+      damage(code, message, 'Inspect the transcript with `spindle logs`; it no longer replays through the thread machine.')
+      continue
+    }
+    if (envelope) {
+      const upTo = envelope.transcript.seq
+      if (!isDeepStrictEqual(replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot, envelope.snapshot)) {
+        damage('STATE_MISMATCH', `state.json of ${id} differs from what its transcript replays to at seq ${upTo}.`, `spindle rebuild ${id} --apply`)
+      } else if (upTo < replayed.appliedSeq && !['created', 'running'].includes(record.status)) {
+        findings.push({ threadId: id, kind: 'lag', code: 'STATE_BEHIND', message: `state.json of ${id} is behind its transcript.`, repair: `spindle rebuild ${id} --apply` })
+      }
+    }
+    if (record.status !== replayed.status && !['created', 'running'].includes(record.status)) {
+      damage('REGISTRY_MISMATCH', `The registry says ${id} is ${record.status}; its transcript says ${replayed.status}.`, `spindle rebuild ${id} --apply`)
+    } else if (record.status !== replayed.status) {
+      findings.push({
+        threadId: id,
+        kind: 'lag',
+        code: 'REGISTRY_BEHIND',
+        message: `The registry says ${id} is ${record.status}; its transcript says ${replayed.status}.`,
+        repair: 'Open a runtime on this directory: recovery brings the registry in line.',
+      })
+    }
+  }
+  for (const id of fs.existsSync(paths.threads) ? fs.readdirSync(paths.threads) : []) {
+    if (registered.has(id)) continue
+    findings.push({
+      threadId: id,
+      kind: 'stray',
+      code: 'UNREGISTERED_FILES',
+      message: `${path.join(paths.threads, id)} has no registry row: a spawn that never returned.`,
+      repair: 'Nothing was acknowledged from it; remove the directory when convenient.',
+    })
+  }
+  return { threads: records.length, findings }
+}

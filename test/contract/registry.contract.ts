@@ -1,22 +1,30 @@
 /**
- * The contract every Registry backend keeps. Not collected directly: backends' spec files call it.
+ * The contract every Registry backend keeps. Not collected directly (vitest.config.ts excludes
+ * test/contract): each backend's spec file calls `registryContract`.
+ * Known deviations: none.
  */
 import { describe, expect, it } from 'vitest'
-import type { Registry } from '../../persistence/types.js'
+import type { Cost, RegisterThread, Registry, ThreadStatus } from '../../persistence/types.js'
 
 export interface RegistryBackend {
   registry: Registry
   destroy?: () => void
 }
 
-const thread = (id: string, extra: Partial<Parameters<Registry['register']>[0]> = {}) => ({
-  id,
-  directiveName: id.split('-')[0]!,
-  directive: { name: id.split('-')[0]!, prompt: 'p' },
-  nonce: `nonce-${id}`,
-  createdAt: 1_000,
-  ...extra,
-})
+const A = 'a-aaaaaaaaaaaa'
+const B = 'b-aaaaaaaaaaaa'
+const GHOST = 'ghost-aaaaaaaaaaaa'
+const COST: Cost = { turns: 3, inputTokens: 10, outputTokens: 5, spend: 0.5 }
+
+/** A registration whose directive name is the id's prefix ('a' for 'a-…'). */
+function thread(id: string, extra: Partial<RegisterThread> = {}): RegisterThread {
+  const name = id.split('-')[0]!
+  return { id, directiveName: name, directive: { name, prompt: 'p' }, nonce: `nonce-${id}`, createdAt: 1_000, ...extra }
+}
+
+function ids(records: Array<{ id: string }>): string[] {
+  return records.map((record) => record.id)
+}
 
 export function registryContract(name: string, create: () => RegistryBackend): void {
   describe(`Registry contract: ${name}`, () => {
@@ -30,108 +38,224 @@ export function registryContract(name: string, create: () => RegistryBackend): v
       }
     }
 
-    it('should return every field of a registered thread', withRegistry((r) => {
-      r.register(thread('a-aaaaaaaaaaaa', { parentId: 'p-aaaaaaaaaaaa', previousThreadId: null, createdAt: 5 }))
-      expect(r.get('a-aaaaaaaaaaaa')).toEqual({
-        id: 'a-aaaaaaaaaaaa',
-        directiveName: 'a',
-        directive: { name: 'a', prompt: 'p' },
-        parentId: 'p-aaaaaaaaaaaa',
-        previousThreadId: null,
-        status: 'created',
-        nonce: 'nonce-a-aaaaaaaaaaaa',
-        createdAt: 5,
-        updatedAt: 5,
-        cost: null,
-        result: null,
-        error: null,
-      })
-    }))
+    describe('register and get', () => {
+      it('should return every field of a registered thread', withRegistry((r) => {
+        r.register(thread(A, { parentId: 'p-aaaaaaaaaaaa', previousThreadId: 'v0-aaaaaaaaaaaa', createdAt: 5 }))
+        expect(r.get(A)).toEqual({
+          id: A,
+          directiveName: 'a',
+          directive: { name: 'a', prompt: 'p' },
+          parentId: 'p-aaaaaaaaaaaa',
+          previousThreadId: 'v0-aaaaaaaaaaaa',
+          status: 'created',
+          nonce: `nonce-${A}`,
+          createdAt: 5,
+          updatedAt: 5,
+          cost: null,
+          result: null,
+          error: null,
+        })
+      }))
 
-    it('should return null for an unknown id', withRegistry((r) => {
-      expect(r.get('nobody-aaaaaaaaaaaa')).toBeNull()
-    }))
+      it('should store a missing parent and predecessor as null', withRegistry((r) => {
+        r.register(thread(A))
+        expect(r.get(A)).toMatchObject({ parentId: null, previousThreadId: null })
+      }))
 
-    it('should refuse to register an id twice', withRegistry((r) => {
-      r.register(thread('a-aaaaaaaaaaaa'))
-      expect(() => r.register(thread('a-aaaaaaaaaaaa'))).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
-    }))
+      it('should return null for an unknown id', withRegistry((r) => {
+        expect(r.get(GHOST)).toBeNull()
+      }))
 
-    it('should update status and updatedAt', withRegistry((r) => {
-      r.register(thread('a-aaaaaaaaaaaa'))
-      r.updateStatus('a-aaaaaaaaaaaa', 'running', 2_000)
-      expect(r.get('a-aaaaaaaaaaaa')).toMatchObject({ status: 'running', updatedAt: 2_000, createdAt: 1_000 })
-    }))
+      it('should refuse to register an id twice, naming it', withRegistry((r) => {
+        r.register(thread(A))
+        expect(() => r.register(thread(A, { createdAt: 2_000 }))).toThrow(
+          expect.objectContaining({ code: 'REGISTRY_FAILED', message: expect.stringContaining(A) }),
+        )
+        expect(r.get(A)?.createdAt).toBe(1_000)
+      }))
+    })
 
-    it('should name the id when updating an unknown thread', withRegistry((r) => {
-      expect(() => r.updateStatus('ghost-aaaaaaaaaaaa', 'running', 1)).toThrow(
-        expect.objectContaining({ code: 'THREAD_NOT_FOUND', message: expect.stringContaining('ghost-aaaaaaaaaaaa') }),
-      )
-      expect(() => r.setResult('ghost-aaaaaaaaaaaa', { result: 1 })).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
-      expect(() => r.updateCostSnapshot('ghost-aaaaaaaaaaaa', { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 })).toThrow(
-        expect.objectContaining({ code: 'THREAD_NOT_FOUND' }),
-      )
-    }))
+    describe('updates', () => {
+      it('should change status and updatedAt, keeping createdAt', withRegistry((r) => {
+        r.register(thread(A))
+        r.updateStatus(A, 'running', 2_000)
+        expect(r.get(A)).toMatchObject({ status: 'running', updatedAt: 2_000, createdAt: 1_000 })
+      }))
 
-    it('should store a result, an error, and a cost snapshot', withRegistry((r) => {
-      r.register(thread('a-aaaaaaaaaaaa'))
-      r.register(thread('b-aaaaaaaaaaaa'))
-      r.setResult('a-aaaaaaaaaaaa', { result: { answer: 42 } })
-      r.setResult('b-aaaaaaaaaaaa', { error: { code: 'X', message: 'failed' } })
-      r.updateCostSnapshot('a-aaaaaaaaaaaa', { turns: 3, inputTokens: 10, outputTokens: 5, spend: 0.5 })
-      expect(r.get('a-aaaaaaaaaaaa')).toMatchObject({ result: { answer: 42 }, error: null, cost: { turns: 3, spend: 0.5 } })
-      expect(r.get('b-aaaaaaaaaaaa')).toMatchObject({ result: null, error: { code: 'X', message: 'failed' } })
-    }))
+      it('should throw THREAD_NOT_FOUND naming the id when updating the status of an unknown thread', withRegistry((r) => {
+        expect(() => r.updateStatus(GHOST, 'running', 1)).toThrow(
+          expect.objectContaining({ code: 'THREAD_NOT_FOUND', message: expect.stringContaining(GHOST) }),
+        )
+      }))
 
-    it('should list active threads (created, running) only', withRegistry((r) => {
-      const statuses = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued'] as const
-      statuses.forEach((status, i) => {
-        const id = `t${i}-aaaaaaaaaaaa`
-        r.register(thread(id, { createdAt: i }))
-        r.updateStatus(id, status, i)
-      })
-      expect(r.listActive().map((t) => t.status)).toEqual(['created', 'running'])
-      expect(r.activeStatuses()).toEqual([
-        { id: 't0-aaaaaaaaaaaa', status: 'created' },
-        { id: 't1-aaaaaaaaaaaa', status: 'running' },
-      ])
-    }))
+      it('should throw THREAD_NOT_FOUND naming the id when storing a result for an unknown thread', withRegistry((r) => {
+        expect(() => r.setResult(GHOST, { result: 1 })).toThrow(
+          expect.objectContaining({ code: 'THREAD_NOT_FOUND', message: expect.stringContaining(GHOST) }),
+        )
+      }))
 
-    it('should list by one status, by several, and with a limit', withRegistry((r) => {
-      for (let i = 0; i < 4; i++) r.register(thread(`t${i}-aaaaaaaaaaaa`, { createdAt: i }))
-      r.updateStatus('t1-aaaaaaaaaaaa', 'completed', 9)
-      r.updateStatus('t2-aaaaaaaaaaaa', 'error', 9)
-      expect(r.list({ status: 'completed' }).map((t) => t.id)).toEqual(['t1-aaaaaaaaaaaa'])
-      expect(r.list({ status: ['completed', 'error'] }).map((t) => t.id)).toEqual(['t1-aaaaaaaaaaaa', 't2-aaaaaaaaaaaa'])
-      expect(r.list({ limit: 2 }).map((t) => t.id)).toEqual(['t0-aaaaaaaaaaaa', 't1-aaaaaaaaaaaa'])
-    }))
+      it('should throw THREAD_NOT_FOUND naming the id when storing a cost for an unknown thread', withRegistry((r) => {
+        expect(() => r.updateCostSnapshot(GHOST, COST)).toThrow(
+          expect.objectContaining({ code: 'THREAD_NOT_FOUND', message: expect.stringContaining(GHOST) }),
+        )
+      }))
 
-    it('should list the children of a thread', withRegistry((r) => {
-      r.register(thread('parent-aaaaaaaaaaaa'))
-      r.register(thread('c1-aaaaaaaaaaaa', { parentId: 'parent-aaaaaaaaaaaa', createdAt: 2 }))
-      r.register(thread('c2-aaaaaaaaaaaa', { parentId: 'parent-aaaaaaaaaaaa', createdAt: 3 }))
-      r.register(thread('other-aaaaaaaaaaaa'))
-      expect(r.listChildren('parent-aaaaaaaaaaaa').map((t) => t.id)).toEqual(['c1-aaaaaaaaaaaa', 'c2-aaaaaaaaaaaa'])
-    }))
+      it('should store a result', withRegistry((r) => {
+        r.register(thread(A))
+        r.setResult(A, { result: { answer: 42, parts: ['x', null] } })
+        expect(r.get(A)).toMatchObject({ result: { answer: 42, parts: ['x', null] }, error: null })
+      }))
 
-    it('should return a continuation chain oldest first from any member', withRegistry((r) => {
-      r.register(thread('v1-aaaaaaaaaaaa', { createdAt: 1 }))
-      r.register(thread('v2-aaaaaaaaaaaa', { previousThreadId: 'v1-aaaaaaaaaaaa', createdAt: 2 }))
-      r.register(thread('v3-aaaaaaaaaaaa', { previousThreadId: 'v2-aaaaaaaaaaaa', createdAt: 3 }))
-      expect(r.chain('v2-aaaaaaaaaaaa').map((t) => t.id)).toEqual(['v1-aaaaaaaaaaaa', 'v2-aaaaaaaaaaaa', 'v3-aaaaaaaaaaaa'])
-      expect(r.chain('v3-aaaaaaaaaaaa')).toHaveLength(3)
-      expect(r.chain('none-aaaaaaaaaaaa')).toEqual([])
-    }))
+      it('should store an error', withRegistry((r) => {
+        r.register(thread(A))
+        r.setResult(A, { error: { code: 'MODEL_FAILED', message: 'failed' } })
+        expect(r.get(A)).toMatchObject({ result: null, error: { code: 'MODEL_FAILED', message: 'failed' } })
+      }))
 
-    it('should roll a transaction back when it throws', withRegistry((r) => {
-      r.register(thread('a-aaaaaaaaaaaa'))
-      expect(() =>
-        r.transaction(() => {
-          r.updateStatus('a-aaaaaaaaaaaa', 'running', 5)
-          throw new Error('abort')
-        }),
-      ).toThrow('abort')
-      expect(r.get('a-aaaaaaaaaaaa')?.status).toBe('created')
-    }))
+      it('should read an undefined result back as null', withRegistry((r) => {
+        r.register(thread(A))
+        r.setResult(A, { result: undefined, error: null })
+        expect(r.get(A)).toMatchObject({ result: null, error: null })
+      }))
+
+      it('should replace the cost snapshot', withRegistry((r) => {
+        r.register(thread(A))
+        r.updateCostSnapshot(A, { turns: 1, inputTokens: 1, outputTokens: 1, spend: 0 })
+        r.updateCostSnapshot(A, COST)
+        expect(r.get(A)?.cost).toEqual(COST)
+      }))
+    })
+
+    describe('listing', () => {
+      const ALL: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
+      /** One thread per status, t0 (created) … t6 (continued), created in that order. */
+      const onePerStatus = (r: Registry) =>
+        ALL.forEach((status, i) => {
+          const id = `t${i}-aaaaaaaaaaaa`
+          r.register(thread(id, { createdAt: i }))
+          if (status !== 'created') r.updateStatus(id, status, 100 + i)
+        })
+
+      it('should list only created and running threads as active, oldest first', withRegistry((r) => {
+        onePerStatus(r)
+        expect(r.listActive().map((t) => [t.id, t.status])).toEqual([
+          ['t0-aaaaaaaaaaaa', 'created'],
+          ['t1-aaaaaaaaaaaa', 'running'],
+        ])
+      }))
+
+      it('should give the same active threads as id and status only', withRegistry((r) => {
+        onePerStatus(r)
+        expect(r.activeStatuses()).toEqual([
+          { id: 't0-aaaaaaaaaaaa', status: 'created' },
+          { id: 't1-aaaaaaaaaaaa', status: 'running' },
+        ])
+      }))
+
+      it('should list every thread ordered by creation time, then id', withRegistry((r) => {
+        r.register(thread('b-aaaaaaaaaaaa', { createdAt: 2 }))
+        r.register(thread('c-aaaaaaaaaaaa', { createdAt: 1 }))
+        r.register(thread('a-aaaaaaaaaaaa', { createdAt: 2 }))
+        expect(ids(r.list())).toEqual(['c-aaaaaaaaaaaa', 'a-aaaaaaaaaaaa', 'b-aaaaaaaaaaaa'])
+      }))
+
+      it('should list by one status', withRegistry((r) => {
+        onePerStatus(r)
+        expect(ids(r.list({ status: 'completed' }))).toEqual(['t3-aaaaaaaaaaaa'])
+      }))
+
+      it('should list by several statuses', withRegistry((r) => {
+        onePerStatus(r)
+        expect(ids(r.list({ status: ['error', 'suspended'] }))).toEqual(['t2-aaaaaaaaaaaa', 't4-aaaaaaaaaaaa'])
+      }))
+
+      it('should list at most `limit` threads, oldest first', withRegistry((r) => {
+        onePerStatus(r)
+        expect(ids(r.list({ limit: 2 }))).toEqual(['t0-aaaaaaaaaaaa', 't1-aaaaaaaaaaaa'])
+        expect(ids(r.list({ status: ['completed', 'error', 'cancelled'], limit: 2 }))).toEqual(['t3-aaaaaaaaaaaa', 't4-aaaaaaaaaaaa'])
+      }))
+
+      it('should list the children of a thread', withRegistry((r) => {
+        r.register(thread('parent-aaaaaaaaaaaa'))
+        r.register(thread('c2-aaaaaaaaaaaa', { parentId: 'parent-aaaaaaaaaaaa', createdAt: 3 }))
+        r.register(thread('c1-aaaaaaaaaaaa', { parentId: 'parent-aaaaaaaaaaaa', createdAt: 2 }))
+        r.register(thread('other-aaaaaaaaaaaa', { parentId: 'elsewhere-aaaaaaaaaaaa' }))
+        expect(ids(r.listChildren('parent-aaaaaaaaaaaa'))).toEqual(['c1-aaaaaaaaaaaa', 'c2-aaaaaaaaaaaa'])
+        expect(r.listChildren('c1-aaaaaaaaaaaa')).toEqual([])
+      }))
+    })
+
+    describe('continuation chain', () => {
+      const V1 = 'v1-aaaaaaaaaaaa'
+      const V2 = 'v2-aaaaaaaaaaaa'
+      const V3 = 'v3-aaaaaaaaaaaa'
+
+      it('should return the whole chain oldest first when asked from the middle', withRegistry((r) => {
+        r.register(thread(V1, { createdAt: 1 }))
+        r.register(thread(V2, { previousThreadId: V1, createdAt: 2 }))
+        r.register(thread(V3, { previousThreadId: V2, createdAt: 3 }))
+        expect(ids(r.chain(V2))).toEqual([V1, V2, V3])
+      }))
+
+      it('should return the same chain from either end', withRegistry((r) => {
+        r.register(thread(V1, { createdAt: 1 }))
+        r.register(thread(V2, { previousThreadId: V1, createdAt: 2 }))
+        r.register(thread(V3, { previousThreadId: V2, createdAt: 3 }))
+        expect(ids(r.chain(V1))).toEqual([V1, V2, V3])
+        expect(ids(r.chain(V3))).toEqual([V1, V2, V3])
+      }))
+
+      it('should return an empty chain for an unknown id', withRegistry((r) => {
+        expect(r.chain(GHOST)).toEqual([])
+      }))
+
+      it('should start the chain at a thread whose predecessor is missing', withRegistry((r) => {
+        r.register(thread(V2, { previousThreadId: V1, createdAt: 2 }))
+        r.register(thread(V3, { previousThreadId: V2, createdAt: 3 }))
+        expect(ids(r.chain(V3))).toEqual([V2, V3])
+      }))
+
+      it('should visit each thread once when predecessors form a cycle', withRegistry((r) => {
+        r.register(thread(V1, { previousThreadId: V2, createdAt: 1 }))
+        r.register(thread(V2, { previousThreadId: V1, createdAt: 2 }))
+        expect(ids(r.chain(V1)).sort()).toEqual([V1, V2])
+      }))
+    })
+
+    describe('transaction', () => {
+      it('should commit every write and return the value of fn', withRegistry((r) => {
+        const value = r.transaction(() => {
+          r.register(thread(A))
+          r.register(thread(B))
+          return 'done'
+        })
+        expect(value).toBe('done')
+        expect(ids(r.list())).toEqual([A, B])
+      }))
+
+      it('should roll every write back and rethrow when fn throws', withRegistry((r) => {
+        r.register(thread(A))
+        const abort = new Error('abort')
+        expect(() =>
+          r.transaction(() => {
+            r.updateStatus(A, 'running', 5)
+            r.register(thread(B))
+            throw abort
+          }),
+        ).toThrow(abort)
+        expect(r.get(A)?.status).toBe('created')
+        expect(r.get(B)).toBeNull()
+      }))
+    })
+
+    it('should allow close to be called twice', () => {
+      const backend = create()
+      try {
+        backend.registry.close()
+        expect(() => backend.registry.close()).not.toThrow()
+      } finally {
+        backend.destroy?.()
+      }
+    })
   })
 }

@@ -1,61 +1,107 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import Database from 'better-sqlite3'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { MIGRATIONS, openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import type { Registry } from '../../persistence/types.js'
 import { registryContract } from '../contract/registry.contract.js'
 import { tempDir } from '../helpers/dirs.js'
 
 registryContract('sqlite :memory:', () => ({ registry: openSqliteRegistry({ path: ':memory:', durability: 'fsync' }) }))
 registryContract('sqlite file', () => {
   const dir = tempDir()
-  return { registry: openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'fsync' }), destroy: () => fs.rmSync(dir, { recursive: true }) }
+  return {
+    registry: openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'fsync' }),
+    destroy: () => fs.rmSync(dir, { recursive: true, force: true }),
+  }
 })
 
-describe('sqlite registry file', () => {
+describe('openSqliteRegistry on a file', () => {
+  const dirs: string[] = []
+  const freshFile = () => {
+    const dir = tempDir()
+    dirs.push(dir)
+    return path.join(dir, 'registry.db')
+  }
+  const open = (file: string, durability: 'fsync' | 'process' = 'fsync') => openSqliteRegistry({ path: file, durability })
+  // synchronous, foreign_keys and busy_timeout are per connection, so they can only be read on the
+  // registry's own connection (a private field).
+  const connectionOf = (registry: Registry) => (registry as unknown as { db: Database.Database }).db
+
+  afterEach(() => {
+    vi.restoreAllMocks()
+    for (const dir of dirs.splice(0)) fs.rmSync(dir, { recursive: true, force: true })
+  })
+
   for (const [durability, synchronous] of [['fsync', 2], ['process', 1]] as const) {
-    it(`should set WAL, synchronous ${synchronous}, foreign keys and the schema version for '${durability}'`, () => {
-      const file = path.join(tempDir(), 'registry.db')
-      openSqliteRegistry({ path: file, durability }).close()
-      const db = new Database(file)
+    it(`should set WAL, synchronous ${synchronous}, foreign keys and busy_timeout for durability '${durability}'`, () => {
+      const registry = open(freshFile(), durability)
+      const db = connectionOf(registry)
       expect(db.pragma('journal_mode', { simple: true })).toBe('wal')
-      expect(db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length)
-      db.close()
-      // synchronous and foreign_keys are per connection: check them on the registry's own.
-      const registry = openSqliteRegistry({ path: file, durability })
-      const own = (registry as unknown as { db: Database.Database }).db
-      expect(own.pragma('synchronous', { simple: true })).toBe(synchronous)
-      expect(own.pragma('foreign_keys', { simple: true })).toBe(1)
+      expect(db.pragma('synchronous', { simple: true })).toBe(synchronous)
+      expect(db.pragma('foreign_keys', { simple: true })).toBe(1)
+      expect(db.pragma('busy_timeout', { simple: true })).toBe(5000)
       registry.close()
     })
   }
 
-  it('should keep its rows across close and reopen without re-running migrations', () => {
-    const file = path.join(tempDir(), 'registry.db')
-    const first = openSqliteRegistry({ path: file, durability: 'fsync' })
-    first.register({ id: 'keep-aaaaaaaaaaaa', directiveName: 'keep', directive: {}, nonce: 'n', createdAt: 1 })
+  it('should record the number of migrations in user_version', () => {
+    const file = freshFile()
+    open(file).close()
+    const db = new Database(file, { readonly: true })
+    expect(db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length)
+    db.close()
+  })
+
+  it('should keep its rows across close and reopen', () => {
+    const file = freshFile()
+    const first = open(file)
+    first.register({ id: 'keep-aaaaaaaaaaaa', directiveName: 'keep', directive: { x: 1 }, nonce: 'n', createdAt: 1 })
+    first.updateStatus('keep-aaaaaaaaaaaa', 'suspended', 2)
     first.close()
-    const second = openSqliteRegistry({ path: file, durability: 'fsync' })
-    expect(second.get('keep-aaaaaaaaaaaa')?.status).toBe('created')
+    const second = open(file)
+    expect(second.get('keep-aaaaaaaaaaaa')).toMatchObject({ status: 'suspended', directive: { x: 1 }, updatedAt: 2 })
     second.close()
   })
 
-  it('should refuse a file that is not a database, naming it', () => {
-    const file = path.join(tempDir(), 'registry.db')
-    fs.writeFileSync(file, 'this is not sqlite '.repeat(100))
-    expect(() => openSqliteRegistry({ path: file, durability: 'fsync' })).toThrow(
-      expect.objectContaining({ code: 'REGISTRY_FAILED', message: expect.stringContaining(file) }),
+  it('should not re-run migrations when reopening a migrated file', () => {
+    const file = freshFile()
+    open(file).close()
+    // Migrations are the only thing the registry runs through exec().
+    const exec = vi.spyOn(Database.prototype, 'exec')
+    const reopened = open(file)
+    expect(exec).not.toHaveBeenCalled()
+    expect(connectionOf(reopened).pragma('user_version', { simple: true })).toBe(MIGRATIONS.length)
+    reopened.close()
+  })
+
+  it('should refuse a file that is not a database with REGISTRY_FAILED naming the path', () => {
+    const file = freshFile()
+    fs.writeFileSync(file, Buffer.from('this is not sqlite\0\xff\xfe'.repeat(64), 'latin1'))
+    expect(() => open(file)).toThrow(
+      expect.objectContaining({ name: 'SpindleError', code: 'REGISTRY_FAILED', message: expect.stringContaining(file), details: { path: file } }),
     )
   })
 
-  it('should return a row whose JSON cell is damaged, with that field null', () => {
-    const file = path.join(tempDir(), 'registry.db')
-    const registry = openSqliteRegistry({ path: file, durability: 'fsync' })
+  it('should refuse a schema newer than its migrations with REGISTRY_FAILED', () => {
+    const file = freshFile()
+    const db = new Database(file)
+    db.pragma(`user_version = ${MIGRATIONS.length + 1}`)
+    db.close()
+    expect(() => open(file)).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED', message: expect.stringContaining(file) }))
+  })
+
+  it('should list a row whose JSON cell is damaged, with that field null', () => {
+    const file = freshFile()
+    const registry = open(file)
     registry.register({ id: 'dmg-aaaaaaaaaaaa', directiveName: 'dmg', directive: { a: 1 }, nonce: 'n', createdAt: 1 })
+    registry.register({ id: 'ok-aaaaaaaaaaaa', directiveName: 'ok', directive: { b: 2 }, nonce: 'n', createdAt: 2 })
     const db = new Database(file)
     db.prepare("UPDATE threads SET cost = '{broken' WHERE id = ?").run('dmg-aaaaaaaaaaaa')
     db.close()
-    expect(registry.list()[0]).toMatchObject({ id: 'dmg-aaaaaaaaaaaa', cost: null, directive: { a: 1 } })
+    const [damaged, intact] = registry.list()
+    expect(damaged).toMatchObject({ id: 'dmg-aaaaaaaaaaaa', cost: null, directive: { a: 1 } })
+    expect(intact).toMatchObject({ id: 'ok-aaaaaaaaaaaa', directive: { b: 2 } })
     registry.close()
   })
 })
