@@ -1,0 +1,120 @@
+/**
+ * `spindle/testing`: what users need to test their own threads — a runtime on a temporary
+ * directory with simulated time, the scripted model, and replay checks for recorded transcripts.
+ *
+ * @example
+ * const rt = await createTestRuntime({ model: scriptedModel(script) })
+ * const thread = await rt.spawn({ directive: { name: 'research', prompt: 'Find X' } })
+ * await rt.advance(30_000)                       // a rate-limit wait passes instantly
+ * const outcome = await thread.done
+ * expect(rt.checkReplay(thread.id).matches).toBe(true)
+ * await rt.cleanup()
+ */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { SimulatedClock } from 'xstate'
+import type { AnyStateMachine } from 'xstate'
+import type { TranscriptEntry } from '../persistence/types.js'
+import { isSpindleError } from './errors.js'
+import { verifyReplay } from './inspectThread.js'
+import type { ReplayCheck } from './inspectThread.js'
+import { replayTranscript } from './replay.js'
+import type { ReplayResult } from './replay.js'
+import { createRuntime } from './runtime.js'
+import type { Runtime, RuntimeOptions } from './runtime.js'
+
+export interface TestRuntime extends Runtime {
+  /** The simulated clock every thread of this runtime waits on. */
+  readonly clock: SimulatedClock
+  /** Moves simulated time forward and lets the threads act on it. */
+  advance(ms: number): Promise<void>
+  /** Lets pending model calls, tool calls and checkpoints run (no simulated time passes). */
+  settle(): Promise<void>
+  /** Replays a thread's transcript and compares it with its state.json. */
+  checkReplay(threadId: string): ReplayCheck
+  /** Closes the runtime and deletes its temporary directory. */
+  cleanup(): Promise<void>
+}
+
+export type TestRuntimeOptions = Omit<RuntimeOptions, 'dir' | 'clock'> & {
+  /** Use this directory instead of a fresh temporary one (it is not deleted by cleanup). */
+  dir?: string
+  /** Start of simulated time, ms since epoch (default 2026-01-01T00:00:00Z). */
+  startAt?: number
+}
+
+async function turnsOfTheEventLoop(count: number): Promise<void> {
+  for (let i = 0; i < count; i++) await new Promise((resolve) => setImmediate(resolve))
+}
+
+/** A runtime on a temporary directory with a simulated clock. Durability defaults to 'process' (fast). */
+export async function createTestRuntime(options: TestRuntimeOptions): Promise<TestRuntime> {
+  const { dir: givenDir, startAt, ...rest } = options
+  const dir = givenDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'spindle-test-'))
+  const clock = new SimulatedClock()
+  clock.set(startAt ?? Date.UTC(2026, 0, 1))
+  const runtime = await createRuntime({ durability: 'process', ...rest, dir, clock })
+  const settle = () => turnsOfTheEventLoop(10)
+  const test: TestRuntime = {
+    get dir() {
+      return runtime.dir
+    },
+    get durability() {
+      return runtime.durability
+    },
+    get lastRecovery() {
+      return runtime.lastRecovery
+    },
+    spawn: (spawnOptions) => runtime.spawn(spawnOptions),
+    get: (id) => runtime.get(id),
+    list: (filter) => runtime.list(filter),
+    recover: () => runtime.recover(),
+    active: () => runtime.active(),
+    stats: () => runtime.stats(),
+    close: () => runtime.close(),
+    clock,
+    settle,
+    async advance(ms: number) {
+      await settle()
+      clock.increment(ms)
+      await settle()
+    },
+    checkReplay: (threadId) => verifyReplay(dir, threadId),
+    async cleanup() {
+      await runtime.close()
+      if (!givenDir) fs.rmSync(dir, { recursive: true, force: true })
+    },
+  }
+  return test
+}
+
+export type ReplayOutcome =
+  | { replays: true; result: ReplayResult }
+  | {
+      replays: false
+      /** The first recorded input the machine would not accept. */
+      divergence: { seq: number; type: string; state: unknown }
+      message: string
+    }
+
+/**
+ * Whether a recorded transcript still replays through `machine` (for instance a changed version
+ * of the thread machine). Reports the first recorded input it would not accept.
+ */
+export function checkTranscriptReplays(entries: readonly TranscriptEntry[], machine?: AnyStateMachine): ReplayOutcome {
+  try {
+    return { replays: true, result: replayTranscript(entries, machine ? { machine } : {}) }
+  } catch (error) {
+    if (isSpindleError(error) && error.code === 'REPLAY_DIVERGED') {
+      const { seq, type, state } = error.details as { seq: number; type: string; state: unknown }
+      return { replays: false, divergence: { seq, type, state }, message: error.message }
+    }
+    throw error
+  }
+}
+
+export { scriptedModel } from '../actors/scriptedModel.js'
+export { readThreadFiles, verifyReplay } from './inspectThread.js'
+export { replayTranscript } from './replay.js'
+export { threadMachine } from '../machines/thread.machine.js'
