@@ -141,12 +141,24 @@ function program(setExit: (code: number) => void): Command {
     .description("print a thread's transcript, verified")
     .addOption(dirOption())
     .option('--after <seq>', 'only entries after this seq', (v) => Number(v))
+    .option('--follow', 'keep printing new entries until the thread stops')
     .option('--json', 'print JSON lines')
-    .action((id: string, o: { dir: string; after?: number; json?: boolean }) => {
-      const entries = threadLog(o.dir, id, o.after !== undefined ? { after: o.after } : {})
-      for (const e of entries) {
-        if (o.json) out(JSON.stringify(e))
-        else out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${JSON.stringify(e.data).slice(0, 120)}`)
+    .action(async (id: string, o: { dir: string; after?: number; follow?: boolean; json?: boolean }) => {
+      let last = o.after ?? 0
+      const print = (): void => {
+        for (const e of threadLog(o.dir, id, { after: last })) {
+          if (o.json) out(JSON.stringify(e))
+          else out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${JSON.stringify(e.data).slice(0, 120)}`)
+          last = e.seq
+        }
+      }
+      print()
+      // Follow by polling: the transcript is append-only and verified on every read.
+      while (o.follow) {
+        const status = showThread(o.dir, id).record.status
+        await new Promise((resolve) => setTimeout(resolve, 250))
+        print()
+        if (status !== 'created' && status !== 'running') break
       }
     })
 

@@ -95,3 +95,26 @@ describe('spindle rebuild', () => {
     expect(spindle('rebuild', done, '--dir', dir).code).toBe(0)
   })
 })
+
+describe('spindle logs --follow', () => {
+  it('should print entries as a running thread records them and stop when it stops', async () => {
+    const followDir = tempDir('spindle-follow')
+    const rt = await createRuntime({
+      dir: followDir,
+      model: scriptedModel((r) => (r.turn < 4 ? { toolCalls: [{ name: 'none', input: {} }] } : { text: 'end' }), { latencyMs: 150 }),
+    })
+    const thread = await rt.spawn({ directive: { name: 'followed', prompt: 'p' } })
+    const { spawn } = await import('node:child_process')
+    const child = spawn(process.execPath, [compiled('src/cli.js'), 'logs', thread.id, '--dir', followDir, '--follow', '--json'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let printed = ''
+    child.stdout.on('data', (d: Buffer) => (printed += d))
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
+    await thread.done
+    await rt.close()
+    expect(await exited).toBe(0)
+    const seqs = printed.trim().split('\n').map((l) => JSON.parse(l).seq as number)
+    // Every entry exactly once, in order, including those recorded after following began.
+    expect(seqs).toEqual(seqs.map((_, i) => i + 1))
+    expect(JSON.parse(printed.trim().split('\n').at(-1)!).type).toBe('MODEL_REPLIED')
+  })
+})
