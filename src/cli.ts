@@ -145,20 +145,22 @@ function program(setExit: (code: number) => void): Command {
     .option('--json', 'print JSON lines')
     .action(async (id: string, o: { dir: string; after?: number; follow?: boolean; json?: boolean }) => {
       let last = o.after ?? 0
-      const print = (): void => {
-        for (const e of threadLog(o.dir, id, { after: last })) {
+      /** Prints the entries after `last`; returns the status the registry had just before reading them. */
+      const print = (): ThreadStatus => {
+        const { status, entries } = threadLog(o.dir, id, { after: last })
+        for (const e of entries) {
           if (o.json) out(JSON.stringify(e))
           else out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${JSON.stringify(e.data).slice(0, 120)}`)
           last = e.seq
         }
+        return status
       }
-      print()
-      // Follow by polling: the transcript is append-only and verified on every read.
-      while (o.follow) {
-        const status = showThread(o.dir, id).record.status
+      let status = print()
+      // Follow by polling: the transcript is append-only and verified on every read. The status is
+      // read before the entries, so the read after the thread stopped includes its last entries.
+      while (o.follow && (status === 'created' || status === 'running')) {
         await new Promise((resolve) => setTimeout(resolve, 250))
-        print()
-        if (status !== 'created' && status !== 'running') break
+        status = print()
       }
     })
 

@@ -85,11 +85,11 @@ export function showThread(dir: string, id: string): ThreadReport {
   return { record, state, transcript, problems }
 }
 
-/** A thread's transcript entries, verified; `after` skips entries up to that seq. */
-export function threadLog(dir: string, id: string, options: { after?: number } = {}): TranscriptEntry[] {
-  withRegistry(dir, (registry) => recordOf(registry, dir, id))
+/** A thread's registry status and transcript entries, verified; `after` skips entries up to that seq. */
+export function threadLog(dir: string, id: string, options: { after?: number } = {}): { status: ThreadStatus; entries: TranscriptEntry[] } {
+  const { status } = withRegistry(dir, (registry) => recordOf(registry, dir, id))
   const { entries } = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' }).read(id)
-  return options.after === undefined ? entries : entries.filter((e) => e.seq > options.after!)
+  return { status, entries: options.after === undefined ? entries : entries.filter((e) => e.seq > options.after!) }
 }
 
 export interface RebuildReport {
