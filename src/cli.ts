@@ -9,6 +9,7 @@ import { runDemo } from './demo.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator.js'
+import { isActive } from './threadStatus.js'
 import { writeVisualizations } from './visualize.js'
 
 /** Exit statuses, documented in `spindle --help` and the README. */
@@ -158,7 +159,7 @@ function program(setExit: (code: number) => void): Command {
       let status = print()
       // Follow by polling: the transcript is append-only and verified on every read. The status is
       // read before the entries, so the read after the thread stopped includes its last entries.
-      while (o.follow && (status === 'created' || status === 'running')) {
+      while (o.follow && isActive(status)) {
         await new Promise((resolve) => setTimeout(resolve, 250))
         status = print()
       }

@@ -13,7 +13,7 @@ import type { CheckpointStore, Cost, ThreadStatus, TranscriptEntry, TranscriptSt
 import { SpindleError, describeError } from './errors.js'
 import { applyToMessages, messagesFromTranscript } from './messages.js'
 import { replayTranscript } from './replay.js'
-import { isTerminal, statusOfValue } from './threadStatus.js'
+import { isActive, statusOfValue } from './threadStatus.js'
 
 /** What a subscriber sees at every transition: plain data, safe to keep. */
 export interface ThreadView {
@@ -248,7 +248,7 @@ export class LiveThread implements ThreadHandle {
     checkpoints.stage(this.id, makeEnvelope(this.id, status, transcripts.position(this.id), persisted, this.services.now()))
     commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
-    const stopped = isTerminal(status) || status === 'suspended'
+    const stopped = !isActive(status)
     if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
       commit.stageRegistry(this.id, {
         ...(status !== this.lastStatus ? { status, at: this.services.now() } : {}),

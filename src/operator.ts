@@ -16,7 +16,7 @@ import type { Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEnt
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
 import { replayTranscript } from './replay.js'
-import { isTerminal } from './threadStatus.js'
+import { isActive } from './threadStatus.js'
 
 function openRegistry(dir: string): Registry {
   const paths = dataPaths(dir)
@@ -151,7 +151,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       const context = (full.snapshot as { context: ThreadContext }).context
       registry.transaction(() => {
         registry.updateCostSnapshot(id, context.usage)
-        if (isTerminal(full.status) || full.status === 'suspended') {
+        if (!isActive(full.status)) {
           registry.setResult(id, { result: context.result ?? undefined, error: context.error })
         }
         registry.updateStatus(id, full.status, Date.now())
@@ -212,11 +212,11 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       const upTo = envelope.transcript.seq
       if (!isDeepStrictEqual(replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot, envelope.snapshot)) {
         damage('STATE_MISMATCH', `state.json of ${id} differs from what its transcript replays to at seq ${upTo}.`, `spindle rebuild ${id} --apply`)
-      } else if (upTo < replayed.appliedSeq && !['created', 'running'].includes(record.status)) {
+      } else if (upTo < replayed.appliedSeq && !isActive(record.status)) {
         findings.push({ threadId: id, kind: 'lag', code: 'STATE_BEHIND', message: `state.json of ${id} is behind its transcript.`, repair: `spindle rebuild ${id} --apply` })
       }
     }
-    if (record.status !== replayed.status && !['created', 'running'].includes(record.status)) {
+    if (record.status !== replayed.status && !isActive(record.status)) {
       damage('REGISTRY_MISMATCH', `The registry says ${id} is ${record.status}; its transcript says ${replayed.status}.`, `spindle rebuild ${id} --apply`)
     } else if (record.status !== replayed.status) {
       findings.push({

@@ -40,7 +40,7 @@ import { mergeConfig, systemDefaults } from '../config/load.js'
 import { ConfigLayerSchema } from '../config/schema.js'
 import type { Config, ConfigLayer } from '../config/schema.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
-import { isTerminal, statusOfValue } from './threadStatus.js'
+import { isActive, statusOfValue } from './threadStatus.js'
 
 export interface RuntimeOptions {
   /** Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. */
@@ -334,7 +334,7 @@ class RuntimeImpl implements Runtime {
     const context = (envelope?.snapshot as { context?: ThreadContext } | undefined)?.context
     const value = (envelope?.snapshot as { value?: unknown } | undefined)?.value
     const view = context && value !== undefined ? viewOf(id, { value: value as never, context }) : null
-    const stopped = isTerminal(record.status) || record.status === 'suspended'
+    const stopped = !isActive(record.status)
     let outcome: ThreadOutcome | null = null
     if (stopped && context) outcome = outcomeOf(record.status as ThreadOutcome['status'], context)
     else if (stopped) {
@@ -432,7 +432,7 @@ class RuntimeImpl implements Runtime {
     const value = (snapshot as { value: unknown }).value
     const status = statusOfValue(value)
     const context = (snapshot as { context: ThreadContext }).context
-    if (isTerminal(status) || status === 'suspended') {
+    if (!isActive(status)) {
       // The checkpoint (or transcript) is ahead of the registry: bring the registry in line.
       this.checkpoints.stage(id, makeEnvelope(id, status, this.transcripts.position(id), snapshot, this.clock.now()))
       this.commit.noteCheckpoint(id)

@@ -17,6 +17,8 @@ export function statusOfValue(value: unknown): ThreadStatus {
   }
 }
 
-export function isTerminal(status: ThreadStatus): boolean {
-  return status === 'completed' || status === 'error' || status === 'cancelled' || status === 'continued'
+
+/** Created or running: a thread some runtime should be carrying on (the others wait on disk or are done). */
+export function isActive(status: ThreadStatus): boolean {
+  return status === 'created' || status === 'running'
 }
