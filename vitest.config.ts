@@ -7,5 +7,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // Tests never read the developer's own ~/.config/spindle/config.yaml.
+    env: { XDG_CONFIG_HOME: '/nonexistent/spindle-test-config' },
   },
 })

@@ -43,6 +43,8 @@ export interface ModelResponse {
  */
 export interface ModelAdapter {
   readonly name: string
+  /** The model's context window in tokens; when known, `context_window_pressure` hooks can fire. */
+  readonly contextWindow?: number
   generate(request: ModelRequest): Promise<ModelResponse>
 }
 

@@ -10,7 +10,9 @@
 import { fromCallback } from 'xstate'
 import type {
   CallModelInput,
+  DecideLimitInput,
   FailureInfo,
+  HookVerdict,
   RunToolInput,
   ThreadEvent,
   WaitUntilInput,
@@ -47,8 +49,17 @@ export interface EffectHost {
   deliver(threadId: string, event: ThreadEvent): boolean
   messages(threadId: string): readonly Message[]
   directiveName(threadId: string): string
-  /** Classifies a model failure and decides the wait before the next attempt. */
-  classifyModelFailure(error: unknown, attempt: number): { failure: FailureInfo; retryInMs: number }
+  /**
+   * Classifies a model failure, decides the wait before the next attempt and asks the thread's
+   * `error` hooks; records the classification in the transcript.
+   */
+  judgeModelFailure(
+    threadId: string,
+    error: unknown,
+    at: { turn: number; attempt: number },
+  ): Promise<{ failure: FailureInfo; retryInMs: number; decision?: HookVerdict }>
+  /** What to do about a limit the thread hit: asks its `limit` hooks, else proposes an escalation. */
+  decideLimit(threadId: string, hit: DecideLimitInput['hit']): Promise<Omit<Extract<ThreadEvent, { type: 'LIMIT_DECIDED' }>, 'type' | 'at'>>
   /** Whether a tool call's intent was recorded before (by a run that did not record its result). */
   hasToolIntent(threadId: string, idempotencyKey: string): boolean
   /** Records the intent to run a tool call and waits until that record is durable. */
@@ -109,9 +120,19 @@ export function callModelLogic(host: EffectHost) {
         }
       } catch (error) {
         const timedOut = controller.signal.aborted && (controller.signal.reason as Error)?.name === 'TimeoutError'
+        host.clock.clearTimeout(timer)
         if (controller.signal.aborted && !timedOut) return
-        const { failure, retryInMs } = host.classifyModelFailure(timedOut ? controller.signal.reason : error, input.attempt)
-        event = { type: 'MODEL_FAILED', at: host.clock.now(), turn: input.turn, attempt: input.attempt, error: failure, retryInMs }
+        const judged = await host.judgeModelFailure(input.threadId, timedOut ? controller.signal.reason : error, input)
+        if (controller.signal.aborted && !timedOut) return
+        event = {
+          type: 'MODEL_FAILED',
+          at: host.clock.now(),
+          turn: input.turn,
+          attempt: input.attempt,
+          error: judged.failure,
+          retryInMs: judged.retryInMs,
+          ...(judged.decision ? { decision: judged.decision } : {}),
+        }
       } finally {
         host.clock.clearTimeout(timer)
       }
@@ -179,6 +200,26 @@ export function waitUntilLogic(host: EffectHost) {
   })
 }
 
+/** Decides what a limit hit leads to. Hooks may be code: they run only once the hit is durable. */
+export function decideLimitLogic(host: EffectHost) {
+  return fromCallback<ThreadEvent, DecideLimitInput>(({ input }) => {
+    const controller = new AbortController()
+    detach(host, input.threadId, async () => {
+      await host.checkpointed(input.threadId)
+      if (controller.signal.aborted) return
+      const decided = await host.decideLimit(input.threadId, input.hit)
+      if (controller.signal.aborted) return
+      host.deliver(input.threadId, { type: 'LIMIT_DECIDED', at: host.clock.now(), ...decided })
+    })
+    return () => controller.abort()
+  })
+}
+
 export function createThreadEffects(host: EffectHost) {
-  return { callModel: callModelLogic(host), runTool: runToolLogic(host), waitUntil: waitUntilLogic(host) }
+  return {
+    callModel: callModelLogic(host),
+    runTool: runToolLogic(host),
+    waitUntil: waitUntilLogic(host),
+    decideLimit: decideLimitLogic(host),
+  }
 }

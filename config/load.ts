@@ -2,6 +2,7 @@
  * Reading configuration: read a file, parse its YAML, validate it, merge the layers.
  */
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
@@ -43,7 +44,7 @@ export function readConfigLayer(file: string): ConfigLayer {
   return validate(ConfigLayerSchema, parseYaml(text, file), file)
 }
 
-/** Layers merged in order, later ones winning field by field. */
+/** Layers merged in order, later ones winning field by field; a later layer's error patterns are tried first. */
 export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer | undefined>): Config {
   let merged = base
   for (const layer of layers) {
@@ -52,9 +53,56 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
       limits: { ...merged.limits, ...layer.limits },
       retry: { ...merged.retry, ...layer.retry },
       timeouts: { ...merged.timeouts, ...layer.timeouts },
+      errors: { patterns: [...(layer.errors?.patterns ?? []), ...merged.errors.patterns] },
+      escalation: { ...merged.escalation, ...layer.escalation },
+      orphans: { ...merged.orphans, ...layer.orphans },
+      requests: { ...merged.requests, ...layer.requests },
+      context: { ...merged.context, ...layer.context },
+      hooks: [...merged.hooks, ...(layer.hooks ?? [])],
     }
   }
   return merged
+}
+
+/** Where the user's configuration lives: $XDG_CONFIG_HOME/spindle/config.yaml, else ~/.config/spindle/config.yaml. */
+export function userConfigFile(env: NodeJS.ProcessEnv = process.env): string {
+  const base = env.XDG_CONFIG_HOME && path.isAbsolute(env.XDG_CONFIG_HOME) ? env.XDG_CONFIG_HOME : path.join(os.homedir(), '.config')
+  return path.join(base, 'spindle', 'config.yaml')
+}
+
+/** The project layer of a data directory. */
+export function projectConfigFile(dir: string): string {
+  return path.join(dir, 'config.yaml')
+}
+
+/** A layer read from `file` if it exists; a file that exists but is invalid fails, naming it. */
+export function readOptionalLayer(file: string): ConfigLayer | undefined {
+  if (!fs.existsSync(file)) return undefined
+  return readConfigLayer(file)
+}
+
+export interface FileLayer {
+  kind: 'user' | 'project'
+  file: string
+  layer: ConfigLayer
+}
+
+/**
+ * System defaults, then the user's file, then the project's file (`<dir>/config.yaml`).
+ * `userFile: null` skips the user layer (tests, sandboxes). Files that do not exist are skipped.
+ */
+export function loadFileLayers(dir: string, userFile: string | null = userConfigFile()): { config: Config; layers: FileLayer[] } {
+  const layers: FileLayer[] = []
+  const candidates: Array<[FileLayer['kind'], string | null]> = [
+    ['user', userFile],
+    ['project', projectConfigFile(dir)],
+  ]
+  for (const [kind, file] of candidates) {
+    if (file === null) continue
+    const layer = readOptionalLayer(file)
+    if (layer) layers.push({ kind, file, layer })
+  }
+  return { config: mergeConfig(systemDefaults(), ...layers.map((l) => l.layer)), layers }
 }
 
 // Found next to this module in the sources, and two levels up from the compiled dist/config/.

@@ -3,14 +3,20 @@
  * inferred from it and every YAML layer is validated against it.
  */
 import { z } from 'zod'
+import { HookSpecSchema } from './hookSchema.js'
 
 const limit = z.number().nonnegative().nullable()
 
 export const LimitsSchema = z.strictObject({
   turns: limit,
   tokens: limit,
+  /** US dollars */
   spend: limit,
   durationMs: limit,
+  /** Child threads this thread may start. */
+  spawns: limit,
+  /** Levels of child threads below this one; a spawn that would go below 0 is refused. */
+  depth: limit,
 })
 
 export const RetrySchema = z.strictObject({
@@ -27,19 +33,107 @@ export const TimeoutsSchema = z.strictObject({
   toolMs: z.number().positive(),
 })
 
+export const ERROR_CATEGORIES = [
+  'transient',
+  'rate_limited',
+  'quota',
+  'context_length',
+  'limit_hit',
+  'budget',
+  'permanent',
+  'cancelled',
+] as const
+
+function compiles(source: string): boolean {
+  try {
+    new RegExp(source)
+    return true
+  } catch {
+    return false
+  }
+}
+
+export const ErrorPatternSchema = z.strictObject({
+  /** A JavaScript regular expression, matched case-insensitively against the failure's message. */
+  match: z.string().min(1).refine(compiles, { message: 'is not a valid regular expression' }),
+  category: z.enum(ERROR_CATEGORIES),
+})
+
+/** How a limit's proposed new value is computed when a thread hits it. */
+export const EscalationRuleSchema = z.strictObject({
+  policy: z.enum(['double', 'add', 'ceiling', 'deny_only']),
+  /** For `add`: how much to add. */
+  amount: z.number().positive().optional(),
+  /** For `ceiling`: the value to propose; for `double` and `add`: a value never proposed past. */
+  ceiling: z.number().positive().optional(),
+})
+
+export const EscalationSchema = z.strictObject({
+  turns: EscalationRuleSchema,
+  tokens: EscalationRuleSchema,
+  spend: EscalationRuleSchema,
+  durationMs: EscalationRuleSchema,
+  /** Seconds an approval request stays open, stated in the request for whoever answers it. */
+  requestTimeoutSeconds: z.number().int().positive(),
+})
+
+export const OrphansSchema = z.strictObject({
+  /** A thread whose owner has not been heard from for this long is an orphan. */
+  thresholdMs: z.number().int().positive(),
+})
+
+export const RequestsSchema = z.strictObject({
+  /** How often cancel and approval-response files of this runtime's threads are looked for. */
+  pollMs: z.number().int().positive(),
+  /** Every this many polls, every thread directory is swept (stray and forged requests are refused). */
+  sweepEvery: z.number().int().positive(),
+})
+
+export const ContextSchema = z.strictObject({
+  /** Share of the model's context window that prompt tokens may reach before `context_window_pressure` fires. */
+  pressureRatio: z.number().gt(0).max(1),
+})
+
 export const ConfigSchema = z.strictObject({
   limits: LimitsSchema,
   retry: RetrySchema,
   timeouts: TimeoutsSchema,
+  errors: z.strictObject({ patterns: z.array(ErrorPatternSchema) }),
+  escalation: EscalationSchema,
+  orphans: OrphansSchema,
+  requests: RequestsSchema,
+  context: ContextSchema,
+  /** Hooks as data (design 000, "Hooks as the Policy Layer"); each layer's hooks keep their layer. */
+  hooks: z.array(HookSpecSchema),
 })
 
 export type Config = z.infer<typeof ConfigSchema>
+export type ErrorPattern = z.infer<typeof ErrorPatternSchema>
+export type EscalationRule = z.infer<typeof EscalationRuleSchema>
+export type EscalationPolicy = z.infer<typeof EscalationSchema>
 
-/** What one layer (a file, a directive, a spawn) may set: any subset of the full shape. */
+/**
+ * What one layer (a file, a directive, a spawn) may set: any subset of the full shape. Error
+ * patterns of a layer are tried before those of the layers under it.
+ */
 export const ConfigLayerSchema = z.strictObject({
   limits: LimitsSchema.partial().optional(),
   retry: RetrySchema.partial().optional(),
   timeouts: TimeoutsSchema.partial().optional(),
+  errors: z.strictObject({ patterns: z.array(ErrorPatternSchema) }).optional(),
+  escalation: z
+    .strictObject({
+      turns: EscalationRuleSchema.optional(),
+      tokens: EscalationRuleSchema.optional(),
+      spend: EscalationRuleSchema.optional(),
+      durationMs: EscalationRuleSchema.optional(),
+      requestTimeoutSeconds: z.number().int().positive().optional(),
+    })
+    .optional(),
+  orphans: OrphansSchema.partial().optional(),
+  requests: RequestsSchema.partial().optional(),
+  context: ContextSchema.partial().optional(),
+  hooks: z.array(HookSpecSchema).optional(),
 })
 
 export type ConfigLayer = z.infer<typeof ConfigLayerSchema>

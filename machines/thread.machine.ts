@@ -7,6 +7,7 @@
  * `threadMachine.provide({ actors })`. Replay uses the placeholders, so it never causes effects.
  */
 import { and, assign, fromCallback, setup } from 'xstate'
+import type { Config } from '../config/schema.js'
 
 /** A limit that is null is unlimited (JSON has no Infinity). */
 export interface Limits {
@@ -16,9 +17,42 @@ export interface Limits {
   spend: number | null
   /** Active running time, in ms (time spent suspended does not count). */
   durationMs: number | null
+  /** Child threads this thread may start (checked when it spawns one). */
+  spawns: number | null
+  /** Levels of children below this thread (checked when it spawns one). */
+  depth: number | null
 }
 
-export type LimitName = keyof Limits
+/** The limits checked before every model call; spawns and depth are checked when a child is spawned. */
+export type LimitName = 'turns' | 'tokens' | 'spend' | 'durationMs'
+
+/**
+ * The policies a thread was spawned with, resolved from every configuration layer and kept with
+ * the thread: a thread resumed next week runs under the policy it started with.
+ */
+export interface ThreadPolicy {
+  retry: Config['retry']
+  escalation: Config['escalation']
+  /** Hooks from the thread's directive and spawn call, as data (runtime-wide hooks are not copied here). */
+  hooks: Array<Record<string, unknown>>
+}
+
+export interface LimitHit {
+  limit: LimitName
+  used: number
+  max: number
+  /** The new limit proposed to whoever approves; null when policy is deny_only. */
+  proposed: number | null
+  /** The approval request written for this hit. */
+  requestId: string | null
+}
+
+/** What a hook decided about a failed model call (absent: no hook matched, the default applies). */
+export interface HookVerdict {
+  action: 'retry' | 'fail' | 'abort'
+  hookId: string
+  message?: string
+}
 
 export interface ToolCall {
   id: string
@@ -63,8 +97,12 @@ export interface ThreadContext {
   threadId: string
   directive: { name: string; prompt: string }
   limits: Limits
-  /** Model failures are retried while `attempt <= maxRetries`. */
-  maxRetries: number
+  /** Model failures are retried while `attempt <= policy.retry.maxRetries`. */
+  policy: ThreadPolicy
+  /** Level in the thread tree: 0 for a thread spawned by host code, its parent's + 1 for a child. */
+  depth: number
+  /** Prompt (input) tokens of the latest model reply: how full the context window is. */
+  promptTokens: number
   usage: Usage
   /** Time of the first START, ms since epoch. */
   startedAt: number | null
@@ -79,7 +117,7 @@ export interface ThreadContext {
   toolsDone: string[]
   retry: { dueAt: number; failure: FailureInfo } | null
   suspendReason: SuspendReason | null
-  limitHit: { limit: LimitName; used: number; max: number } | null
+  limitHit: LimitHit | null
   lastFailure: FailureInfo | null
   result: string | null
   error: { code: string; message: string } | null
@@ -98,11 +136,39 @@ export type ThreadEvent =
       toolCalls: ToolCall[]
       usage: ModelUsage
     }
-  | { type: 'MODEL_FAILED'; at: number; turn: number; attempt: number; error: FailureInfo; retryInMs: number }
+  | {
+      type: 'MODEL_FAILED'
+      at: number
+      turn: number
+      attempt: number
+      error: FailureInfo
+      retryInMs: number
+      decision?: HookVerdict
+    }
   | { type: 'TOOL_DONE'; at: number; turn: number; callId: string; ok: boolean; output: unknown }
   | { type: 'RETRY_DUE'; at: number }
-  | { type: 'CANCEL'; at: number; reason: string }
-  | { type: 'RESUME'; at: number; limits?: Partial<Limits> }
+  | { type: 'CANCEL'; at: number; reason: string; by?: string }
+  | {
+      type: 'RESUME'
+      at: number
+      limits?: Partial<Limits>
+      /** 'approved' answers a limit escalation; 'resumed' carries on after another suspension. */
+      decision?: 'approved' | 'resumed'
+      /** Who decided: 'api', 'file:<path>', a user name … (recorded, not interpreted). */
+      by?: string
+      requestId?: string
+    }
+  | {
+      type: 'LIMIT_DECIDED'
+      at: number
+      /** escalate: suspend and ask a person; raise: carry on under `limits`; fail / abort: end the thread. */
+      action: 'escalate' | 'raise' | 'fail' | 'abort'
+      limits?: Partial<Limits>
+      proposed?: number | null
+      requestId?: string
+      hookId?: string
+      message?: string
+    }
   | { type: 'FAIL'; at: number; error: { code: string; message: string } }
   | { type: 'HAND_OFF'; at: number; nextThreadId: string }
 
@@ -117,6 +183,7 @@ export const THREAD_EVENT_TYPES: readonly ThreadEventType[] = [
   'RETRY_DUE',
   'CANCEL',
   'RESUME',
+  'LIMIT_DECIDED',
   'FAIL',
   'HAND_OFF',
 ]
@@ -125,7 +192,8 @@ export interface ThreadInput {
   threadId: string
   directive: { name: string; prompt: string }
   limits: Limits
-  maxRetries: number
+  policy: ThreadPolicy
+  depth: number
 }
 
 export type TerminalStatus = 'completed' | 'error' | 'cancelled' | 'continued'
@@ -151,6 +219,11 @@ export interface RunToolInput {
   call: ToolCall
 }
 
+export interface DecideLimitInput {
+  threadId: string
+  hit: { limit: LimitName; used: number; max: number }
+}
+
 export interface WaitUntilInput {
   threadId: string
   dueAt: number
@@ -166,7 +239,8 @@ function accrue(context: ThreadContext, at: number): Pick<ThreadContext, 'active
   return { activeMs: context.activeMs + Math.max(0, at - since), lastAt: at }
 }
 
-function exceeded(context: ThreadContext): ThreadContext['limitHit'] {
+/** The first limit that `context`'s usage has reached, or null. */
+export function exceeded(context: Pick<ThreadContext, 'limits' | 'usage' | 'activeMs'>): DecideLimitInput['hit'] | null {
   const { limits, usage } = context
   const checks: Array<[LimitName, number]> = [
     ['turns', usage.turns],
@@ -179,6 +253,13 @@ function exceeded(context: ThreadContext): ThreadContext['limitHit'] {
     if (max !== null && used >= max) return { limit, used, max }
   }
   return null
+}
+
+function isCurrentFailure(
+  context: ThreadContext,
+  event: ThreadEvent,
+): event is Extract<ThreadEvent, { type: 'MODEL_FAILED' }> {
+  return event.type === 'MODEL_FAILED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt
 }
 
 function isRetryable(category: ErrorCategory): boolean {
@@ -196,19 +277,29 @@ export const threadMachine = setup({
     callModel: fromCallback<ThreadEvent, CallModelInput>(() => {}),
     runTool: fromCallback<ThreadEvent, RunToolInput>(() => {}),
     waitUntil: fromCallback<ThreadEvent, WaitUntilInput>(() => {}),
+    decideLimit: fromCallback<ThreadEvent, DecideLimitInput>(() => {}),
   },
   guards: {
     limitExceeded: ({ context }) => exceeded(context) !== null,
+    /** A raise that would hit a limit again at once is treated as an escalation, never a loop. */
+    limitRaisedEnough: ({ context, event }) =>
+      event.type === 'LIMIT_DECIDED' &&
+      event.action === 'raise' &&
+      exceeded({ ...context, limits: { ...context.limits, ...event.limits } }) === null,
+    limitHookFails: ({ event }) => event.type === 'LIMIT_DECIDED' && event.action === 'fail',
+    limitHookAborts: ({ event }) => event.type === 'LIMIT_DECIDED' && event.action === 'abort',
+    errorHookRetries: ({ context, event }) => isCurrentFailure(context, event) && event.decision?.action === 'retry',
+    errorHookFails: ({ context, event }) => isCurrentFailure(context, event) && event.decision?.action === 'fail',
+    errorHookAborts: ({ context, event }) => isCurrentFailure(context, event) && event.decision?.action === 'abort',
     isCurrentReply: ({ context, event }) =>
       event.type === 'MODEL_REPLIED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt,
     replyHasToolCalls: ({ event }) => event.type === 'MODEL_REPLIED' && event.toolCalls.length > 0,
-    isCurrentFailure: ({ context, event }) =>
-      event.type === 'MODEL_FAILED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt,
+    isCurrentFailure: ({ context, event }) => isCurrentFailure(context, event),
     canRetry: ({ context, event }) => {
       if (event.type !== 'MODEL_FAILED' || !isRetryable(event.error.category)) return false
       // Quota exhaustion waits once; retrying it harder only burns the wait.
       if (event.error.category === 'quota') return context.attempt < 2
-      return context.attempt <= context.maxRetries
+      return context.attempt <= context.policy.retry.maxRetries
     },
     shouldSuspendOnFailure: ({ event }) =>
       event.type === 'MODEL_FAILED' && (isRetryable(event.error.category) || event.error.category === 'context_length'),
@@ -241,6 +332,9 @@ export const threadMachine = setup({
         toolsDone: [],
         attempt: 1,
         lastFailure: null,
+        promptTokens: event.usage.inputTokens,
+        // The latest thing the model said: the partial result of a thread cancelled or denied later.
+        result: event.text !== '' ? event.text : context.result,
       }
     }),
     recordResult: assign(({ event }) => (event.type === 'MODEL_REPLIED' ? { result: event.text } : {})),
@@ -261,7 +355,57 @@ export const threadMachine = setup({
       if (event.type !== 'RETRY_DUE') return {}
       return { ...accrue(context, event.at), attempt: context.attempt + 1, retry: null }
     }),
-    suspendForLimit: assign(({ context }) => ({ suspendReason: 'limit' as const, limitHit: exceeded(context) })),
+    suspendForLimit: assign(({ context, event }) => {
+      const hit = exceeded(context)
+      if (!hit) return {}
+      const decided = event.type === 'LIMIT_DECIDED' ? event : undefined
+      return {
+        ...accrue(context, event.at),
+        suspendReason: 'limit' as const,
+        limitHit: { ...hit, proposed: decided?.proposed ?? null, requestId: decided?.requestId ?? null },
+      }
+    }),
+    raiseLimits: assign(({ context, event }) => {
+      if (event.type !== 'LIMIT_DECIDED') return {}
+      return { ...accrue(context, event.at), limits: { ...context.limits, ...event.limits } }
+    }),
+    failByLimitHook: assign(({ context, event }) => {
+      if (event.type !== 'LIMIT_DECIDED') return {}
+      const hit = exceeded(context)
+      return {
+        ...accrue(context, event.at),
+        error: {
+          code: 'HOOK_FAILED',
+          message: `Hook ${event.hookId ?? '(unnamed)'} failed the thread when it hit its ${hit?.limit ?? ''} limit${event.message ? `: ${event.message}` : ''}.`,
+        },
+      }
+    }),
+    abortByLimitHook: assign(({ context, event }) => {
+      if (event.type !== 'LIMIT_DECIDED') return {}
+      return {
+        ...accrue(context, event.at),
+        cancelReason: `aborted by hook ${event.hookId ?? '(unnamed)'}${event.message ? `: ${event.message}` : ''}`,
+      }
+    }),
+    failByErrorHook: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_FAILED') return {}
+      return {
+        ...accrue(context, event.at),
+        lastFailure: event.error,
+        error: {
+          code: 'HOOK_FAILED',
+          message: `Hook ${event.decision?.hookId} failed the thread on a ${event.error.category} model error${event.decision?.message ? `: ${event.decision.message}` : ''} (${event.error.message})`,
+        },
+      }
+    }),
+    abortByErrorHook: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_FAILED') return {}
+      return {
+        ...accrue(context, event.at),
+        lastFailure: event.error,
+        cancelReason: `aborted by hook ${event.decision?.hookId}${event.decision?.message ? `: ${event.decision.message}` : ''}`,
+      }
+    }),
     suspendForFailure: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
@@ -300,7 +444,9 @@ export const threadMachine = setup({
     threadId: input.threadId,
     directive: input.directive,
     limits: input.limits,
-    maxRetries: input.maxRetries,
+    policy: input.policy,
+    depth: input.depth,
+    promptTokens: 0,
     usage: { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
     startedAt: null,
     lastAt: null,
@@ -336,7 +482,7 @@ export const threadMachine = setup({
       states: {
         checkingLimits: {
           always: [
-            { guard: 'limitExceeded', target: '#thread.suspended', actions: 'suspendForLimit' },
+            { guard: 'limitExceeded', target: 'limitReached' },
             { target: 'callingModel' },
           ],
         },
@@ -360,6 +506,21 @@ export const threadMachine = setup({
               { guard: 'isCurrentReply', target: '#thread.completed', actions: ['recordReply', 'recordResult'] },
             ],
             MODEL_FAILED: [
+              {
+                guard: 'errorHookRetries',
+                target: 'waitingToRetry',
+                actions: 'scheduleRetry',
+              },
+              {
+                guard: 'errorHookFails',
+                target: '#thread.error',
+                actions: 'failByErrorHook',
+              },
+              {
+                guard: 'errorHookAborts',
+                target: '#thread.cancelled',
+                actions: 'abortByErrorHook',
+              },
               { guard: and(['isCurrentFailure', 'canRetry']), target: 'waitingToRetry', actions: 'scheduleRetry' },
               {
                 guard: and(['isCurrentFailure', 'shouldSuspendOnFailure']),
@@ -384,6 +545,33 @@ export const threadMachine = setup({
             TOOL_DONE: [
               { guard: 'isLastPendingTool', target: 'checkingLimits', actions: ['recordToolDone', 'clearTurn'] },
               { guard: 'isPendingTool', target: 'runningTools', reenter: true, actions: 'recordToolDone' },
+            ],
+          },
+        },
+        limitReached: {
+          invoke: {
+            id: 'decideLimit',
+            src: 'decideLimit',
+            input: ({ context }) => ({ threadId: context.threadId, hit: exceeded(context)! }),
+          },
+          on: {
+            LIMIT_DECIDED: [
+              {
+                guard: 'limitRaisedEnough',
+                target: 'checkingLimits',
+                actions: 'raiseLimits',
+              },
+              {
+                guard: 'limitHookFails',
+                target: '#thread.error',
+                actions: 'failByLimitHook',
+              },
+              {
+                guard: 'limitHookAborts',
+                target: '#thread.cancelled',
+                actions: 'abortByLimitHook',
+              },
+              { target: '#thread.suspended', actions: 'suspendForLimit' },
             ],
           },
         },

@@ -1,7 +1,8 @@
 import { SpindleError } from '../src/errors.js'
+import { upgradeContextV1toV2 } from './upgrade.js'
 import type { StateEnvelope, ThreadStatus, TranscriptPosition } from './types.js'
 
-export const STATE_VERSION = 1
+export const STATE_VERSION = 2
 
 /**
  * Validates a parsed state.json and upgrades older versions to the current one. Each future
@@ -16,7 +17,12 @@ export function upgradeEnvelope(raw: unknown, file: string, threadId: string): S
       { details: { path: file, threadId } },
     )
   if (typeof raw !== 'object' || raw === null) throw corrupt('it is not a JSON object')
-  const v = (raw as { v?: unknown }).v
+  let v = (raw as { v?: unknown }).v
+  if (v === 1) {
+    const old = raw as { snapshot?: { context?: Record<string, unknown> } }
+    if (old.snapshot?.context) old.snapshot.context = upgradeContextV1toV2(old.snapshot.context)
+    ;(raw as { v: number }).v = v = 2
+  }
   if (typeof v === 'number' && v !== STATE_VERSION) {
     throw new SpindleError(
       'STATE_VERSION_UNSUPPORTED',

@@ -30,7 +30,7 @@ export interface Cost {
 
 /** The contents of state.json. `v` is the schema version; loaders upgrade older versions on read. */
 export interface StateEnvelope {
-  v: 1
+  v: 2
   threadId: string
   /** Derived from the snapshot; duplicated so tools can read status without knowing the machine. */
   status: ThreadStatus

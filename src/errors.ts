@@ -25,6 +25,14 @@ export type SpindleErrorCode =
   | 'RUNTIME_CLOSED'
   | 'REPLAY_DIVERGED'
   | 'CONFIG_INVALID'
+  | 'THREAD_NOT_SUSPENDED'
+  | 'NO_PENDING_APPROVAL'
+  | 'APPROVAL_NEEDS_LIMITS'
+  | 'LIMIT_STILL_EXCEEDED'
+  | 'SPAWN_REFUSED'
+  | 'CANCEL_REFUSED'
+  | 'REQUEST_INVALID'
+  | 'HOOK_FAILED'
 
 const BRAND = Symbol.for('spindle.error')
 

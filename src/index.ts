@@ -3,7 +3,22 @@
  */
 import './threadpool.js'
 export { createRuntime } from './runtime.js'
-export type { Runtime, RuntimeOptions, SpawnOptions, RecoveryReport, Problem } from './runtime.js'
+export type {
+  Runtime,
+  RuntimeOptions,
+  SpawnOptions,
+  DirectiveSpec,
+  ApproveOptions,
+  CancelResult,
+  RequestsReport,
+  RecoveryReport,
+  Problem,
+} from './runtime.js'
+export { requestCancel, respondToApproval, pendingApprovals, readRequestLog } from './requests.js'
+export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './requests.js'
+export { compileHooks } from './policies/hooks.js'
+export type { HookSpec, CodeHook, HookEvent, HookAction, HookInput, HookDecision, HookLayer } from './policies/hooks.js'
+export { proposeLimit, escalationMessage } from './policies/escalation.js'
 export type { ThreadHandle, ThreadView } from './liveThread.js'
 
 export { scriptedModel } from '../actors/scriptedModel.js'
@@ -25,6 +40,9 @@ export type {
   ErrorCategory,
   FailureInfo,
   Usage,
+  LimitHit,
+  ThreadPolicy,
+  SuspendReason,
 } from '../machines/thread.machine.js'
 
 export { replayTranscript, SPAWN_ENTRY } from './replay.js'
@@ -33,7 +51,7 @@ export { readThreadFiles, verifyReplay } from './inspectThread.js'
 export type { ThreadFiles, ReplayCheck } from './inspectThread.js'
 
 export { classifyError } from './policies/classifyError.js'
-export { systemDefaults, readConfigLayer, mergeConfig } from '../config/load.js'
+export { systemDefaults, readConfigLayer, mergeConfig, loadFileLayers, userConfigFile } from '../config/load.js'
 export type { Config, ConfigLayer } from '../config/schema.js'
 export type { RetryPolicy, Classified } from './policies/classifyError.js'
 

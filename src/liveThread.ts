@@ -53,6 +53,8 @@ export interface ThreadServices {
   now(): number
   report(error: unknown, threadId: string): void
   forget(threadId: string): void
+  /** Sees every checkpointed transition after it is staged (hooks, approval requests). */
+  observe?(thread: LiveThread, snapshot: { value: StateValue; context: ThreadContext }, previous: { status: ThreadStatus | null; value: StateValue | null }): void
 }
 
 export function viewOf(id: string, snapshot: { value: StateValue; context: ThreadContext }): ThreadView {
@@ -85,6 +87,7 @@ export class LiveThread implements ThreadHandle {
   private readonly intents: Set<string>
   private lastGood: unknown = null
   private lastStatus: ThreadStatus | null = null
+  private lastValue: StateValue | null = null
   private lastTurns = -1
   private finished = false
   private pendingNotes: Array<[string, unknown]> = []
@@ -146,6 +149,23 @@ export class LiveThread implements ThreadHandle {
     return this.actor?.getSnapshot().context.directive.name ?? ''
   }
 
+  /** The machine's current context (read-only by convention). */
+  context(): ThreadContext {
+    if (!this.actor) throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${this.id} has not started.`)
+    return this.actor.getSnapshot().context
+  }
+
+  /** True once the thread has stopped here (finished, suspended, or detached). */
+  get stopped(): boolean {
+    return this.finished
+  }
+
+  /** Records a note (not a machine input) in the transcript now. */
+  note(type: string, data: unknown): void {
+    if (this.finished) return
+    this.append(type, data)
+  }
+
   /** The conversation so far; rebuilt from the transcript the first time it is needed after recovery. */
   messages(): readonly Message[] {
     if (this.messageLog === null) {
@@ -191,6 +211,9 @@ export class LiveThread implements ThreadHandle {
     const snapshot = actor.getSnapshot()
     if (snapshot.status !== 'active' || !snapshot.can(event)) return false
     const { type, ...data } = event
+    if (event.type === 'MODEL_REPLIED' && event.attempt > 1) {
+      this.append('retry_succeeded', { at: event.at, turn: event.turn, attempts: event.attempt })
+    }
     this.append(type, data)
     if (this.messageLog !== null) {
       if (event.type === 'MODEL_REPLIED') for (const call of event.toolCalls) this.toolNames.set(call.id, call.name)
@@ -239,9 +262,12 @@ export class LiveThread implements ThreadHandle {
       // Restoring is not a transition: state.json (plus the transcript tail) already says this.
       this.restoring = false
       this.lastStatus = status
+      this.lastValue = snapshot.value
       this.lastTurns = snapshot.context.usage.turns
       return
     }
+    const previous = { status: this.lastStatus, value: this.lastValue }
+    this.lastValue = snapshot.value
     const persisted = this.actor!.getPersistedSnapshot()
     this.lastGood = persisted
     const { transcripts, checkpoints, commit } = this.services
@@ -259,6 +285,13 @@ export class LiveThread implements ThreadHandle {
       })
       this.lastStatus = status
       this.lastTurns = usage.turns
+    }
+    if (this.services.observe) {
+      try {
+        this.services.observe(this, snapshot, previous)
+      } catch (error) {
+        this.services.report(error, this.id)
+      }
     }
     if (this.listeners.size > 0) {
       const view = viewOf(this.id, snapshot)

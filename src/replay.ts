@@ -7,6 +7,7 @@ import type { AnyStateMachine } from 'xstate'
 import { THREAD_EVENT_TYPES, threadMachine } from '../machines/thread.machine.js'
 import type { ThreadEvent, ThreadInput } from '../machines/thread.machine.js'
 import type { ThreadStatus, TranscriptEntry } from '../persistence/types.js'
+import { upgradeInputV1toV2 } from '../persistence/upgrade.js'
 import { SpindleError } from './errors.js'
 import { statusOfValue } from './threadStatus.js'
 
@@ -65,7 +66,8 @@ export function replayTranscript(entries: readonly TranscriptEntry[], options: R
         { details: { seq: first?.seq ?? 0 } },
       )
     }
-    actor = createActor(machine, { input: (first.data as { input: ThreadInput }).input })
+    const input = upgradeInputV1toV2((first.data as { input: Record<string, unknown> }).input) as unknown as ThreadInput
+    actor = createActor(machine, { input })
   }
   actor.start()
   let appliedSeq = 0

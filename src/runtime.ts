@@ -3,14 +3,16 @@
  * after a crash.
  */
 import fs from 'node:fs'
+import path from 'node:path'
 import type { AnyStateMachine } from 'xstate'
 import type { ModelAdapter } from '../actors/model.js'
 import type { Clock, EffectHost } from '../actors/threadEffects.js'
 import { createThreadEffects, systemClock } from '../actors/threadEffects.js'
 import type { Tool } from '../actors/tools.js'
 import { toolDefinition } from '../actors/tools.js'
-import type { Limits, ThreadContext, ThreadInput, ThreadOutcome } from '../machines/thread.machine.js'
-import { outcomeOf, threadMachine } from '../machines/thread.machine.js'
+import type { HookVerdict, Limits, ThreadContext, ThreadEvent, ThreadInput, ThreadOutcome, ThreadPolicy } from '../machines/thread.machine.js'
+import { exceeded, outcomeOf, threadMachine } from '../machines/thread.machine.js'
+import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { GroupCommit } from '../persistence/groupCommit.js'
@@ -36,11 +38,27 @@ import type { ThreadHandle, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
 import type { RetryPolicy } from './policies/classifyError.js'
 import { classifyError, retryDelayMs } from './policies/classifyError.js'
-import { mergeConfig, systemDefaults } from '../config/load.js'
-import { ConfigLayerSchema } from '../config/schema.js'
+import { loadFileLayers, mergeConfig, systemDefaults, userConfigFile } from '../config/load.js'
+import { ConfigLayerSchema, LimitsSchema } from '../config/schema.js'
 import type { Config, ConfigLayer } from '../config/schema.js'
+import { escalationMessage, proposeLimit } from './policies/escalation.js'
+import type { CodeHook, CompiledHooks, HookEvent, HookInput, HookSet, HookSpec } from './policies/hooks.js'
+import { compileHooks } from './policies/hooks.js'
+import type { ApprovalRequest, CancelRequest } from './requests.js'
+import {
+  ApprovalResponseSchema,
+  CANCEL_FILE,
+  CancelRequestSchema,
+  approvalFiles,
+  cancelFile,
+  cancelRefusal,
+  claim,
+  logRequest,
+  readRequestFile,
+  requestCancel,
+} from './requests.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
-import { isActive, statusOfValue } from './threadStatus.js'
+import { isActive, isStateValue, statusOfValue } from './threadStatus.js'
 
 export interface RuntimeOptions {
   /** Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. */
@@ -66,6 +84,15 @@ export interface RuntimeOptions {
   clock?: Clock
   /** Problems that did not stop the runtime: a thread that failed, a file that could not be read. */
   onProblem?: (problem: Problem) => void
+  /**
+   * The user's configuration file. Default: $XDG_CONFIG_HOME/spindle/config.yaml, else
+   * ~/.config/spindle/config.yaml. null skips the user layer. `<dir>/config.yaml` is the project layer.
+   */
+  userConfig?: string | null
+  /** A whole configuration layer given in code, over the user and project files. */
+  config?: ConfigLayer
+  /** Hooks in code (with handlers) or as data; they sit in the project layer. */
+  hooks?: Array<HookSpec | CodeHook>
 }
 
 export interface Problem {
@@ -74,10 +101,42 @@ export interface Problem {
   message: string
 }
 
-export interface SpawnOptions {
-  directive: { name: string; prompt: string }
+/** What a thread is told to do, and the configuration that travels with it (the directive layer). */
+export interface DirectiveSpec {
+  name: string
+  prompt: string
   limits?: Partial<Limits>
+  retry?: Partial<RetryPolicy>
+  escalation?: ConfigLayer['escalation']
+  hooks?: HookSpec[]
+}
+
+export interface SpawnOptions {
+  directive: DirectiveSpec
+  /** Per-spawn overrides, over the directive's. A child's limits are also capped by its parent's. */
+  limits?: Partial<Limits>
+  retry?: Partial<RetryPolicy>
+  escalation?: ConfigLayer['escalation']
+  hooks?: HookSpec[]
   parentId?: string
+}
+
+export interface ApproveOptions {
+  /** New limits; default: the proposal of the approval request. */
+  limits?: Partial<Limits>
+  /** Who approved, recorded in the transcript (default 'api'). */
+  by?: string
+  message?: string
+}
+
+export type CancelResult =
+  | { status: 'cancelled'; outcome: ThreadOutcome }
+  /** The thread runs in another process: its cancel file was written with the thread's nonce. */
+  | { status: 'requested'; file: string }
+
+export interface RequestsReport {
+  honoured: Array<{ threadId: string; kind: 'cancel' | 'approval'; file: string }>
+  refused: Array<{ threadId: string | null; kind: 'cancel' | 'approval'; file: string; reason: string }>
 }
 
 export interface RecoveryReport {
@@ -106,6 +165,21 @@ export interface Runtime {
   active(): ThreadHandle[]
   /** Counters for benchmarks and diagnostics. */
   stats(): CommitStats & { live: number }
+  /**
+   * Cancels a thread: a live one at once (its model call, tool and retry wait are aborted), a
+   * suspended one from disk; one running in another process gets a cancel request file.
+   */
+  cancel(id: string, reason?: string): Promise<CancelResult>
+  /** Approves a limit escalation: raises the limits and carries the same thread on. */
+  approve(id: string, options?: ApproveOptions): Promise<ThreadHandle>
+  /** Denies a suspended thread: it ends `cancelled` with its partial result. */
+  deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome>
+  /** Carries on a thread suspended for a reason other than a limit (an error that outlasted its retries). */
+  resume(id: string, options?: { by?: string }): Promise<ThreadHandle>
+  /** Acts on cancel and approval-response files now (the runtime also polls for them). */
+  checkRequests(options?: { sweep?: boolean }): Promise<RequestsReport>
+  /** The merged configuration this runtime runs with. */
+  readonly config: Config
   /** Stops every live thread where it is (its checkpoint stays) and closes the stores. */
   close(): Promise<void>
 }
@@ -216,6 +290,8 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     throw error
   }
   if (options.recover !== false) await runtime.recover()
+  await runtime.checkRequests({ sweep: true })
+  runtime.startPolling()
   return runtime
 }
 
@@ -226,8 +302,14 @@ class RuntimeImpl implements Runtime {
   private readonly commit: GroupCommit
   private readonly machine: AnyStateMachine
   private readonly clock: Clock
-  private readonly retry: RetryPolicy
-  private readonly config: Config
+  readonly config: Config
+  private readonly hooks: CompiledHooks
+  private readonly threadHooks = new Map<string, CompiledHooks>()
+  /** Suspended threads this runtime watches for requests: id → pending approval request id. */
+  private readonly suspended = new Map<string, string | null>()
+  private poller: NodeJS.Timeout | null = null
+  private polls = 0
+  private polling: Promise<RequestsReport> | null = null
   private closed = false
 
   constructor(
@@ -240,11 +322,21 @@ class RuntimeImpl implements Runtime {
   ) {
     this.dir = root
     this.clock = options.clock ?? systemClock
+    const files = loadFileLayers(root, options.userConfig === undefined ? userConfigFile() : options.userConfig)
     this.config = mergeConfig(
-      systemDefaults(),
+      files.config,
+      options.config === undefined ? undefined : validateLayer(options.config, 'createRuntime options.config'),
       validateLayer({ limits: options.defaultLimits, retry: options.retry, timeouts: options.timeouts }, 'createRuntime options'),
     )
-    this.retry = this.config.retry
+    const hookSets: HookSet[] = []
+    for (const { kind, file, layer } of files.layers) {
+      if (layer.hooks?.length) hookSets.push({ layer: kind, source: file, hooks: layer.hooks })
+    }
+    const builtin = systemDefaults().hooks
+    if (builtin.length) hookSets.push({ layer: 'builtin', source: 'config/defaults.yaml', hooks: builtin })
+    if (options.config?.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.config', hooks: options.config.hooks })
+    if (options.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.hooks', hooks: options.hooks })
+    this.hooks = compileHooks(hookSets, { onError: (problem) => this.report(new SpindleError('HOOK_FAILED', `${problem.source}: hook ${problem.hookId}: ${problem.message}`)) })
     this.commit = new GroupCommit(
       { transcripts, checkpoints, registry },
       (threadId, error) => this.report(error, threadId),
@@ -270,10 +362,8 @@ class RuntimeImpl implements Runtime {
       deliver: (id, event) => this.live.get(id)?.deliver(event) ?? false,
       messages: (id) => this.liveThread(id).messages(),
       directiveName: (id) => this.liveThread(id).directiveName(),
-      classifyModelFailure: (error, attempt) => {
-        const classified = classifyError(error, this.clock.now())
-        return { failure: classified.failure, retryInMs: retryDelayMs(classified, attempt, this.retry) }
-      },
+      judgeModelFailure: (id, error, at) => this.judgeModelFailure(id, error, at),
+      decideLimit: (id, hit) => this.decideLimit(id, hit),
       hasToolIntent: (id, key) => this.live.get(id)?.hasToolIntent(key) ?? false,
       recordToolIntent: async (id, key, call) => {
         this.liveThread(id).recordToolIntent(key, call)
@@ -287,11 +377,27 @@ class RuntimeImpl implements Runtime {
   async spawn(options: SpawnOptions): Promise<ThreadHandle> {
     this.assertOpen()
     validateSpawn(options)
-    const limits = mergeConfig(this.config, validateLayer({ limits: options.limits }, 'spawn')).limits
-    if (options.parentId !== undefined) assertThreadId(options.parentId)
-    const directive = { name: options.directive.name, prompt: options.directive.prompt }
+    const { name, prompt, ...directiveLayer } = options.directive
+    const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
+    const fromSpawn = validateLayer(
+      { limits: options.limits, retry: options.retry, escalation: options.escalation, hooks: options.hooks },
+      'spawn',
+    )
+    const resolved = mergeConfig(this.config, fromDirective, fromSpawn)
+    const dataHooks = [...(fromDirective.hooks ?? []), ...(fromSpawn.hooks ?? [])]
+    const policy: ThreadPolicy = { retry: resolved.retry, escalation: resolved.escalation, hooks: dataHooks as ThreadPolicy['hooks'] }
+    // Compiling now refuses a bad `when` before anything is written.
+    const hooks = dataHooks.length ? this.hooks.with([{ layer: 'directive', source: `directive "${name}"`, hooks: dataHooks }]) : this.hooks
+    let limits = resolved.limits
+    let depth = 0
+    if (options.parentId !== undefined) {
+      assertThreadId(options.parentId)
+      ;({ limits, depth } = this.capByParent(options.parentId, limits))
+    }
+    const directive = { name, prompt }
     const id = newThreadId(directive.name)
-    const input: ThreadInput = { threadId: id, directive, limits, maxRetries: this.retry.maxRetries }
+    const input: ThreadInput = { threadId: id, directive, limits, policy, depth }
+    if (hooks !== this.hooks) this.threadHooks.set(id, hooks)
     this.transcripts.open(id)
     this.transcripts.append(id, SPAWN_ENTRY, { input, parentId: options.parentId ?? null })
     const thread = this.adopt(id, { messages: [{ role: 'user', content: directive.prompt }] })
@@ -313,6 +419,51 @@ class RuntimeImpl implements Runtime {
     // it leaves a durable `created` thread, which recovery starts.
     setImmediate(() => thread.deliver({ type: 'START', at: this.clock.now() }))
     return thread
+  }
+
+  /** A child's limits: each the min of its own and its parent's; depth one less; the parent's spawns counted. */
+  private capByParent(parentId: string, own: Limits): { limits: Limits; depth: number } {
+    const record = this.registry.get(parentId)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `Parent thread ${parentId} is not in ${this.dir}.`, { details: { threadId: parentId } })
+    }
+    const parent = this.live.get(parentId)?.context() ?? this.storedContext(parentId)
+    if (!parent) {
+      throw new SpindleError('SPAWN_REFUSED', `Parent thread ${parentId} has no readable state; a child cannot be capped by it.`, {
+        details: { threadId: parentId },
+      })
+    }
+    const min = (a: number | null, b: number | null): number | null => (a === null ? b : b === null ? a : Math.min(a, b))
+    const limits = { ...own }
+    for (const key of ['turns', 'tokens', 'spend', 'durationMs', 'spawns'] as const) limits[key] = min(own[key], parent.limits[key])
+    const parentDepth = parent.limits.depth
+    if (parentDepth !== null) {
+      const remaining = parentDepth - 1
+      if (remaining < 0) {
+        throw new SpindleError('SPAWN_REFUSED', `Thread ${parentId} may not start children: its depth limit is ${parentDepth}.`, {
+          details: { threadId: parentId, limit: 'depth' },
+        })
+      }
+      limits.depth = min(own.depth, remaining)
+    }
+    const maxSpawns = parent.limits.spawns
+    if (maxSpawns !== null) {
+      const children = this.registry.listChildren(parentId).length
+      if (children >= maxSpawns) {
+        throw new SpindleError('SPAWN_REFUSED', `Thread ${parentId} has started ${children} children, its spawns limit is ${maxSpawns}.`, {
+          details: { threadId: parentId, limit: 'spawns' },
+        })
+      }
+    }
+    return { limits, depth: parent.depth + 1 }
+  }
+
+  private storedContext(id: string): ThreadContext | null {
+    try {
+      return (this.checkpoints.load(id)?.snapshot as { context?: ThreadContext } | undefined)?.context ?? null
+    } catch {
+      return null
+    }
   }
 
   get(id: string): ThreadHandle {
@@ -382,6 +533,8 @@ class RuntimeImpl implements Runtime {
   async close(): Promise<void> {
     if (this.closed) return
     this.closed = true
+    if (this.poller) clearInterval(this.poller)
+    await this.polling?.catch(() => {})
     const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
     for (const thread of [...this.live.values()]) thread.detach(reason)
     try {
@@ -392,8 +545,514 @@ class RuntimeImpl implements Runtime {
     }
   }
 
-  private rehydrate(record: { id: string; status: ThreadStatus }, report: RecoveryReport): void {
-    const id = record.id
+  // ── policies: errors, limits, hooks ────────────────────────────────────────────────────────
+
+  private hooksOf(id: string): CompiledHooks {
+    const cached = this.threadHooks.get(id)
+    if (cached) return cached
+    const thread = this.live.get(id)
+    const own = thread ? thread.context().policy.hooks : []
+    let hooks = this.hooks
+    if (own.length) {
+      try {
+        hooks = this.hooks.with([{ layer: 'directive', source: `directive of thread ${id}`, hooks: own as unknown as HookSpec[] }])
+      } catch (error) {
+        // Stored hooks that no longer compile (a changed CEL library): report, run without them.
+        this.report(error, id)
+      }
+    }
+    this.threadHooks.set(id, hooks)
+    return hooks
+  }
+
+  private hookInput(context: ThreadContext, extra: Partial<HookInput> = {}): HookInput {
+    const u = context.usage
+    return {
+      thread: {
+        id: context.threadId,
+        directive: context.directive.name,
+        turn: u.turns,
+        attempt: context.attempt,
+        depth: context.depth,
+        state: context.suspendReason ?? '',
+        cost: { turns: u.turns, inputTokens: u.inputTokens, outputTokens: u.outputTokens, tokens: u.inputTokens + u.outputTokens, spend: u.spend },
+        limits: { ...context.limits },
+      },
+      ...extra,
+    } as HookInput
+  }
+
+  private async judgeModelFailure(
+    id: string,
+    error: unknown,
+    at: { turn: number; attempt: number },
+  ): Promise<Awaited<ReturnType<EffectHost['judgeModelFailure']>>> {
+    const thread = this.liveThread(id)
+    const context = thread.context()
+    const classified = classifyError(error, this.clock.now(), this.config.errors.patterns)
+    const retryInMs = retryDelayMs(classified, at.attempt, context.policy.retry)
+    let decision: HookVerdict | undefined
+    const hooks = this.hooksOf(id)
+    if (hooks.has('error')) {
+      const decided = await hooks.decide(
+        'error',
+        this.hookInput(context, { error: { ...classified.failure, attempt: at.attempt, retryInMs } } as Partial<HookInput>),
+      )
+      if (decided.hookId && decided.action !== 'continue') {
+        decision = { action: decided.action, hookId: decided.hookId, ...(decided.message ? { message: decided.message } : {}) }
+      }
+    }
+    thread.note('error_classified', {
+      at: this.clock.now(),
+      turn: at.turn,
+      attempt: at.attempt,
+      ...classified.failure,
+      ...(classified.retryAfterMs !== undefined ? { retryAfterMs: classified.retryAfterMs } : {}),
+      retryInMs,
+      ...(decision ? { decision } : {}),
+    })
+    return { failure: classified.failure, retryInMs, ...(decision ? { decision } : {}) }
+  }
+
+  private async decideLimit(id: string, hit: { limit: 'turns' | 'tokens' | 'spend' | 'durationMs'; used: number; max: number }) {
+    const thread = this.liveThread(id)
+    const context = thread.context()
+    const proposed = proposeLimit(hit.max, context.policy.escalation[hit.limit])
+    const hooks = this.hooksOf(id)
+    if (hooks.has('limit')) {
+      const decided = await hooks.decide('limit', this.hookInput(context, { limit: { name: hit.limit, used: hit.used, max: hit.max, proposed } } as Partial<HookInput>))
+      if (decided.hookId && decided.action !== 'continue') {
+        thread.note('hook_decided', { at: this.clock.now(), event: 'limit', hookId: decided.hookId, action: decided.action, limit: hit.limit })
+        const by = { hookId: decided.hookId, ...(decided.message ? { message: decided.message } : {}) }
+        if (decided.action === 'fail' || decided.action === 'abort') return { action: decided.action, ...by }
+        const limits = decided.limits ?? (proposed !== null ? { [hit.limit]: proposed } : undefined)
+        if (limits) return { action: 'raise' as const, limits: limits as Partial<Limits>, ...by }
+      }
+    }
+    const requestId = `${hit.limit}-${context.usage.turns}-${this.clock.now().toString(36)}`
+    thread.note('limit_escalation_requested', {
+      at: this.clock.now(),
+      requestId,
+      ...hit,
+      proposed,
+      cost: { ...context.usage },
+      message: escalationMessage(context.directive.name, { ...hit, proposed }, context.usage),
+    })
+    return { action: 'escalate' as const, proposed, requestId }
+  }
+
+  /** Hooks on transitions, and the bookkeeping of suspended threads. */
+  private observe(thread: LiveThread, snapshot: { value: unknown; context: ThreadContext }, previous: { status: ThreadStatus | null; value: unknown }): void {
+    const status = statusOfValue(snapshot.value as never)
+    const context = snapshot.context
+    if (status === 'suspended' && previous.status !== 'suspended') {
+      this.suspended.set(thread.id, context.limitHit?.requestId ?? null)
+      if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
+        const request = this.approvalRequest(thread.id, context)
+        // Write-ahead: the request goes out once the suspension it describes is durable.
+        this.commit.whenDurable().then(
+          () => this.writeApprovalRequest(thread.id, request),
+          () => {},
+        )
+      }
+    }
+    if (previous.status === 'created' && status === 'running') this.fireHook(thread, 'thread_started', context)
+    const wasRunningTools = isStateValue(previous.value, 'runningTools')
+    const wasCalling = isStateValue(previous.value, 'callingModel')
+    if ((wasRunningTools && !isStateValue(snapshot.value, 'runningTools')) || (wasCalling && status === 'completed')) {
+      this.fireHook(thread, 'after_step', context, { step: { turn: context.usage.turns, toolCalls: context.toolCalls.length } })
+    }
+    if (wasCalling && context.usage.turns > 0 && this.options.model.contextWindow) {
+      const window = this.options.model.contextWindow
+      const ratio = context.promptTokens / window
+      if (ratio >= this.config.context.pressureRatio) {
+        this.fireHook(thread, 'context_window_pressure', context, { pressure: { ratio, promptTokens: context.promptTokens, contextWindow: window } })
+      }
+    }
+    if (!isActive(status) && status !== 'suspended') {
+      this.fireHook(thread, 'after_complete', context, { outcome: { status, result: context.result } })
+    }
+  }
+
+  private fireHook(thread: LiveThread, event: HookEvent, context: ThreadContext, extra: Record<string, unknown> = {}): void {
+    const hooks = this.hooksOf(thread.id)
+    if (!hooks.has(event)) return
+    hooks.decide(event, this.hookInput(context, extra as Partial<HookInput>)).then(
+      (decided) => {
+        if (!decided.hookId || decided.action === 'continue' || decided.action === 'retry') return
+        // after_complete sees a thread that has already stopped: its decision changes nothing.
+        if (thread.stopped) return
+        thread.note('hook_decided', { at: this.clock.now(), event, hookId: decided.hookId, action: decided.action })
+        const message = decided.message ? `: ${decided.message}` : ''
+        if (decided.action === 'fail') {
+          thread.deliver({
+            type: 'FAIL',
+            at: this.clock.now(),
+            error: { code: 'HOOK_FAILED', message: `Hook ${decided.hookId} failed the thread on ${event}${message}.` },
+          })
+        } else {
+          thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason: `aborted by hook ${decided.hookId}${message}`, by: `hook ${decided.hookId}` })
+        }
+      },
+      (error: unknown) => this.report(error, thread.id),
+    )
+  }
+
+  // ── approvals, resume, cancel ──────────────────────────────────────────────────────────────
+
+  private approvalRequest(id: string, context: ThreadContext): ApprovalRequest {
+    const hit = context.limitHit!
+    const cost = { ...context.usage }
+    const files = this.options.store === 'memory' ? null : approvalFiles(dataPaths(this.dir), id, hit.requestId!)
+    return {
+      id: hit.requestId!,
+      threadId: id,
+      directive: context.directive.name,
+      kind: 'limit_escalation',
+      limit: hit.limit,
+      used: hit.used,
+      max: hit.max,
+      proposed: hit.proposed,
+      cost,
+      message: escalationMessage(context.directive.name, hit, cost),
+      createdAt: new Date(this.clock.now()).toISOString(),
+      timeoutSeconds: context.policy.escalation.requestTimeoutSeconds,
+      respond: {
+        file: files ? path.relative(this.dir, files.response) : '(memory store: use rt.approve / rt.deny)',
+        approve: { approved: true, ...(hit.proposed !== null ? { limits: { [hit.limit]: hit.proposed } } : {}), message: 'optional note' },
+        deny: { approved: false, message: 'why' },
+      },
+    }
+  }
+
+  private writeApprovalRequest(id: string, request: ApprovalRequest): void {
+    if (this.options.store === 'memory' || this.closed) return
+    try {
+      const files = approvalFiles(dataPaths(this.dir), id, request.id)
+      if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
+      fs.mkdirSync(files.dir, { recursive: true })
+      writeFileAtomicSync(files.request, `${JSON.stringify(request, null, 2)}\n`, { fsync: this.durability === 'fsync' })
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  private writeDecision(id: string, requestId: string | null, decision: Record<string, unknown>): void {
+    if (this.options.store === 'memory' || requestId === null) return
+    try {
+      const files = approvalFiles(dataPaths(this.dir), id, requestId)
+      if (!fs.existsSync(files.dir)) return
+      writeFileAtomicSync(files.decision, `${JSON.stringify(decision, null, 2)}\n`, { fsync: this.durability === 'fsync' })
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  /** A suspended thread's stored state, read (not yet loaded) so that a request can be checked first. */
+  private async readSuspended(id: string): Promise<{ snapshot: unknown; context: ThreadContext; intents: string[] }> {
+    this.assertOpen()
+    assertThreadId(id)
+    const live = this.live.get(id)
+    if (live && !live.stopped) {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${live.status}, not suspended.`, { details: { threadId: id, status: live.status } })
+    }
+    // A thread that just suspended here is live until its checkpoint is durable.
+    if (live) await live.done.catch(() => {})
+    const record = this.registry.get(id)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.dir}. List threads with rt.list() or \`spindle ls\`.`, {
+        details: { threadId: id },
+      })
+    }
+    if (this.live.has(id)) {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} was just loaded by another request.`, { details: { threadId: id } })
+    }
+    const restored = this.readSnapshot(id, record.status)
+    const status = statusOfValue((restored.snapshot as { value: never }).value)
+    if (status !== 'suspended') {
+      this.transcripts.close(id)
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${status}, not suspended.`, { details: { threadId: id, status } })
+    }
+    return {
+      snapshot: restored.snapshot,
+      context: (restored.snapshot as { context: ThreadContext }).context,
+      intents: restored.tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key),
+    }
+  }
+
+  /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
+  private wake(id: string, stored: { snapshot: unknown; intents: string[] }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+    this.suspended.delete(id)
+    const thread = this.adopt(id, { intents: stored.intents })
+    thread.start(this.machine, { snapshot: stored.snapshot })
+    if (note) thread.note(note[0], note[1])
+    if (!thread.deliver(event)) {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} did not accept ${event.type}.`, { details: { threadId: id } })
+    }
+    return thread
+  }
+
+  async approve(id: string, options: ApproveOptions = {}): Promise<ThreadHandle> {
+    const stored = await this.readSuspended(id)
+    const { context } = stored
+    const hit = context.limitHit
+    if (context.suspendReason !== 'limit' || !hit) {
+      throw new SpindleError(
+        'THREAD_NOT_SUSPENDED',
+        `Thread ${id} is suspended for ${context.suspendReason ?? 'an unknown reason'}, not at a limit: carry it on with rt.resume(id), or deny it.`,
+        { details: { threadId: id, suspendReason: context.suspendReason } },
+      )
+    }
+    let limits: Partial<Limits>
+    if (options.limits !== undefined) {
+      const checked = LimitsSchema.partial().safeParse(options.limits)
+      if (!checked.success) {
+        const issue = checked.error.issues[0]!
+        throw new SpindleError('INVALID_OPTIONS', `approve: limits.${issue.path.join('.')} ${issue.message.toLowerCase()}.`, {
+          details: { field: `limits.${issue.path.join('.')}` },
+        })
+      }
+      limits = checked.data
+    } else if (hit.proposed !== null) {
+      limits = { [hit.limit]: hit.proposed }
+    } else {
+      throw new SpindleError(
+        'APPROVAL_NEEDS_LIMITS',
+        `Thread ${id} hit its ${hit.limit} limit and its escalation policy proposes no new one: approve with explicit limits, e.g. { limits: { ${hit.limit}: ${hit.max * 2} } }.`,
+        { details: { threadId: id, limit: hit.limit } },
+      )
+    }
+    const still = exceeded({ ...context, limits: { ...context.limits, ...limits } })
+    if (still) {
+      throw new SpindleError(
+        'LIMIT_STILL_EXCEEDED',
+        `Approving thread ${id} with these limits would suspend it again at once: it has used ${still.used} of ${still.limit}, and the limit would be ${still.max}. Raise ${still.limit} above ${still.used}.`,
+        { details: { threadId: id, ...still } },
+      )
+    }
+    const by = options.by ?? 'api'
+    const at = this.clock.now()
+    const thread = this.wake(
+      id,
+      stored,
+      ['approval_decided', { at, requestId: hit.requestId, decision: 'approved', by, limits, ...(options.message ? { message: options.message } : {}) }],
+      { type: 'RESUME', at, limits, decision: 'approved', by, ...(hit.requestId ? { requestId: hit.requestId } : {}) },
+    )
+    await this.commit.whenLogged()
+    this.writeDecision(id, hit.requestId, { decision: 'approved', by, limits, at: new Date(at).toISOString(), message: options.message ?? null })
+    return thread
+  }
+
+  async deny(id: string, reason?: string, options: { by?: string } = {}): Promise<ThreadOutcome> {
+    const stored = await this.readSuspended(id)
+    const requestId = stored.context.limitHit?.requestId ?? null
+    const by = options.by ?? 'api'
+    const at = this.clock.now()
+    const thread = this.wake(
+      id,
+      stored,
+      ['approval_decided', { at, requestId, decision: 'denied', by, ...(reason ? { message: reason } : {}) }],
+      { type: 'CANCEL', at, reason: reason ? `denied: ${reason}` : 'denied', by },
+    )
+    const outcome = await thread.done
+    this.writeDecision(id, requestId, { decision: 'denied', by, at: new Date(at).toISOString(), message: reason ?? null })
+    return outcome
+  }
+
+  async resume(id: string, options: { by?: string } = {}): Promise<ThreadHandle> {
+    const stored = await this.readSuspended(id)
+    if (stored.context.suspendReason === 'limit') {
+      const hit = stored.context.limitHit
+      throw new SpindleError(
+        'APPROVAL_NEEDS_LIMITS',
+        `Thread ${id} is suspended at its ${hit?.limit ?? ''} limit: approve it (rt.approve / spindle approve) to raise the limit, or deny it.`,
+        { details: { threadId: id } },
+      )
+    }
+    const by = options.by ?? 'api'
+    return this.wake(id, stored, null, { type: 'RESUME', at: this.clock.now(), decision: 'resumed', by })
+  }
+
+  async cancel(id: string, reason = 'cancelled by operator'): Promise<CancelResult> {
+    this.assertOpen()
+    assertThreadId(id)
+    return this.cancelAs(id, reason, 'api')
+  }
+
+  private async cancelAs(id: string, reason: string, by: string): Promise<CancelResult> {
+    const live = this.live.get(id)
+    if (live && !live.stopped) {
+      live.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by })
+      return { status: 'cancelled', outcome: await live.done }
+    }
+    if (live) await live.done.catch(() => {})
+    const record = this.registry.get(id)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.dir}. List threads with rt.list() or \`spindle ls\`.`, {
+        details: { threadId: id },
+      })
+    }
+    if (record.status === 'suspended') {
+      const stored = await this.readSuspended(id)
+      const thread = this.wake(id, stored, null, { type: 'CANCEL', at: this.clock.now(), reason, by })
+      return { status: 'cancelled', outcome: await thread.done }
+    }
+    if (isActive(record.status) && this.options.store !== 'memory') {
+      return { status: 'requested', file: requestCancel(this.dir, id, { reason, by }) }
+    }
+    throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is ${record.status}; only a running or suspended thread can be cancelled.`, {
+      details: { threadId: id, status: record.status },
+    })
+  }
+
+  // ── request files ──────────────────────────────────────────────────────────────────────────
+
+  checkRequests(options: { sweep?: boolean } = {}): Promise<RequestsReport> {
+    if (this.polling) return this.polling.then(() => this.checkRequests(options))
+    const run = this.pollOnce(options.sweep ?? false).finally(() => {
+      this.polling = null
+    })
+    this.polling = run
+    return run
+  }
+
+  /** @internal */
+  startPolling(): void {
+    if (this.options.store === 'memory') return
+    this.poller = setInterval(() => {
+      this.polls++
+      if (this.polling) return
+      this.checkRequests({ sweep: this.polls % this.config.requests.sweepEvery === 0 }).catch((error: unknown) => this.report(error))
+    }, this.config.requests.pollMs)
+    this.poller.unref()
+  }
+
+  private async pollOnce(sweep: boolean): Promise<RequestsReport> {
+    const report: RequestsReport = { honoured: [], refused: [] }
+    if (this.options.store === 'memory' || this.closed) return report
+    const paths = dataPaths(this.dir)
+    if (sweep) this.sweep(paths, report)
+    for (const thread of [...this.live.values()]) {
+      if (thread.stopped) continue
+      if (fs.existsSync(cancelFile(paths, thread.id))) await this.handleCancelFile(paths, thread.id, report)
+    }
+    for (const [id, requestId] of [...this.suspended]) {
+      if (this.closed) break
+      if (fs.existsSync(cancelFile(paths, id))) {
+        await this.handleCancelFile(paths, id, report)
+        continue
+      }
+      if (requestId && fs.existsSync(approvalFiles(paths, id, requestId).response)) await this.handleResponse(paths, id, requestId, report)
+    }
+    return report
+  }
+
+  /** Every thread directory: stray cancel files, suspended threads other processes left, missing approval requests. */
+  private sweep(paths: ReturnType<typeof dataPaths>, report: RequestsReport): void {
+    for (const record of this.registry.list({ status: 'suspended' })) {
+      if (this.suspended.has(record.id) || this.live.has(record.id)) continue
+      const context = this.storedContext(record.id)
+      if (!context) continue
+      this.suspended.set(record.id, context.limitHit?.requestId ?? null)
+      if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
+        this.writeApprovalRequest(record.id, this.approvalRequest(record.id, context))
+      }
+    }
+    let names: string[]
+    try {
+      names = fs.readdirSync(paths.threads)
+    } catch {
+      return
+    }
+    for (const name of names) {
+      if (this.live.has(name) || this.suspended.has(name)) continue
+      const file = path.join(paths.threads, name, CANCEL_FILE)
+      if (!fs.existsSync(file)) continue
+      let record: ReturnType<Registry['get']> = null
+      try {
+        assertThreadId(name)
+        record = this.registry.get(name)
+      } catch {}
+      // A running thread not live here belongs to another process: its cancel file is its owner's.
+      if (record && isActive(record.status)) continue
+      const reason = record ? `the thread is ${record.status}; only a running or suspended thread can be cancelled` : 'no such thread in the registry'
+      this.refuseCancel(paths, record ? record.id : null, file, reason, report)
+    }
+  }
+
+  private refuseCancel(paths: ReturnType<typeof dataPaths>, id: string | null, file: string, reason: string, report: RequestsReport): void {
+    const refusedAs = path.join(path.dirname(file), 'cancel.refused.json')
+    try {
+      fs.renameSync(file, refusedAs)
+    } catch {}
+    report.refused.push({ threadId: id, kind: 'cancel', file, reason })
+    logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'cancel', threadId: id, file, outcome: 'refused', reason })
+    const live = id ? this.live.get(id) : undefined
+    live?.note('cancel_refused', { at: this.clock.now(), file, reason })
+    this.report(new SpindleError('CANCEL_REFUSED', `Refused the cancel request ${file}: ${reason}.`, { details: { threadId: id, file } }), id ?? undefined)
+  }
+
+  private async handleCancelFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
+    const file = cancelFile(paths, id)
+    const claimed = `${file}.${process.pid}.claimed`
+    if (!claim(file, claimed)) return
+    const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
+    const record = this.registry.get(id)
+    const refusal = read.ok ? cancelRefusal(record, read.value) : read.problem.replace(claimed, file)
+    if (refusal) {
+      this.refuseCancel(paths, id, claimed, refusal, report)
+      return
+    }
+    const request = (read as { value: CancelRequest }).value
+    fs.rmSync(claimed, { force: true })
+    report.honoured.push({ threadId: id, kind: 'cancel', file })
+    const reason = request.reason ?? 'cancelled by request file'
+    logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'cancel', threadId: id, file, outcome: 'honoured', reason })
+    try {
+      await this.cancelAs(id, reason, request.by ?? `file ${path.relative(paths.root, file)}`)
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  private async handleResponse(paths: ReturnType<typeof dataPaths>, id: string, requestId: string, report: RequestsReport): Promise<void> {
+    const files = approvalFiles(paths, id, requestId)
+    if (!claim(files.response, files.taken)) return
+    const read = readRequestFile(files.taken, ApprovalResponseSchema)
+    const reject = (reason: string): void => {
+      try {
+        fs.renameSync(files.taken, files.rejected)
+      } catch {}
+      report.refused.push({ threadId: id, kind: 'approval', file: files.response, reason })
+      logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file: files.response, outcome: 'refused', reason })
+      this.report(new SpindleError('REQUEST_INVALID', `Rejected ${files.response}: ${reason}. The approval request stays open; write a corrected response.`, { details: { threadId: id, file: files.response } }), id)
+    }
+    if (!read.ok) return reject(read.problem.replace(files.taken, files.response))
+    const response = read.value
+    const by = response.by ?? `file ${path.relative(paths.root, files.response)}`
+    try {
+      if (response.approved) await this.approve(id, { ...(response.limits ? { limits: response.limits } : {}), by, ...(response.message ? { message: response.message } : {}) })
+      else await this.deny(id, response.message, { by })
+    } catch (error) {
+      return reject(describeError(error).message)
+    }
+    fs.rmSync(files.taken, { force: true })
+    report.honoured.push({ threadId: id, kind: 'approval', file: files.response })
+    logRequest(paths.root, {
+      at: new Date(this.clock.now()).toISOString(),
+      kind: 'approval',
+      threadId: id,
+      file: files.response,
+      outcome: 'honoured',
+      reason: response.approved ? 'approved' : 'denied',
+    })
+  }
+
+  /**
+   * A thread's snapshot from state.json plus its transcript tail, or rebuilt from the whole
+   * transcript when state.json is missing or damaged. Opens the thread's transcript.
+   */
+  private readSnapshot(id: string, registeredAs: ThreadStatus, report?: RecoveryReport): { snapshot: unknown; tail: TranscriptEntry[] } {
     let envelope: StateEnvelope | null = null
     let damaged: unknown = null
     try {
@@ -403,32 +1062,32 @@ class RuntimeImpl implements Runtime {
       damaged = error
       this.report(error, id)
     }
-    let snapshot: unknown
-    let tail: TranscriptEntry[]
     if (envelope) {
       const opened = this.transcripts.open(id, envelope.transcript)
-      tail = opened.tail
-      snapshot = tail.some(isMachineEventEntry)
-        ? replayTranscript(tail, { from: envelope.snapshot }).snapshot
-        : envelope.snapshot
-    } else {
-      // No usable state.json: the transcript is the source of truth, replay it whole.
-      const opened = this.transcriptExists(id) ? this.transcripts.open(id) : null
-      if (!opened || opened.tail.length === 0) {
-        // A kill between registering a thread and its first transcript line: spawn never returned.
-        throw new SpindleError(
-          'FILES_MISSING',
-          `Thread ${id} is registered as ${record.status} but has no state.json and ` +
-            `${opened ? 'an empty transcript.jsonl' : 'no transcript.jsonl'} in ${this.threadPath(id)}. It was registered ` +
-            'but never checkpointed, so no step of it was acknowledged; it is marked error.',
-          { details: { threadId: id, dir: this.threadPath(id) } },
-        )
-      }
-      tail = opened.tail
-      snapshot = replayTranscript(tail).snapshot
-      report.rebuilt.push(id)
-      if (damaged) this.report(new Error(`state.json of ${id} was rebuilt from its transcript`), id)
+      const tail = opened.tail
+      const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
+      return { snapshot, tail }
     }
+    // No usable state.json: the transcript is the source of truth, replay it whole.
+    const opened = this.transcriptExists(id) ? this.transcripts.open(id) : null
+    if (!opened || opened.tail.length === 0) {
+      // A kill between registering a thread and its first transcript line: spawn never returned.
+      throw new SpindleError(
+        'FILES_MISSING',
+        `Thread ${id} is registered as ${registeredAs} but has no state.json and ` +
+          `${opened ? 'an empty transcript.jsonl' : 'no transcript.jsonl'} in ${this.threadPath(id)}. It was registered ` +
+          'but never checkpointed, so no step of it was acknowledged; it is marked error.',
+        { details: { threadId: id, dir: this.threadPath(id) } },
+      )
+    }
+    report?.rebuilt.push(id)
+    if (damaged) this.report(new Error(`state.json of ${id} was rebuilt from its transcript`), id)
+    return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
+  }
+
+  private rehydrate(record: { id: string; status: ThreadStatus }, report: RecoveryReport): void {
+    const id = record.id
+    const { snapshot, tail } = this.readSnapshot(id, record.status, report)
     const value = (snapshot as { value: unknown }).value
     const status = statusOfValue(value)
     const context = (snapshot as { context: ThreadContext }).context
@@ -444,6 +1103,13 @@ class RuntimeImpl implements Runtime {
       })
       this.transcripts.close(id)
       report.settled.push(id)
+      if (status === 'suspended') {
+        this.suspended.set(id, context.limitHit?.requestId ?? null)
+        if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
+          const request = this.approvalRequest(id, context)
+          this.commit.whenDurable().then(() => this.writeApprovalRequest(id, request), () => {})
+        }
+      }
       return
     }
     if (record.status !== status) this.commit.stageRegistry(id, { status, at: this.clock.now() })
@@ -475,7 +1141,9 @@ class RuntimeImpl implements Runtime {
         report: (error, threadId) => this.report(error, threadId),
         forget: (threadId) => {
           if (this.live.get(threadId) === thread) this.live.delete(threadId)
+          this.threadHooks.delete(threadId)
         },
+        observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),
       },
       options,
     )

@@ -54,7 +54,7 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
   const dir = givenDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'spindle-test-'))
   const clock = new SimulatedClock()
   clock.set(startAt ?? Date.UTC(2026, 0, 1))
-  const runtime = await createRuntime({ durability: 'process', ...rest, dir, clock })
+  const runtime = await createRuntime({ durability: 'process', userConfig: null, ...rest, dir, clock })
   const settle = () => turnsOfTheEventLoop(10)
   const test: TestRuntime = {
     get dir() {
@@ -73,6 +73,14 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     active: () => runtime.active(),
     stats: () => runtime.stats(),
     close: () => runtime.close(),
+    cancel: (id, reason) => runtime.cancel(id, reason),
+    approve: (id, approveOptions) => runtime.approve(id, approveOptions),
+    deny: (id, reason, denyOptions) => runtime.deny(id, reason, denyOptions),
+    resume: (id, resumeOptions) => runtime.resume(id, resumeOptions),
+    checkRequests: (requestOptions) => runtime.checkRequests(requestOptions),
+    get config() {
+      return runtime.config
+    },
     clock,
     settle,
     async advance(ms: number) {

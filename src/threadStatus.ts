@@ -22,3 +22,8 @@ export function statusOfValue(value: unknown): ThreadStatus {
 export function isActive(status: ThreadStatus): boolean {
   return status === 'created' || status === 'running'
 }
+
+/** Whether a machine state value is `running` in the sub-state `sub` (e.g. 'runningTools'). */
+export function isStateValue(value: unknown, sub: string): boolean {
+  return typeof value === 'object' && value !== null && (value as { running?: unknown }).running === sub
+}

@@ -5,6 +5,7 @@
 import type { ErrorCategory, FailureInfo } from '../../machines/thread.machine.js'
 import { isSpindleError } from '../errors.js'
 import type { Config } from '../../config/schema.js'
+import { systemDefaults } from '../../config/load.js'
 
 export interface Classified {
   failure: FailureInfo
@@ -42,12 +43,22 @@ const CODES: Record<string, ErrorCategory> = {
 
 const NODE_NETWORK = new Set(['ECONNRESET', 'ECONNREFUSED', 'ETIMEDOUT', 'EPIPE', 'EAI_AGAIN', 'ENOTFOUND', 'UND_ERR_SOCKET', 'UND_ERR_CONNECT_TIMEOUT'])
 
-const PATTERNS: Array<[RegExp, ErrorCategory]> = [
-  [/insufficient.?quota|quota.*(exceeded|exhausted)/i, 'quota'],
-  [/context.?length|maximum context|too many tokens/i, 'context_length'],
-  [/rate.?limit/i, 'rate_limited'],
-  [/(connection|connect).*(reset|refused|timeout)|socket hang up|(socket|read).?timeout|overloaded|timed out/i, 'transient'],
-]
+/** Message patterns (config `errors.patterns`), compiled once per list. */
+export interface MessagePattern {
+  match: string
+  category: ErrorCategory
+}
+
+const compiledPatterns = new WeakMap<readonly MessagePattern[], Array<[RegExp, ErrorCategory]>>()
+
+function compilePatterns(patterns: readonly MessagePattern[]): Array<[RegExp, ErrorCategory]> {
+  let compiled = compiledPatterns.get(patterns)
+  if (!compiled) {
+    compiled = patterns.map((p) => [new RegExp(p.match, 'i'), p.category])
+    compiledPatterns.set(patterns, compiled)
+  }
+  return compiled
+}
 
 function headerOf(headers: unknown, name: string): string | undefined {
   if (!headers || typeof headers !== 'object') return undefined
@@ -77,7 +88,7 @@ function field(error: unknown, name: string): unknown {
 }
 
 /** Maps any failure to a category. Unknown failures are permanent: never retry what is not understood. */
-export function classifyError(error: unknown, now = Date.now()): Classified {
+export function classifyError(error: unknown, now = Date.now(), patterns: readonly MessagePattern[] = systemDefaults().errors.patterns): Classified {
   const message = error instanceof Error ? error.message : String(error)
   const rawStatus = field(error, 'status') ?? field(error, 'statusCode')
   const status = typeof rawStatus === 'number' ? rawStatus : undefined
@@ -97,7 +108,7 @@ export function classifyError(error: unknown, now = Date.now()): Classified {
   const category =
     byCode ??
     (status !== undefined ? STATUS[status] ?? (status >= 500 ? 'transient' : undefined) : undefined) ??
-    PATTERNS.find(([re]) => re.test(message))?.[1] ??
+    compilePatterns(patterns).find(([re]) => re.test(message))?.[1] ??
     'permanent'
   const retryAfterMs = parseRetryAfter(field(error, 'headers') ?? field(field(error, 'response'), 'headers'), now)
   return retryAfterMs === undefined ? { failure: info(category) } : { failure: info(category), retryAfterMs }

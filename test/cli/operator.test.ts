@@ -55,7 +55,7 @@ describe('spindle show and logs', () => {
   it('should show a suspended thread with its limit', () => {
     const report = JSON.parse(spindle('show', suspended, '--dir', dir, '--json').stdout)
     expect(report.record.status).toBe('suspended')
-    expect(report.state.context.limitHit).toEqual({ limit: 'turns', used: 2, max: 2 })
+    expect(report.state.context.limitHit).toMatchObject({ limit: 'turns', used: 2, max: 2, proposed: 4 })
     expect(report.problems).toEqual([])
   })
 

@@ -17,10 +17,12 @@ describe('visualizations', () => {
 
   it('should draw every state, eventless decision and guard of the thread machine', () => {
     const text = visualizations()['thread.machine.mmd']!
-    for (const state of ['created', 'checkingLimits', 'callingModel', 'runningTools', 'waitingToRetry', 'suspended', 'completed', 'error', 'cancelled', 'continued']) {
+    for (const state of ['created', 'checkingLimits', 'limitReached', 'callingModel', 'runningTools', 'waitingToRetry', 'suspended', 'completed', 'error', 'cancelled', 'continued']) {
       expect(text).toContain(`"${state}"`)
     }
-    expect(text).toContain('always [limitExceeded] / suspendForLimit')
+    expect(text).toContain('always [limitExceeded]')
+    expect(text).toContain('LIMIT_DECIDED [limitRaisedEnough] / raiseLimits')
+    expect(text).toContain('MODEL_FAILED [errorHookRetries] / scheduleRetry')
     expect(text).toContain('MODEL_FAILED [isCurrentFailure && canRetry] / scheduleRetry')
   })
 

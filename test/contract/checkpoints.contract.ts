@@ -11,10 +11,10 @@ export interface CheckpointBackend {
   destroy?: () => void
 }
 
-/** A plausible v1 envelope; `turns` varies the content so tests can tell versions apart. */
+/** A plausible envelope of the current version; `turns` varies the content so tests can tell versions apart. */
 export function envelope(threadId: string, turns = 0): StateEnvelope {
   return {
-    v: 1,
+    v: 2,
     threadId,
     status: 'running',
     savedAt: '2026-11-22T00:00:00.000Z',

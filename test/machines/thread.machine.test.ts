@@ -9,12 +9,18 @@ import { getShortestPaths, getSimplePaths } from 'xstate/graph'
 import type { SnapshotFrom } from 'xstate'
 import { threadMachine } from '../../machines/thread.machine.js'
 import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
+import { systemDefaults } from '../../config/load.js'
 
 const input: ThreadInput = {
   threadId: 'graph-aaaaaaaaaaaa',
   directive: { name: 'graph', prompt: 'walk every path' },
-  limits: { turns: 2, tokens: null, spend: null, durationMs: null },
-  maxRetries: 1,
+  limits: { turns: 2, tokens: null, spend: null, durationMs: null, spawns: null, depth: null },
+  policy: { retry: { ...systemDefaults().retry, maxRetries: 1 }, escalation: systemDefaults().escalation, hooks: [] },
+  depth: 0,
+}
+
+function withRetries(maxRetries: number): ThreadInput {
+  return { ...input, policy: { ...input.policy, retry: { ...input.policy.retry, maxRetries } } }
 }
 
 type Snap = SnapshotFrom<typeof threadMachine>
@@ -32,6 +38,16 @@ function eventsFor(snapshot: Snap): ThreadEvent[] {
     { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'transient', message: '503' }, retryInMs: 2_000 },
     { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'permanent', message: '401' }, retryInMs: 0 },
     { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'context_length', message: 'too long' }, retryInMs: 0 },
+    // A hook that retries is bounded by its own `when`; here, by the attempt.
+    ...(c.attempt < 2
+      ? [{ type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'permanent', message: '400' }, retryInMs: 5, decision: { action: 'retry', hookId: 'h' } } as ThreadEvent]
+      : []),
+    { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'transient', message: '503' }, retryInMs: 5, decision: { action: 'fail', hookId: 'h' } },
+    { type: 'MODEL_FAILED', at, turn, attempt: c.attempt, error: { category: 'transient', message: '503' }, retryInMs: 5, decision: { action: 'abort', hookId: 'h' } },
+    { type: 'LIMIT_DECIDED', at, action: 'escalate', proposed: 4, requestId: 'turns-2' },
+    { type: 'LIMIT_DECIDED', at, action: 'raise', limits: { turns: 3 }, hookId: 'h' },
+    { type: 'LIMIT_DECIDED', at, action: 'fail', hookId: 'h' },
+    { type: 'LIMIT_DECIDED', at, action: 'abort', hookId: 'h' },
     ...pending.slice(0, 1).map((t): ThreadEvent => ({ type: 'TOOL_DONE', at, turn: c.usage.turns, callId: t.id, ok: true, output: 'r' })),
     { type: 'RETRY_DUE', at },
     { type: 'CANCEL', at, reason: 'operator' },
@@ -90,6 +106,7 @@ describe('thread machine paths', () => {
       '{"running":"callingModel"}',
       '{"running":"runningTools"}',
       '{"running":"waitingToRetry"}',
+      '{"running":"limitReached"}',
       '"suspended"',
       '"completed"',
       '"error"',
@@ -132,8 +149,40 @@ describe('thread machine decisions', () => {
     const actor = started({ turns: 1 })
     actor.send({ type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
     actor.send({ type: 'TOOL_DONE', at: 2, turn: 1, callId: 'a', ok: true, output: null })
+    expect(actor.getSnapshot().value).toEqual({ running: 'limitReached' })
+    actor.send({ type: 'LIMIT_DECIDED', at: 3, action: 'escalate', proposed: 2, requestId: 'turns-1' })
     expect(actor.getSnapshot().value).toBe('suspended')
-    expect(actor.getSnapshot().context.limitHit).toEqual({ limit: 'turns', used: 1, max: 1 })
+    expect(actor.getSnapshot().context.limitHit).toEqual({ limit: 'turns', used: 1, max: 1, proposed: 2, requestId: 'turns-1' })
+  })
+
+  it('should treat a raise that does not clear the limit as an escalation, never a loop', () => {
+    const actor = started({ turns: 1 })
+    actor.send({ type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+    actor.send({ type: 'TOOL_DONE', at: 2, turn: 1, callId: 'a', ok: true, output: null })
+    actor.send({ type: 'LIMIT_DECIDED', at: 3, action: 'raise', limits: { turns: 1 }, hookId: 'h' })
+    expect(actor.getSnapshot().value).toBe('suspended')
+  })
+
+  it('should carry on under raised limits when a hook raises them enough', () => {
+    const actor = started({ turns: 1 })
+    actor.send({ type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+    actor.send({ type: 'TOOL_DONE', at: 2, turn: 1, callId: 'a', ok: true, output: null })
+    actor.send({ type: 'LIMIT_DECIDED', at: 3, action: 'raise', limits: { turns: 5 }, hookId: 'h' })
+    expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
+    expect(actor.getSnapshot().context.limits.turns).toBe(5)
+  })
+
+  it('should let an error hook fail, abort or retry past the default policy', () => {
+    const failing = started()
+    failing.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'transient', message: '503' }, retryInMs: 10, decision: { action: 'fail', hookId: 'no-503s' } })
+    expect(failing.getSnapshot().value).toBe('error')
+    expect(failing.getSnapshot().context.error).toMatchObject({ code: 'HOOK_FAILED', message: expect.stringContaining('no-503s') })
+    const aborting = started()
+    aborting.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'transient', message: '503' }, retryInMs: 10, decision: { action: 'abort', hookId: 'stop' } })
+    expect(aborting.getSnapshot().value).toBe('cancelled')
+    const retrying = started()
+    retrying.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'permanent', message: '400' }, retryInMs: 10, decision: { action: 'retry', hookId: 'again' } })
+    expect(retrying.getSnapshot().value).toEqual({ running: 'waitingToRetry' })
   })
 
   it('should ignore a reply for a stale attempt', () => {
@@ -159,7 +208,7 @@ describe('thread machine decisions', () => {
   })
 
   it('should wait once on quota exhaustion, then suspend', () => {
-    const actor = createActor(threadMachine, { input: { ...input, maxRetries: 3 } }).start()
+    const actor = createActor(threadMachine, { input: withRetries(3) }).start()
     actor.send({ type: 'START', at: 0 })
     actor.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'quota', message: 'insufficient_quota' }, retryInMs: 60_000 })
     expect(actor.getSnapshot().value).toEqual({ running: 'waitingToRetry' })

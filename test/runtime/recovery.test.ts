@@ -71,7 +71,7 @@ describe('state.json', () => {
     const dir = tempDir()
     const [a] = await leaveTwoThreadsMidCall(dir)
     const envelope = JSON.parse(fs.readFileSync(threadFile(dir, a, 'state.json'), 'utf8'))
-    expect(envelope).toMatchObject({ v: 1, threadId: a, status: 'running' })
+    expect(envelope).toMatchObject({ v: 2, threadId: a, status: 'running' })
     const actor = createActor(threadMachine, { snapshot: envelope.snapshot } as never).start()
     expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
     expect(actor.getSnapshot().context.usage.turns).toBe(1)

@@ -245,7 +245,7 @@ describe('limits', () => {
     const outcome = await thread.done
     expect(outcome).toMatchObject({ status: 'suspended', suspendReason: 'limit', cost: { turns: 3 } })
     expect(rt.get(thread.id).status).toBe('suspended')
-    expect(rt.get(thread.id).getSnapshot().limitHit).toEqual({ limit: 'turns', used: 3, max: 3 })
+    expect(rt.get(thread.id).getSnapshot().limitHit).toMatchObject({ limit: 'turns', used: 3, max: 3, proposed: 6 })
   })
 })
 

@@ -1,0 +1,244 @@
+/**
+ * Requests that reach a thread as files, so that another process (the CLI, a script, a person with
+ * an editor) can cancel a thread or answer its approval request without talking to the runtime
+ * that runs it:
+ *
+ *   threads/<id>/cancel.requested                   { nonce, reason?, by? }
+ *   threads/<id>/approvals/<rid>.request.json       written by the runtime when a limit is hit
+ *   threads/<id>/approvals/<rid>.response.json      { approved, limits?, message?, by? }
+ *   threads/<id>/approvals/<rid>.decision.json      written by the runtime once it has acted
+ *
+ * A file is claimed by renaming it before it is acted on, so two runtimes never act on one request.
+ * Every request, honoured or refused, is appended to `<dir>/requests.log.jsonl`.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { z } from 'zod'
+import { LimitsSchema } from '../config/schema.js'
+import type { Limits, LimitName, Usage } from '../machines/thread.machine.js'
+import { writeFileAtomicSync } from '../persistence/atomicFile.js'
+import type { DataPaths } from '../persistence/paths.js'
+import { dataPaths, threadDir } from '../persistence/paths.js'
+import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
+import type { ThreadStatus } from '../persistence/types.js'
+import { SpindleError } from './errors.js'
+import { assertThreadId } from './ids.js'
+
+export const CANCEL_FILE = 'cancel.requested'
+export const APPROVALS_DIR = 'approvals'
+export const REQUEST_LOG = 'requests.log.jsonl'
+
+export const CancelRequestSchema = z.object({
+  /** The thread's nonce, from its registry row (`spindle show <id>`). */
+  nonce: z.string().min(1),
+  reason: z.string().optional(),
+  by: z.string().optional(),
+  requestedAt: z.string().optional(),
+})
+export type CancelRequest = z.infer<typeof CancelRequestSchema>
+
+export const ApprovalResponseSchema = z
+  .object({
+    approved: z.boolean(),
+    /** New limits; when absent an approval takes the proposed one. */
+    limits: LimitsSchema.partial().optional(),
+    /** Accepted as a synonym of `limits`. */
+    new_limits: LimitsSchema.partial().optional(),
+    message: z.string().optional(),
+    by: z.string().optional(),
+  })
+  .transform(({ new_limits, limits, ...rest }) => ({ ...rest, ...(limits ?? new_limits ? { limits: limits ?? new_limits } : {}) }))
+export type ApprovalResponse = z.infer<typeof ApprovalResponseSchema>
+
+/** What a person (or a policy script) is asked to approve. */
+export interface ApprovalRequest {
+  id: string
+  threadId: string
+  directive: string
+  kind: 'limit_escalation'
+  limit: LimitName
+  used: number
+  max: number
+  proposed: number | null
+  cost: Usage
+  message: string
+  createdAt: string
+  timeoutSeconds: number
+  /** Where and how to answer. */
+  respond: { file: string; approve: ApprovalResponse; deny: ApprovalResponse }
+}
+
+export function cancelFile(paths: DataPaths, id: string): string {
+  return path.join(threadDir(paths, id), CANCEL_FILE)
+}
+
+export function approvalFiles(paths: DataPaths, id: string, requestId: string) {
+  if (!/^[A-Za-z0-9_.-]{1,128}$/.test(requestId) || requestId.includes('..')) {
+    throw new SpindleError('INVALID_OPTIONS', `"${requestId}" is not an approval request id.`, { details: { requestId } })
+  }
+  const dir = path.join(threadDir(paths, id), APPROVALS_DIR)
+  return {
+    dir,
+    request: path.join(dir, `${requestId}.request.json`),
+    response: path.join(dir, `${requestId}.response.json`),
+    taken: path.join(dir, `${requestId}.response.taken.json`),
+    rejected: path.join(dir, `${requestId}.response.rejected.json`),
+    decision: path.join(dir, `${requestId}.decision.json`),
+  }
+}
+
+/** Renames `from` to `to`; false when someone else claimed it first (or it is gone). */
+export function claim(from: string, to: string): boolean {
+  try {
+    fs.renameSync(from, to)
+    return true
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false
+    throw error
+  }
+}
+
+export type ReadResult<T> = { ok: true; value: T } | { ok: false; problem: string }
+
+/** Reads and validates a request file; a problem names the field that is wrong. */
+export function readRequestFile<T>(file: string, schema: z.ZodType<T>): ReadResult<T> {
+  let raw: unknown
+  try {
+    raw = JSON.parse(fs.readFileSync(file, 'utf8'))
+  } catch (error) {
+    return { ok: false, problem: `${file} is not valid JSON (${(error as Error).message})` }
+  }
+  const parsed = schema.safeParse(raw)
+  if (parsed.success) return { ok: true, value: parsed.data }
+  const issue = parsed.error.issues[0]!
+  return { ok: false, problem: `${file}: ${issue.path.join('.') || '(top level)'} ${issue.message.toLowerCase()}` }
+}
+
+export interface RequestLogEntry {
+  at: string
+  kind: 'cancel' | 'approval'
+  threadId: string | null
+  file: string
+  outcome: 'honoured' | 'refused'
+  reason: string
+}
+
+/** Appends to the data directory's request log; never throws (the log must not stop a cancel). */
+export function logRequest(root: string, entry: RequestLogEntry): void {
+  try {
+    fs.appendFileSync(path.join(root, REQUEST_LOG), `${JSON.stringify(entry)}\n`)
+  } catch {}
+}
+
+export function readRequestLog(root: string): RequestLogEntry[] {
+  const file = path.join(root, REQUEST_LOG)
+  if (!fs.existsSync(file)) return []
+  return fs
+    .readFileSync(file, 'utf8')
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .flatMap((line) => {
+      try {
+        return [JSON.parse(line) as RequestLogEntry]
+      } catch {
+        return []
+      }
+    })
+}
+
+/** Why a cancel request for a thread in `status` with `nonce` must be refused, or null to honour it. */
+export function cancelRefusal(
+  record: { status: ThreadStatus; nonce: string } | null,
+  request: CancelRequest,
+): string | null {
+  if (!record) return 'no such thread in the registry'
+  if (record.status !== 'running' && record.status !== 'created' && record.status !== 'suspended') {
+    return `the thread is ${record.status}; only a running or suspended thread can be cancelled`
+  }
+  if (request.nonce !== record.nonce) return "the nonce does not match the thread's nonce"
+  return null
+}
+
+function withRegistry<T>(dir: string, fn: (registry: ReturnType<typeof openSqliteRegistry>, paths: DataPaths) => T): T {
+  const paths = dataPaths(dir)
+  if (!fs.existsSync(paths.registry)) {
+    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} has no registry.db: it is not a spindle data directory.`, {
+      details: { dir: paths.root },
+    })
+  }
+  const registry = openSqliteRegistry({ path: paths.registry, durability: 'fsync' })
+  try {
+    return fn(registry, paths)
+  } finally {
+    registry.close()
+  }
+}
+
+/**
+ * Asks whichever runtime runs thread `id` to cancel it, by writing its cancel file with the
+ * thread's nonce. Refuses at once an unknown thread or one that is not running or suspended.
+ * Returns the file written.
+ */
+export function requestCancel(dir: string, id: string, options: { reason?: string; by?: string } = {}): string {
+  assertThreadId(id)
+  return withRegistry(dir, (registry, paths) => {
+    const record = registry.get(id)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}.`, { details: { threadId: id } })
+    }
+    const refusal = cancelRefusal(record, { nonce: record.nonce })
+    if (refusal) {
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} cannot be cancelled: ${refusal}.`, {
+        details: { threadId: id, status: record.status },
+      })
+    }
+    const file = cancelFile(paths, id)
+    const request: CancelRequest = {
+      nonce: record.nonce,
+      ...(options.reason !== undefined ? { reason: options.reason } : {}),
+      ...(options.by !== undefined ? { by: options.by } : {}),
+      requestedAt: new Date().toISOString(),
+    }
+    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true })
+    return file
+  })
+}
+
+/** Approval requests of a thread that no decision has answered yet, oldest first. */
+export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
+  const paths = dataPaths(dir)
+  const approvals = path.join(threadDir(paths, id), APPROVALS_DIR)
+  if (!fs.existsSync(approvals)) return []
+  const out: ApprovalRequest[] = []
+  for (const name of fs.readdirSync(approvals).sort()) {
+    if (!name.endsWith('.request.json')) continue
+    const requestId = name.slice(0, -'.request.json'.length)
+    if (fs.existsSync(approvalFiles(paths, id, requestId).decision)) continue
+    try {
+      out.push(JSON.parse(fs.readFileSync(path.join(approvals, name), 'utf8')) as ApprovalRequest)
+    } catch {}
+  }
+  return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt))
+}
+
+/**
+ * Answers thread `id`'s pending approval request by writing its response file; the runtime that
+ * watches the thread acts on it. Returns the file written.
+ */
+export function respondToApproval(
+  dir: string,
+  id: string,
+  response: { approved: boolean; limits?: Partial<Limits>; message?: string; by?: string },
+): string {
+  assertThreadId(id)
+  const pending = pendingApprovals(dir, id)
+  const request = pending[pending.length - 1]
+  if (!request) {
+    throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} has no pending approval request in ${dataPaths(dir).root}.`, {
+      details: { threadId: id },
+    })
+  }
+  const file = approvalFiles(dataPaths(dir), id, request.id).response
+  writeFileAtomicSync(file, `${JSON.stringify(response, null, 2)}\n`, { fsync: true })
+  return file
+}
