@@ -232,6 +232,18 @@ describe('a suspended thread waits on disk', () => {
   })
 })
 
+describe('process crash between a suspension and its approval request', () => {
+  it('should write the missing request file when a runtime next opens the directory', async () => {
+    const rt = await runtime({ model: looping, tools: [noop] })
+    const thread = await suspendedAtLimit(rt, { turns: 1 })
+    const request = requestFileOf(rt, thread.id)
+    await rt.close()
+    fs.rmSync(path.join(approvalsDir(rt, thread.id), `${request.id}.request.json`))
+    const later = await runtime({ model: looping, tools: [noop], dir: rt.dir })
+    expect(requestFileOf(later, thread.id)).toMatchObject({ id: request.id, limit: 'turns', proposed: 2 })
+  })
+})
+
 describe('user cancellation', () => {
   it('should abort a hanging model call at once through rt.cancel and save the state', async () => {
     let aborted: unknown = null
