@@ -65,3 +65,18 @@ for (const store of ['memory', 'process', 'fsync']) {
   console.log(`\nrehydrate after kill -9: ${r.rehydrated} threads in ${f(r.ms)} ms (failed: ${r.failed}, peak RSS ${f(r.peakRssMb, 1)} MB)`)
   fs.rmSync(dir, { recursive: true, force: true })
 }
+
+// A suspended thread waits on disk: a runtime over many of them should cost what one over a few does.
+{
+  console.log('\nsuspended threads (each waiting for approval) under a runtime that opens their directory:')
+  console.log('suspended  open ms  live actors  heap MB  peak RSS MB  approve one')
+  for (const count of [10, Number(process.env.BENCH_SUSPENDED ?? 10_000)]) {
+    const dir = fresh('suspended')
+    run(['suspend', dir, String(count)])
+    const r = run(['open', dir])
+    console.log(
+      `${String(count).padStart(9)}  ${f(r.openMs).padStart(7)}  ${String(r.live).padStart(11)}  ${f(r.heapMb, 1).padStart(7)}  ${f(r.peakRssMb, 1).padStart(11)}  ${r.approvedStatus}`,
+    )
+    fs.rmSync(dir, { recursive: true, force: true })
+  }
+}

@@ -4,6 +4,8 @@
  *   workload.js turns <dir> <fsync|process|memory> <threads> <turns>
  *   workload.js leave <dir> <threads>     spawn threads that hang in their first model call, then SIGKILL self
  *   workload.js rehydrate <dir>           time a runtime opening on what `leave` left
+ *   workload.js suspend <dir> <threads>   spawn threads that suspend at once at their turn limit
+ *   workload.js open <dir>                open a runtime on suspended threads, approve one, report memory
  */
 import { execFileSync } from 'node:child_process'
 import { z } from 'zod'
@@ -87,6 +89,39 @@ if (mode === 'turns') {
   const ms = performance.now() - started
   process.stdout.write(
     JSON.stringify({ rehydrated: rt.lastRecovery.resumed.length, failed: rt.lastRecovery.failed.length, ms, peakRssMb: process.resourceUsage().maxRSS / 1024 }) + '\n',
+  )
+  process.exit(0)
+} else if (mode === 'suspend') {
+  const threads = Number(a)
+  const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'never asked' }]), durability: 'process', userConfig: null })
+  for (let i = 0; i < threads; i += 500) {
+    const batch = await Promise.all(
+      Array.from({ length: Math.min(500, threads - i) }, (_, j) => rt.spawn({ directive: { name: `wait${i + j}`, prompt: 'p' }, limits: { turns: 0 } })),
+    )
+    await Promise.all(batch.map((t) => t.done))
+  }
+  await rt.close()
+  process.stdout.write(JSON.stringify({ suspended: threads }) + '\n')
+} else if (mode === 'open') {
+  global.gc?.()
+  const before = process.memoryUsage().rss
+  const started = performance.now()
+  const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'approved and done' }]), durability: 'fsync', userConfig: null })
+  const ms = performance.now() - started
+  global.gc?.()
+  const heapMb = process.memoryUsage().heapUsed / 1048576
+  const suspended = rt.list({ status: 'suspended', limit: 1 })[0]!
+  const approved = await rt.approve(suspended.id, { limits: { turns: 5 } })
+  const outcome = await approved.done
+  process.stdout.write(
+    JSON.stringify({
+      openMs: ms,
+      live: rt.active().length,
+      heapMb,
+      rssGrowthMb: (process.memoryUsage().rss - before) / 1048576,
+      peakRssMb: process.resourceUsage().maxRSS / 1024,
+      approvedStatus: outcome.status,
+    }) + '\n',
   )
   process.exit(0)
 }
