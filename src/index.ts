@@ -27,6 +27,8 @@ export { ModelHttpError } from '../actors/model.js'
 export type { ModelAdapter, ModelRequest, ModelResponse, Message, ToolDefinition } from '../actors/model.js'
 export { defineTool } from '../actors/tools.js'
 export type { Tool, ToolContext, ToolSpec } from '../actors/tools.js'
+export { runProcess, commandTool } from '../actors/processTool.js'
+export type { ProcessResult, RunProcessOptions, CommandInvocation, CommandToolSpec } from '../actors/processTool.js'
 export { systemClock } from '../actors/threadEffects.js'
 export type { Clock } from '../actors/threadEffects.js'
 

@@ -1,0 +1,154 @@
+/**
+ * A model adapter over the Vercel AI SDK (`ai` 6): any AI SDK language model — OpenAI, Anthropic,
+ * Google, an OpenAI-compatible server — becomes a spindle ModelAdapter. Side effects. Not
+ * imported by machines/.
+ *
+ * One adapter call is exactly one model step: tools are declared without `execute`, so the SDK
+ * never runs them (spindle does, durably), and the SDK's own retries are off, so spindle's retry
+ * policy alone decides what is retried and how long to wait. Failures are rethrown untouched:
+ * `classifyError` reads the SDK's `APICallError` (status, headers, provider error body).
+ */
+import { generateText, jsonSchema, stepCountIs, tool } from 'ai'
+import type { JSONSchema7, JSONValue, LanguageModel, ModelMessage, ToolResultPart, ToolSet } from 'ai'
+import type { ToolCall } from '../machines/thread.machine.js'
+import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
+
+/** Provider-specific options, as `generateText` takes them (e.g. `{ openai: { parallelToolCalls: false } }`). */
+export type AiSdkProviderOptions = NonNullable<Parameters<typeof generateText>[0]['providerOptions']>
+
+/** Prices in US dollars per million tokens; with them every reply carries its cost. */
+export interface AiSdkPricing {
+  inputPerMillion: number
+  outputPerMillion: number
+}
+
+export interface AiSdkModelOptions {
+  /** An AI SDK language model, e.g. `createOpenAI({ apiKey }).chat('gpt-4o-mini')`. */
+  model: LanguageModel
+  /** The adapter's name in errors and logs (default `provider:modelId`). */
+  name?: string
+  /** The model's context window in tokens; enables `context_window_pressure` hooks. */
+  contextWindow?: number
+  /** When given, each reply's usage carries its cost in US dollars. */
+  pricing?: AiSdkPricing
+  providerOptions?: AiSdkProviderOptions
+  maxOutputTokens?: number
+  temperature?: number
+}
+
+function modelName(model: LanguageModel): string {
+  return typeof model === 'string' ? model : `${model.provider}:${model.modelId}`
+}
+
+/**
+ * A tool result's `content` is what the tool returned: a string as it is, anything else as JSON
+ * text (src/messages.ts). JSON goes back to the provider as JSON, anything else as text; a failed
+ * call is marked as an error result.
+ */
+function toolOutput(message: Extract<Message, { role: 'tool' }>): ToolResultPart['output'] {
+  let value: JSONValue | undefined
+  try {
+    value = JSON.parse(message.content) as JSONValue
+  } catch {
+    value = undefined
+  }
+  if (value === undefined) {
+    return message.isError ? { type: 'error-text', value: message.content } : { type: 'text', value: message.content }
+  }
+  return message.isError ? { type: 'error-json', value } : { type: 'json', value }
+}
+
+function assistantMessage(content: string, toolCalls: readonly ToolCall[] | undefined): ModelMessage {
+  if (!toolCalls || toolCalls.length === 0) return { role: 'assistant', content }
+  return {
+    role: 'assistant',
+    content: [
+      ...(content !== '' ? [{ type: 'text' as const, text: content }] : []),
+      ...toolCalls.map((call) => ({ type: 'tool-call' as const, toolCallId: call.id, toolName: call.name, input: call.input })),
+    ],
+  }
+}
+
+/** Spindle's conversation as AI SDK model messages; consecutive tool results share one tool message. */
+export function toModelMessages(messages: readonly Message[]): ModelMessage[] {
+  const out: ModelMessage[] = []
+  for (const message of messages) {
+    switch (message.role) {
+      case 'user':
+        out.push({ role: 'user', content: message.content })
+        break
+      case 'assistant':
+        out.push(assistantMessage(message.content, message.toolCalls))
+        break
+      case 'tool': {
+        const part: ToolResultPart = {
+          type: 'tool-result',
+          toolCallId: message.toolCallId,
+          toolName: message.toolName,
+          output: toolOutput(message),
+        }
+        const last = out[out.length - 1]
+        if (last?.role === 'tool') last.content.push(part)
+        else out.push({ role: 'tool', content: [part] })
+        break
+      }
+    }
+  }
+  return out
+}
+
+/** Tool declarations without `execute`: the model may call them, only spindle runs them. */
+function toToolSet(definitions: readonly ToolDefinition[]): ToolSet {
+  const tools: ToolSet = {}
+  for (const def of definitions) {
+    tools[def.name] = tool({ description: def.description, inputSchema: jsonSchema(def.inputSchema as JSONSchema7) })
+  }
+  return tools
+}
+
+function tokens(count: number | undefined): number {
+  return typeof count === 'number' && Number.isFinite(count) && count > 0 ? Math.round(count) : 0
+}
+
+/**
+ * A spindle model adapter over an AI SDK language model.
+ *
+ * @example
+ * import { createOpenAI } from '@ai-sdk/openai'
+ * const model = aiSdkModel({
+ *   model: createOpenAI({ apiKey: process.env.OPENAI_API_KEY }).chat('gpt-4o-mini'),
+ *   contextWindow: 128_000,
+ *   pricing: { inputPerMillion: 0.15, outputPerMillion: 0.6 },
+ * })
+ * const rt = await createRuntime({ dir: '.spindle', model, tools: [lookup] })
+ */
+export function aiSdkModel(options: AiSdkModelOptions): ModelAdapter {
+  const { model, pricing } = options
+  const name = options.name ?? modelName(model)
+  const adapter: ModelAdapter = {
+    name,
+    ...(options.contextWindow !== undefined ? { contextWindow: options.contextWindow } : {}),
+    async generate(request: ModelRequest): Promise<ModelResponse> {
+      const result = await generateText({
+        model,
+        messages: toModelMessages(request.messages),
+        ...(request.tools.length > 0 ? { tools: toToolSet(request.tools) } : {}),
+        stopWhen: stepCountIs(1),
+        maxRetries: 0,
+        abortSignal: request.signal,
+        ...(options.providerOptions !== undefined ? { providerOptions: options.providerOptions } : {}),
+        ...(options.maxOutputTokens !== undefined ? { maxOutputTokens: options.maxOutputTokens } : {}),
+        ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
+      })
+      // Calls the SDK could not parse (bad JSON, unknown tool) are kept: spindle validates every
+      // input and answers a bad one with an error result the model can correct.
+      const toolCalls: ToolCall[] = result.toolCalls.map((call) => ({ id: call.toolCallId, name: call.toolName, input: call.input ?? {} }))
+      const inputTokens = tokens(result.usage.inputTokens)
+      const outputTokens = tokens(result.usage.outputTokens)
+      const usage: ModelResponse['usage'] = { inputTokens, outputTokens }
+      if (pricing) usage.cost = (inputTokens * pricing.inputPerMillion + outputTokens * pricing.outputPerMillion) / 1_000_000
+      return { text: result.text, toolCalls, usage }
+    },
+  }
+  return adapter
+}

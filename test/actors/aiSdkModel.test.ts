@@ -1,0 +1,272 @@
+/**
+ * The AI SDK adapter against a real loopback HTTP server speaking the OpenAI chat-completions
+ * protocol, through the real @ai-sdk/openai provider: what is sent, what comes back, how provider
+ * failures classify, and one spindle runtime running threads on it.
+ */
+import { createOpenAI } from '@ai-sdk/openai'
+import { APICallError } from 'ai'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { aiSdkModel } from '../../src/aiSdk.js'
+import type { AiSdkModelOptions } from '../../src/aiSdk.js'
+import { toModelMessages } from '../../actors/aiSdkModel.js'
+import type { Message, ModelRequest, ToolDefinition } from '../../actors/model.js'
+import { ModelResponseSchema } from '../../actors/model.js'
+import { defineTool } from '../../actors/tools.js'
+import { classifyError } from '../../src/policies/classifyError.js'
+import { createTestRuntime, readThreadFiles } from '../../src/testing.js'
+import type { TestRuntime } from '../../src/testing.js'
+import type { OpenAIServer } from '../helpers/openaiServer.js'
+import { startOpenAIServer } from '../helpers/openaiServer.js'
+import { inState, until } from '../helpers/threads.js'
+
+let server: OpenAIServer
+
+beforeAll(async () => {
+  server = await startOpenAIServer()
+})
+afterAll(async () => {
+  await server.close()
+})
+afterEach(() => {
+  expect(server.pending(), 'every scripted reply was used').toBe(0)
+  server.requests.length = 0
+})
+
+function adapter(options: Partial<AiSdkModelOptions> = {}) {
+  const provider = createOpenAI({ baseURL: `${server.url}/v1`, apiKey: 'test-key' })
+  return aiSdkModel({ model: provider.chat('gpt-4o-mini'), ...options })
+}
+
+const lookupDefinition: ToolDefinition = {
+  name: 'lookup',
+  description: 'Look a term up',
+  inputSchema: { type: 'object', properties: { q: { type: 'string' } }, required: ['q'], additionalProperties: false },
+}
+
+function request(messages: Message[], over: Partial<ModelRequest> = {}): ModelRequest {
+  return {
+    threadId: 'research-1',
+    directiveName: 'research',
+    turn: 1,
+    attempt: 1,
+    messages,
+    tools: [lookupDefinition],
+    signal: new AbortController().signal,
+    ...over,
+  }
+}
+
+const NOW = Date.UTC(2026, 0, 1)
+
+async function failure(promise: Promise<unknown>): Promise<unknown> {
+  try {
+    await promise
+  } catch (error) {
+    return error
+  }
+  throw new Error('expected the call to fail')
+}
+
+describe('aiSdkModel', () => {
+  it('should map a tool-call reply to tool calls with parsed input, and declare the tools', async () => {
+    server.push({ kind: 'toolCalls', calls: [{ id: 'call_abc', name: 'lookup', arguments: { q: 'X' } }] })
+    const model = adapter()
+    const response = await model.generate(request([{ role: 'user', content: 'Find X' }]))
+
+    expect(ModelResponseSchema.safeParse(response).success).toBe(true)
+    expect(response).toEqual({ text: '', toolCalls: [{ id: 'call_abc', name: 'lookup', input: { q: 'X' } }], usage: { inputTokens: 10, outputTokens: 5 } })
+    expect(server.requests).toHaveLength(1)
+    const sent = server.requests[0]!
+    expect(sent.path).toBe('/v1/chat/completions')
+    expect(sent.headers.authorization).toBe('Bearer test-key')
+    expect(sent.body).toMatchObject({
+      model: 'gpt-4o-mini',
+      messages: [{ role: 'user', content: 'Find X' }],
+      tools: [{ type: 'function', function: { name: 'lookup', description: 'Look a term up', parameters: lookupDefinition.inputSchema } }],
+    })
+    expect(sent.body.stream).toBeFalsy()
+  })
+
+  it('should send the tool results of the history in OpenAI format', async () => {
+    server.push({ kind: 'text', text: 'X is 42' })
+    const history: Message[] = [
+      { role: 'user', content: 'Find X' },
+      {
+        role: 'assistant',
+        content: 'Looking both up.',
+        toolCalls: [
+          { id: 'call_1', name: 'lookup', input: { q: 'X' } },
+          { id: 'call_2', name: 'lookup', input: { q: 'Y' } },
+        ],
+      },
+      { role: 'tool', toolCallId: 'call_1', toolName: 'lookup', content: '{"q":"X","answer":42}' },
+      { role: 'tool', toolCallId: 'call_2', toolName: 'lookup', content: '{"error":"TOOL_FAILED","message":"no Y"}', isError: true },
+      { role: 'assistant', content: '', toolCalls: [{ id: 'call_3', name: 'lookup', input: { q: 'Z' } }] },
+      { role: 'tool', toolCallId: 'call_3', toolName: 'lookup', content: 'Z is a plain string' },
+    ]
+    const response = await adapter().generate(request(history, { turn: 3 }))
+
+    expect(response.text).toBe('X is 42')
+    expect(response.toolCalls).toEqual([])
+    expect(server.requests[0]!.body.messages).toEqual([
+      { role: 'user', content: 'Find X' },
+      {
+        role: 'assistant',
+        content: 'Looking both up.',
+        tool_calls: [
+          { id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{"q":"X"}' } },
+          { id: 'call_2', type: 'function', function: { name: 'lookup', arguments: '{"q":"Y"}' } },
+        ],
+      },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"q":"X","answer":42}' },
+      { role: 'tool', tool_call_id: 'call_2', content: '{"error":"TOOL_FAILED","message":"no Y"}' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_3', type: 'function', function: { name: 'lookup', arguments: '{"q":"Z"}' } }] },
+      { role: 'tool', tool_call_id: 'call_3', content: 'Z is a plain string' },
+    ])
+  })
+
+  it('should mark error results and keep JSON results as JSON in the AI SDK messages', () => {
+    const messages = toModelMessages([
+      { role: 'tool', toolCallId: 'a', toolName: 't', content: '{"n":1}' },
+      { role: 'tool', toolCallId: 'b', toolName: 't', content: '{"error":"E","message":"m"}', isError: true },
+      { role: 'tool', toolCallId: 'c', toolName: 't', content: 'plain', isError: true },
+      { role: 'tool', toolCallId: 'd', toolName: 't', content: 'plain' },
+    ])
+    expect(messages).toHaveLength(1)
+    expect(messages[0]).toEqual({
+      role: 'tool',
+      content: [
+        { type: 'tool-result', toolCallId: 'a', toolName: 't', output: { type: 'json', value: { n: 1 } } },
+        { type: 'tool-result', toolCallId: 'b', toolName: 't', output: { type: 'error-json', value: { error: 'E', message: 'm' } } },
+        { type: 'tool-result', toolCallId: 'c', toolName: 't', output: { type: 'error-text', value: 'plain' } },
+        { type: 'tool-result', toolCallId: 'd', toolName: 't', output: { type: 'text', value: 'plain' } },
+      ],
+    })
+  })
+
+  it('should map usage and price it, with missing counts as 0', async () => {
+    server.push(
+      { kind: 'text', text: 'priced', usage: { promptTokens: 1000, completionTokens: 500 } },
+      { kind: 'text', text: 'unpriced', usage: null },
+    )
+    const model = adapter({ pricing: { inputPerMillion: 2, outputPerMillion: 8 } })
+    const priced = await model.generate(request([{ role: 'user', content: 'hi' }]))
+    expect(priced.usage).toMatchObject({ inputTokens: 1000, outputTokens: 500 })
+    expect(priced.usage.cost).toBeCloseTo(0.006, 12)
+
+    const missing = await model.generate(request([{ role: 'user', content: 'hi' }]))
+    expect(missing).toMatchObject({ text: 'unpriced', usage: { inputTokens: 0, outputTokens: 0, cost: 0 } })
+    expect(ModelResponseSchema.safeParse(missing).success).toBe(true)
+  })
+
+  it('should leave cost out without pricing, and pass name, contextWindow and call settings', async () => {
+    server.push({ kind: 'text', text: 'ok' })
+    expect(adapter().name).toBe('openai.chat:gpt-4o-mini')
+    const model = adapter({ name: 'mini', contextWindow: 128_000, maxOutputTokens: 256, temperature: 0.25 })
+    expect(model).toMatchObject({ name: 'mini', contextWindow: 128_000 })
+    const response = await model.generate(request([{ role: 'user', content: 'hi' }], { tools: [] }))
+    expect(response.usage).toEqual({ inputTokens: 10, outputTokens: 5 })
+    expect(server.requests[0]!.body).toMatchObject({ max_tokens: 256, temperature: 0.25 })
+    expect(server.requests[0]!.body.tools).toBeUndefined()
+  })
+
+  it('should throw a 429 with retry-after 2 as it is, once, classified rate_limited with a 2000 ms wait', async () => {
+    server.push({ kind: 'rateLimited', retryAfter: 2 })
+    const error = await failure(adapter().generate(request([{ role: 'user', content: 'hi' }])))
+    expect(APICallError.isInstance(error)).toBe(true)
+    expect(server.requests).toHaveLength(1) // the SDK's own retries are off
+    expect(classifyError(error, NOW)).toMatchObject({
+      failure: { category: 'rate_limited', status: 429, code: 'rate_limit_exceeded' },
+      retryAfterMs: 2000,
+    })
+  })
+
+  it('should classify a 503 transient', async () => {
+    server.push({ kind: 'unavailable' })
+    const error = await failure(adapter().generate(request([{ role: 'user', content: 'hi' }])))
+    expect(server.requests).toHaveLength(1)
+    expect(classifyError(error, NOW).failure).toMatchObject({ category: 'transient', status: 503 })
+  })
+
+  it('should classify a 429 insufficient_quota as quota, not a rate limit', async () => {
+    server.push({ kind: 'insufficientQuota' })
+    const error = await failure(adapter().generate(request([{ role: 'user', content: 'hi' }])))
+    expect(classifyError(error, NOW).failure).toMatchObject({ category: 'quota', status: 429, code: 'insufficient_quota' })
+    expect(classifyError(error, NOW).failure.message).toContain('exceeded your current quota')
+  })
+
+  it('should classify a refused connection transient', async () => {
+    const closed = await startOpenAIServer()
+    const url = closed.url
+    await closed.close()
+    const provider = createOpenAI({ baseURL: `${url}/v1`, apiKey: 'test-key' })
+    const error = await failure(aiSdkModel({ model: provider.chat('gpt-4o-mini') }).generate(request([{ role: 'user', content: 'hi' }])))
+    expect(classifyError(error, NOW).failure).toMatchObject({ category: 'transient', code: 'ECONNREFUSED' })
+  })
+
+  it('should stop a call in flight when its signal is aborted', async () => {
+    server.push({ kind: 'text', text: 'too late', delayMs: 30_000 })
+    const controller = new AbortController()
+    const started = Date.now()
+    const call = adapter().generate(request([{ role: 'user', content: 'hi' }], { signal: controller.signal }))
+    setTimeout(() => controller.abort(new Error('model call stopped')), 50)
+    const error = await failure(call)
+    expect(Date.now() - started).toBeLessThan(5000)
+    expect(error).toMatchObject({ message: 'model call stopped' })
+    expect(server.requests).toHaveLength(1)
+  })
+
+  it('should not call the provider at all with an already aborted signal', async () => {
+    const controller = new AbortController()
+    controller.abort()
+    const error = await failure(adapter().generate(request([{ role: 'user', content: 'hi' }], { signal: controller.signal })))
+    expect((error as Error).name).toBe('AbortError')
+    expect(server.requests).toHaveLength(0)
+  })
+})
+
+describe('aiSdkModel in a spindle runtime', () => {
+  let rt: TestRuntime | null = null
+  afterEach(async () => {
+    await rt?.cleanup()
+    rt = null
+  })
+
+  it('should run a thread through a tool call to its answer, and wait out a 429 with retry-after', async () => {
+    const lookup = defineTool({
+      name: 'lookup',
+      description: 'Look a term up',
+      input: z.object({ q: z.string() }),
+      idempotent: true,
+      execute: async ({ q }) => ({ q, answer: 42 }),
+    })
+    rt = await createTestRuntime({ model: adapter({ pricing: { inputPerMillion: 1, outputPerMillion: 4 } }), tools: [lookup] })
+
+    server.push({ kind: 'toolCalls', calls: [{ id: 'call_1', name: 'lookup', arguments: { q: 'X' } }] }, { kind: 'text', text: 'X is 42' })
+    const first = await rt.spawn({ directive: { name: 'research', prompt: 'Find X' } })
+    const outcome = await first.done
+    expect(outcome).toMatchObject({ status: 'completed', result: 'X is 42', cost: { turns: 2, inputTokens: 20, outputTokens: 10 } })
+    expect(server.requests).toHaveLength(2)
+    expect(server.requests[0]!.body.tools[0].function).toMatchObject({ name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } })
+    expect(server.requests[1]!.body.messages).toEqual([
+      { role: 'user', content: 'Find X' },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{"q":"X"}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"q":"X","answer":42}' },
+    ])
+
+    server.requests.length = 0
+    server.push({ kind: 'rateLimited', retryAfter: 1 }, { kind: 'text', text: 'after the wait' })
+    const second = await rt.spawn({ directive: { name: 'patient', prompt: 'Wait for it' } })
+    await until(second, inState('waitingToRetry'))
+    await rt.advance(1000)
+    expect(await second.done).toMatchObject({ status: 'completed', result: 'after the wait' })
+    expect(server.requests).toHaveLength(2)
+
+    const { entries } = readThreadFiles(rt.dir, second.id)
+    const failed = entries.filter((e) => e.type === 'MODEL_FAILED')
+    expect(failed).toHaveLength(1)
+    expect(failed[0]!.data).toMatchObject({ error: { category: 'rate_limited', status: 429, code: 'rate_limit_exceeded' }, retryInMs: 1000 })
+    expect(rt.checkReplay(second.id).matches).toBe(true)
+  })
+})
