@@ -151,3 +151,79 @@ export interface Registry {
 }
 
 export type Durability = 'fsync' | 'process'
+
+/** Amounts a budget is kept in. null is unlimited. */
+export interface BudgetAmounts {
+  /** US dollars */
+  spend: number | null
+  tokens: number | null
+}
+
+/** Actual usage, always finite. */
+export interface BudgetUsage {
+  spend: number
+  tokens: number
+}
+
+/** One thread's account in the budget ledger. */
+export interface LedgerAccount {
+  threadId: string
+  /** null for a root account. */
+  parentId: string | null
+  /** The account's budget: a root's own spend/token limit, a child's reservation. */
+  limit: BudgetAmounts
+  /** Actual usage of this thread and all its descendants. */
+  spent: BudgetUsage
+  /** Usage of this thread alone. */
+  ownSpent: BudgetUsage
+  /**
+   * Outstanding reservations of open children: for each, its limit minus what it has spent
+   * (never below 0). Released children count 0 here; their spend stays in `spent`.
+   */
+  reserved: BudgetUsage
+  /** limit − spent − reserved per amount (null when unlimited). What a new child may still reserve. */
+  available: BudgetAmounts
+  /** True once released (the thread ended): it reserves nothing from its parent any more. */
+  released: boolean
+  /** ms since epoch */
+  createdAt: number
+  updatedAt: number
+}
+
+/** A ledger inconsistency `check()` found (for `spindle doctor`). */
+export interface LedgerProblem {
+  threadId: string
+  kind: 'negative_available' | 'spent_mismatch' | 'reserved_mismatch' | 'orphan_account'
+  message: string
+}
+
+/**
+ * Hierarchical budgets over a thread tree. Every operation is one SQLite transaction taken with
+ * BEGIN IMMEDIATE, so concurrent reservations — from this process or another one on the same
+ * data directory — can never oversubscribe a parent.
+ */
+export interface Ledger {
+  /** Opens a root account (a thread without a parent). Idempotent: a second call returns the existing account. */
+  openRoot(threadId: string, limit: BudgetAmounts, at: number): LedgerAccount
+  /**
+   * Reserves `request` for `childId` from `parentId`'s available amount and opens the child's
+   * account with `limit = request` (a null amount asks for "whatever the parent has left",
+   * which is null only when the parent is unlimited in it). Throws SpindleError BUDGET_EXCEEDED
+   * (details: parentId, amount: 'spend'|'tokens', requested, available) when the parent cannot
+   * cover it; nothing is written then. Idempotent for the same childId (returns the existing account).
+   * Throws THREAD_NOT_FOUND when the parent has no account.
+   */
+  reserve(childId: string, parentId: string, request: BudgetAmounts, at: number): LedgerAccount
+  /** Adds actual usage to `threadId`'s account and to every ancestor's `spent`. */
+  record(threadId: string, delta: BudgetUsage, at: number): void
+  /** The thread ended: its outstanding reservation returns to its parent. Idempotent. */
+  release(threadId: string, at: number): void
+  /** Raises an account's limit (an approved escalation). A child's raise is reserved from its parent; BUDGET_EXCEEDED otherwise. */
+  raise(threadId: string, limit: Partial<BudgetAmounts>, at: number): LedgerAccount
+  get(threadId: string): LedgerAccount | null
+  /** The accounts of `threadId`'s children. */
+  children(threadId: string): LedgerAccount[]
+  /** Recomputes every balance from the raw rows and lists what does not add up. */
+  check(): LedgerProblem[]
+  close(): void
+}

@@ -33,6 +33,14 @@ export type SpindleErrorCode =
   | 'CANCEL_REFUSED'
   | 'REQUEST_INVALID'
   | 'HOOK_FAILED'
+  | 'BUDGET_EXCEEDED'
+  | 'LEDGER_FAILED'
+  | 'DIRECTIVE_INVALID'
+  | 'DIRECTIVE_NOT_FOUND'
+  | 'SUPERVISION_GAVE_UP'
+  | 'WAIT_TIMEOUT'
+  | 'CHILD_FAILED'
+  | 'RECOVERY_FAILED'
 
 const BRAND = Symbol.for('spindle.error')
 
