@@ -14,6 +14,7 @@ import type {
   FailureInfo,
   HookVerdict,
   RunToolInput,
+  SettleChildrenInput,
   ThreadEvent,
   WaitUntilInput,
 } from '../machines/thread.machine.js'
@@ -64,13 +65,40 @@ export interface EffectHost {
   hasToolIntent(threadId: string, idempotencyKey: string): boolean
   /** Records the intent to run a tool call and waits until that record is durable. */
   recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<void>
-  /** An unexpected exception inside an effect: ends the thread in `error`. */
+  /** An unexpected exception inside an effect: the supervisor restarts the thread or ends it in `error`. */
   crash(threadId: string, error: unknown): void
+  /**
+   * Runs just before a model call, once its checkpoint is durable: repairs tool calls left without
+   * results, checks the tree's budget and the context window. 'stop' when it delivered an event
+   * instead (the thread suspends or hands off) and the call must not be made.
+   */
+  beforeModelCall(threadId: string, at: { turn: number; attempt: number }): Promise<'proceed' | 'stop'>
+  /**
+   * A context_length failure that was handed off to a continuation: true when the thread was given
+   * HAND_OFF and the failure must not be delivered.
+   */
+  handOffOnContextLength(threadId: string, failure: FailureInfo): Promise<boolean>
+  /** Cancels every open child of a cancelled thread and resolves once all have settled. */
+  settleChildren(threadId: string, reason: string, signal: AbortSignal): Promise<string[]>
 }
 
 /** Runs `body` detached; an exception that escapes it crashes only this thread. */
 function detach(host: EffectHost, threadId: string, body: () => Promise<void>): void {
   body().catch((error: unknown) => host.crash(threadId, error))
+}
+
+/**
+ * Gives repeated tool call ids of one reply a suffix: each call must get its own result, and a
+ * provider that repeats an id would otherwise leave one call without.
+ */
+function uniqueCallIds(calls: Array<{ id: string }>): void {
+  const seen = new Set<string>()
+  for (const call of calls) {
+    let id = call.id
+    for (let n = 2; seen.has(id); n++) id = `${call.id}_${n}`
+    call.id = id
+    seen.add(id)
+  }
 }
 
 export function toolIdempotencyKey(threadId: string, turn: number, callId: string): string {
@@ -88,6 +116,7 @@ export function callModelLogic(host: EffectHost) {
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
       if (controller.signal.aborted) return
+      if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || controller.signal.aborted) return
       const timer = host.clock.setTimeout(
         () => controller.abort(Object.assign(new Error(`model call timed out after ${host.modelTimeoutMs} ms`), { name: 'TimeoutError' })),
         host.modelTimeoutMs,
@@ -109,6 +138,7 @@ export function callModelLogic(host: EffectHost) {
           throw new InvalidModelResponseError(host.model.name, `${issue.path.join('.') || 'the response'}: ${issue.message}`)
         }
         const reply = checked.data as ModelResponse
+        uniqueCallIds(reply.toolCalls)
         event = {
           type: 'MODEL_REPLIED',
           at: host.clock.now(),
@@ -124,6 +154,10 @@ export function callModelLogic(host: EffectHost) {
         if (controller.signal.aborted && !timedOut) return
         const judged = await host.judgeModelFailure(input.threadId, timedOut ? controller.signal.reason : error, input)
         if (controller.signal.aborted && !timedOut) return
+        if (judged.failure.category === 'context_length' && !judged.decision) {
+          if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
+          if (controller.signal.aborted) return
+        }
         event = {
           type: 'MODEL_FAILED',
           at: host.clock.now(),
@@ -215,11 +249,27 @@ export function decideLimitLogic(host: EffectHost) {
   })
 }
 
+/** Cancels the children of a cancelled thread, then tells it they have settled. */
+export function settleChildrenLogic(host: EffectHost) {
+  return fromCallback<ThreadEvent, SettleChildrenInput>(({ input }) => {
+    const controller = new AbortController()
+    detach(host, input.threadId, async () => {
+      await host.checkpointed(input.threadId)
+      if (controller.signal.aborted) return
+      const children = await host.settleChildren(input.threadId, input.reason, controller.signal)
+      if (controller.signal.aborted) return
+      host.deliver(input.threadId, { type: 'CHILDREN_SETTLED', at: host.clock.now(), children })
+    })
+    return () => controller.abort()
+  })
+}
+
 export function createThreadEffects(host: EffectHost) {
   return {
     callModel: callModelLogic(host),
     runTool: runToolLogic(host),
     waitUntil: waitUntilLogic(host),
     decideLimit: decideLimitLogic(host),
+    settleChildren: settleChildrenLogic(host),
   }
 }

@@ -58,6 +58,8 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
       orphans: { ...merged.orphans, ...layer.orphans },
       requests: { ...merged.requests, ...layer.requests },
       context: { ...merged.context, ...layer.context },
+      supervision: { ...merged.supervision, ...layer.supervision },
+      waits: { ...merged.waits, ...layer.waits },
       hooks: [...merged.hooks, ...(layer.hooks ?? [])],
     }
   }

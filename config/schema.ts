@@ -92,6 +92,32 @@ export const RequestsSchema = z.strictObject({
 export const ContextSchema = z.strictObject({
   /** Share of the model's context window that prompt tokens may reach before `context_window_pressure` fires. */
   pressureRatio: z.number().gt(0).max(1),
+  /** What to do when no hook handles the pressure: hand off to a continuation thread, or carry on. */
+  onPressure: z.enum(['continue_thread', 'ignore']),
+  /** Most tokens (estimated) of history a continuation starts with; null: `resumeCeilingRatio` of the window. */
+  resumeCeilingTokens: z.number().int().positive().nullable(),
+  /** Share of the model's context window a continuation's rebuilt history may take when no ceiling is set. */
+  resumeCeilingRatio: z.number().gt(0).max(1),
+  /** The context window assumed for a model adapter that does not declare one (for the ceiling only). */
+  defaultContextWindow: z.number().int().positive(),
+})
+
+export const SupervisionSchema = z.strictObject({
+  /** How a parent's children are restarted after one crashes (the root group too). */
+  strategy: z.enum(['one_for_one', 'one_for_all', 'rest_for_one']),
+  /** A thread's restart type when its spawn does not say. */
+  restart: z.enum(['permanent', 'transient', 'temporary']),
+  /** At most this many restarts of one group … */
+  maxRestarts: z.number().int().nonnegative(),
+  /** … within this window; past it the group ends in `error` with a crash report. */
+  withinMs: z.number().int().positive(),
+})
+
+export const WaitsSchema = z.strictObject({
+  /** How long wait_threads waits when the call does not say. */
+  defaultTimeoutMs: z.number().int().positive(),
+  /** Threads other processes run are looked up this often while waited on (local threads notify). */
+  remotePollMs: z.number().int().positive(),
 })
 
 export const ConfigSchema = z.strictObject({
@@ -103,6 +129,8 @@ export const ConfigSchema = z.strictObject({
   orphans: OrphansSchema,
   requests: RequestsSchema,
   context: ContextSchema,
+  supervision: SupervisionSchema,
+  waits: WaitsSchema,
   /** Hooks as data (design 000, "Hooks as the Policy Layer"); each layer's hooks keep their layer. */
   hooks: z.array(HookSpecSchema),
 })
@@ -133,6 +161,8 @@ export const ConfigLayerSchema = z.strictObject({
   orphans: OrphansSchema.partial().optional(),
   requests: RequestsSchema.partial().optional(),
   context: ContextSchema.partial().optional(),
+  supervision: SupervisionSchema.partial().optional(),
+  waits: WaitsSchema.partial().optional(),
   hooks: z.array(HookSpecSchema).optional(),
 })
 

@@ -35,6 +35,11 @@ export interface ThreadPolicy {
   escalation: Config['escalation']
   /** Hooks from the thread's directive and spawn call, as data (runtime-wide hooks are not copied here). */
   hooks: Array<Record<string, unknown>>
+  /** How the supervisor restarts this thread after a crash, and the strategy for its own children. */
+  supervision?: {
+    restart: 'permanent' | 'transient' | 'temporary'
+    childStrategy: 'one_for_one' | 'one_for_all' | 'rest_for_one'
+  }
 }
 
 export interface LimitHit {
@@ -91,7 +96,16 @@ export interface Usage {
   spend: number
 }
 
-export type SuspendReason = 'limit' | 'error' | 'context_length'
+/** limit: its own usage hit a limit; budget: its tree's spend or tokens ran out in the ledger. */
+export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget'
+
+/** Why a thread stopped for its budget: what the ledger said. */
+export interface BudgetHit {
+  amount: 'spend' | 'tokens'
+  /** Usage of the thread and its descendants. */
+  used: number
+  max: number
+}
 
 export interface ThreadContext {
   threadId: string
@@ -118,6 +132,7 @@ export interface ThreadContext {
   retry: { dueAt: number; failure: FailureInfo } | null
   suspendReason: SuspendReason | null
   limitHit: LimitHit | null
+  budgetHit: BudgetHit | null
   lastFailure: FailureInfo | null
   result: string | null
   error: { code: string; message: string } | null
@@ -147,7 +162,16 @@ export type ThreadEvent =
     }
   | { type: 'TOOL_DONE'; at: number; turn: number; callId: string; ok: boolean; output: unknown }
   | { type: 'RETRY_DUE'; at: number }
-  | { type: 'CANCEL'; at: number; reason: string; by?: string }
+  | {
+      type: 'CANCEL'
+      at: number
+      reason: string
+      by?: string
+      /** The thread has children still running: it waits in `cancelling` until they have settled. */
+      awaitChildren?: boolean
+    }
+  | { type: 'CHILDREN_SETTLED'; at: number; children: string[] }
+  | { type: 'BUDGET_EXHAUSTED'; at: number; amount: 'spend' | 'tokens'; used: number; max: number }
   | {
       type: 'RESUME'
       at: number
@@ -186,6 +210,8 @@ export const THREAD_EVENT_TYPES: readonly ThreadEventType[] = [
   'LIMIT_DECIDED',
   'FAIL',
   'HAND_OFF',
+  'CHILDREN_SETTLED',
+  'BUDGET_EXHAUSTED',
 ]
 
 export interface ThreadInput {
@@ -194,6 +220,8 @@ export interface ThreadInput {
   limits: Limits
   policy: ThreadPolicy
   depth: number
+  /** A continuation starts with its predecessor's usage: a chain's cost is one running total. */
+  carried?: { usage: Usage; activeMs: number; previousThreadId: string }
 }
 
 export type TerminalStatus = 'completed' | 'error' | 'cancelled' | 'continued'
@@ -222,6 +250,11 @@ export interface RunToolInput {
 export interface DecideLimitInput {
   threadId: string
   hit: { limit: LimitName; used: number; max: number }
+}
+
+export interface SettleChildrenInput {
+  threadId: string
+  reason: string
 }
 
 export interface WaitUntilInput {
@@ -278,8 +311,10 @@ export const threadMachine = setup({
     runTool: fromCallback<ThreadEvent, RunToolInput>(() => {}),
     waitUntil: fromCallback<ThreadEvent, WaitUntilInput>(() => {}),
     decideLimit: fromCallback<ThreadEvent, DecideLimitInput>(() => {}),
+    settleChildren: fromCallback<ThreadEvent, SettleChildrenInput>(() => {}),
   },
   guards: {
+    cancelAwaitsChildren: ({ event }) => event.type === 'CANCEL' && event.awaitChildren === true,
     limitExceeded: ({ context }) => exceeded(context) !== null,
     /** A raise that would hit a limit again at once is treated as an escalation, never a loop. */
     limitRaisedEnough: ({ context, event }) =>
@@ -430,12 +465,21 @@ export const threadMachine = setup({
         limits: { ...context.limits, ...event.limits },
         suspendReason: null,
         limitHit: null,
+        budgetHit: null,
         attempt: 1,
         retry: null,
         lastAt: event.at,
       }
     }),
     recordCancel: assign(({ event }) => (event.type === 'CANCEL' ? { cancelReason: event.reason } : {})),
+    suspendForBudget: assign(({ context, event }) => {
+      if (event.type !== 'BUDGET_EXHAUSTED') return {}
+      return {
+        ...accrue(context, event.at),
+        suspendReason: 'budget' as const,
+        budgetHit: { amount: event.amount, used: event.used, max: event.max },
+      }
+    }),
     recordHandOff: assign(({ event }) => (event.type === 'HAND_OFF' ? { nextThreadId: event.nextThreadId } : {})),
   },
 }).createMachine({
@@ -447,16 +491,17 @@ export const threadMachine = setup({
     policy: input.policy,
     depth: input.depth,
     promptTokens: 0,
-    usage: { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
+    usage: input.carried ? { ...input.carried.usage } : { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
     startedAt: null,
     lastAt: null,
-    activeMs: 0,
+    activeMs: input.carried?.activeMs ?? 0,
     attempt: 1,
     toolCalls: [],
     toolsDone: [],
     retry: null,
     suspendReason: null,
     limitHit: null,
+    budgetHit: null,
     lastFailure: null,
     result: null,
     error: null,
@@ -468,14 +513,20 @@ export const threadMachine = setup({
     created: {
       on: {
         START: { target: 'running', actions: 'markStarted' },
-        CANCEL: { target: 'cancelled', actions: 'recordCancel' },
+        CANCEL: [
+          { guard: 'cancelAwaitsChildren', target: '#thread.cancelling', actions: 'recordCancel' },
+          { target: '#thread.cancelled', actions: 'recordCancel' },
+        ],
         FAIL: { target: 'error', actions: 'failWithError' },
       },
     },
     running: {
       initial: 'checkingLimits',
       on: {
-        CANCEL: { target: 'cancelled', actions: 'recordCancel' },
+        CANCEL: [
+          { guard: 'cancelAwaitsChildren', target: '#thread.cancelling', actions: 'recordCancel' },
+          { target: '#thread.cancelled', actions: 'recordCancel' },
+        ],
         FAIL: { target: 'error', actions: 'failWithError' },
         HAND_OFF: { target: 'continued', actions: 'recordHandOff' },
       },
@@ -505,6 +556,7 @@ export const threadMachine = setup({
               },
               { guard: 'isCurrentReply', target: '#thread.completed', actions: ['recordReply', 'recordResult'] },
             ],
+            BUDGET_EXHAUSTED: { target: '#thread.suspended', actions: 'suspendForBudget' },
             MODEL_FAILED: [
               {
                 guard: 'errorHookRetries',
@@ -590,7 +642,21 @@ export const threadMachine = setup({
     suspended: {
       on: {
         RESUME: { target: 'running', actions: 'resumeWithLimits' },
-        CANCEL: { target: 'cancelled', actions: 'recordCancel' },
+        CANCEL: [
+          { guard: 'cancelAwaitsChildren', target: '#thread.cancelling', actions: 'recordCancel' },
+          { target: '#thread.cancelled', actions: 'recordCancel' },
+        ],
+        FAIL: { target: 'error', actions: 'failWithError' },
+      },
+    },
+    cancelling: {
+      invoke: {
+        id: 'settleChildren',
+        src: 'settleChildren',
+        input: ({ context }) => ({ threadId: context.threadId, reason: context.cancelReason ?? 'cancelled' }),
+      },
+      on: {
+        CHILDREN_SETTLED: { target: 'cancelled' },
         FAIL: { target: 'error', actions: 'failWithError' },
       },
     },

@@ -73,8 +73,8 @@ function prepareStatements(db: Database.Database) {
     setCost: db.prepare<[string, string]>('UPDATE threads SET cost = ? WHERE id = ?'),
     get: db.prepare<[string], Row>('SELECT * FROM threads WHERE id = ?'),
     active: db.prepare<[], Row>(`SELECT * FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`),
-    activeStatuses: db.prepare<[], { id: string; status: ThreadStatus }>(
-      `SELECT id, status FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`,
+    activeStatuses: db.prepare<[], { id: string; status: ThreadStatus; parentId: string | null }>(
+      `SELECT id, status, parent_id AS parentId FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`,
     ),
     // LIMIT -1 means no limit in SQLite, so one statement serves both cases.
     all: db.prepare<[number], Row>('SELECT * FROM threads ORDER BY created_at, id LIMIT ?'),
@@ -229,7 +229,7 @@ class SqliteRegistry implements Registry {
     return this.guard('list active threads', () => this.statements.active.all()).map(toRecord)
   }
 
-  activeStatuses(): Array<{ id: string; status: ThreadStatus }> {
+  activeStatuses(): Array<{ id: string; status: ThreadStatus; parentId: string | null }> {
     return this.guard('list active threads', () => this.statements.activeStatuses.all())
   }
 

@@ -139,8 +139,8 @@ export interface Registry {
   updateCostSnapshot(id: string, cost: Cost): void
   /** Threads in status created or running. */
   listActive(): ThreadRecord[]
-  /** The same threads, only id and status: what recovery needs, without parsing every row's JSON. */
-  activeStatuses(): Array<{ id: string; status: ThreadStatus }>
+  /** The same threads, only id, status and parent: what recovery needs, without parsing every row's JSON. */
+  activeStatuses(): Array<{ id: string; status: ThreadStatus; parentId: string | null }>
   list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[]
   listChildren(id: string): ThreadRecord[]
   /** The continuation chain that `id` belongs to, oldest first (follows previous_thread_id both ways). */

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import { customAlphabet } from 'nanoid'
 import { SpindleError } from './errors.js'
 
@@ -10,13 +11,28 @@ const THREAD_ID = /^[a-z0-9][a-z0-9_-]{0,62}-[a-z0-9]{12}$/
 
 /** A readable prefix from the directive name plus a random suffix, e.g. `research-3f9k2m1x0q7a`. */
 export function newThreadId(directiveName: string): string {
-  const prefix =
+  return `${idPrefix(directiveName)}-${suffix()}`
+}
+
+function idPrefix(directiveName: string): string {
+  return (
     directiveName
       .toLowerCase()
       .replace(/[^a-z0-9_-]+/g, '-')
       .replace(/^[-_]+|[-_]+$/g, '')
       .slice(0, 40) || 'thread'
-  return `${prefix}-${suffix()}`
+  )
+}
+
+/**
+ * The id of a child spawned by a tool call: derived from the call's idempotency key, so the call
+ * run again after a crash finds the child it already made instead of making a second one.
+ */
+export function childThreadId(directiveName: string, idempotencyKey: string): string {
+  const digest = createHash('sha256').update(idempotencyKey).digest()
+  let tail = ''
+  for (let i = 0; i < 12; i++) tail += '0123456789abcdefghijklmnopqrstuvwxyz'[digest[i]! % 36]
+  return `${idPrefix(directiveName)}-${tail}`
 }
 
 /** A secret stored at spawn; cross-process requests (cancel files) must carry it. */

@@ -13,7 +13,12 @@ export type {
   RequestsReport,
   RecoveryReport,
   Problem,
+  LifecycleEvent,
+  LifecycleEventType,
 } from './runtime.js'
+export type { WaitOptions, WaitReport, SettledThread } from './waits.js'
+export { orchestratorMachine } from '../machines/orchestrator.machine.js'
+export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'
 export { requestCancel, respondToApproval, pendingApprovals, readRequestLog } from './requests.js'
 export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './requests.js'
 export { compileHooks } from './policies/hooks.js'

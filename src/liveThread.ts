@@ -11,6 +11,8 @@ import { makeEnvelope } from '../persistence/envelope.js'
 import type { GroupCommit } from '../persistence/groupCommit.js'
 import type { CheckpointStore, Cost, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
 import { SpindleError, describeError } from './errors.js'
+import { applyRepairs } from './continuation.js'
+import type { RepairedCall } from './continuation.js'
 import { applyToMessages, messagesFromTranscript } from './messages.js'
 import { replayTranscript } from './replay.js'
 import { isActive, statusOfValue } from './threadStatus.js'
@@ -176,6 +178,14 @@ export class LiveThread implements ThreadHandle {
     return this.messageLog
   }
 
+  /** Applies repairs of tool calls left without results (recorded by the caller as a note). */
+  repairMessages(repairs: readonly RepairedCall[]): void {
+    if (this.messageLog === null) return
+    const repaired = applyRepairs(this.messageLog, repairs)
+    this.messageLog.length = 0
+    this.messageLog.push(...repaired)
+  }
+
   hasToolIntent(key: string): boolean {
     return this.intents.has(key)
   }
@@ -234,6 +244,25 @@ export class LiveThread implements ThreadHandle {
       error: { code: described.code === 'Error' ? code : described.code, message: described.message },
     })
     if (!delivered) this.onActorError(error)
+  }
+
+  /**
+   * Restarts the thread from its last checkpointed snapshot, as a supervisor does after a crash:
+   * the actor and its in-flight effects are stopped, a new actor is restored and re-enters the
+   * state it was in (a tool whose intent is recorded is not run twice unless idempotent).
+   * Subscribers and `done` carry over. False when there is nothing to restart.
+   */
+  restart(machine: AnyStateMachine): boolean {
+    if (this.finished || !this.actor || this.lastGood === null) return false
+    // The checkpoint as state.json holds it: plain JSON, private to the new actor.
+    const source = this.actor.getSnapshot().status === 'active' ? this.actor.getPersistedSnapshot() : this.lastGood
+    const snapshot = JSON.parse(JSON.stringify(source)) as unknown
+    this.unsubscribeActor?.()
+    this.actor.stop()
+    this.messageLog = null
+    this.toolNames.clear()
+    this.start(machine, { snapshot })
+    return true
   }
 
   /** Stops the actor without touching its checkpoint (runtime close, or a lease lost). */

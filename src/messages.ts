@@ -1,7 +1,12 @@
 import type { Message } from '../actors/model.js'
 import type { ThreadEvent } from '../machines/thread.machine.js'
 import type { TranscriptEntry } from '../persistence/types.js'
+import { applyRepairs } from './continuation.js'
+import type { RepairedCall } from './continuation.js'
 import { SPAWN_ENTRY, eventOfEntry, isMachineEventEntry } from './replay.js'
+
+/** Transcript note recording the synthetic results given to tool calls left without one. */
+export const TOOL_CALLS_REPAIRED = 'tool_calls_repaired'
 
 function toolContent(output: unknown): string {
   return typeof output === 'string' ? output : JSON.stringify(output)
@@ -33,8 +38,14 @@ export function messagesFromTranscript(entries: readonly TranscriptEntry[]): Mes
   const toolNames = new Map<string, string>()
   for (const entry of entries) {
     if (entry.type === SPAWN_ENTRY) {
-      const prompt = (entry.data as { input: { directive: { prompt: string } } }).input.directive.prompt
-      messages.push({ role: 'user', content: prompt })
+      const data = entry.data as { input: { directive: { prompt: string } }; messages?: Message[] }
+      // A continuation starts from messages rebuilt from its predecessor, recorded at spawn.
+      if (data.messages) messages.push(...data.messages)
+      else messages.push({ role: 'user', content: data.input.directive.prompt })
+    } else if (entry.type === TOOL_CALLS_REPAIRED) {
+      const repaired = applyRepairs(messages, (entry.data as { repairs: RepairedCall[] }).repairs)
+      messages.length = 0
+      messages.push(...repaired)
     } else if (isMachineEventEntry(entry)) {
       const event = eventOfEntry(entry)
       if (event.type === 'MODEL_REPLIED') for (const call of event.toolCalls) toolNames.set(call.id, call.name)

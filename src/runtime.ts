@@ -58,6 +58,19 @@ import {
   requestCancel,
 } from './requests.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
+import { createActor } from 'xstate'
+import type { Actor } from 'xstate'
+import { orchestratorMachine } from '../machines/orchestrator.machine.js'
+import type { OrchestratorEmitted, RestartType, SupervisionStrategy } from '../machines/orchestrator.machine.js'
+import type { Message } from '../actors/model.js'
+import { childTools } from './childTools.js'
+import type { SpawnThreadInput } from './childTools.js'
+import { continuationMessages, findDanglingToolCalls } from './continuation.js'
+import { TOOL_CALLS_REPAIRED } from './messages.js'
+import { waitThreads } from './waits.js'
+import type { WaitOptions, WaitReport } from './waits.js'
+import { childThreadId } from './ids.js'
+import type { z } from 'zod'
 import { isActive, isStateValue, statusOfValue } from './threadStatus.js'
 
 export interface RuntimeOptions {
@@ -93,7 +106,26 @@ export interface RuntimeOptions {
   config?: ConfigLayer
   /** Hooks in code (with handlers) or as data; they sit in the project layer. */
   hooks?: Array<HookSpec | CodeHook>
+  /**
+   * Told about every lifecycle event, from the first: runtime_ready and thread_recovered happen
+   * inside createRuntime, before `rt.on` could be called.
+   */
+  onLifecycle?: (event: LifecycleEvent) => void
+  /** Give every thread the built-in `spawn_thread` and `wait_threads` tools (default true). */
+  builtinTools?: boolean
 }
+
+/** What the orchestrator tells host code, so a UI never shows a dead thread as alive. */
+export type LifecycleEvent =
+  | { type: 'runtime_ready'; at: number; recovery: RecoveryReport }
+  | { type: 'thread_recovered'; at: number; threadId: string; state: unknown }
+  | { type: 'thread_crashed'; at: number; threadId: string; error: { code: string; message: string } }
+  | { type: 'thread_restarted'; at: number; threadId: string; crashed: string; restartsInWindow: number }
+  | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }
+  | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' }
+  | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }
+
+export type LifecycleEventType = LifecycleEvent['type']
 
 export interface Problem {
   threadId?: string
@@ -119,6 +151,10 @@ export interface SpawnOptions {
   escalation?: ConfigLayer['escalation']
   hooks?: HookSpec[]
   parentId?: string
+  /** How the supervisor treats this thread after a crash (default: config `supervision.restart`). */
+  restart?: RestartType
+  /** The restart strategy for this thread's own children (default: config `supervision.strategy`). */
+  childStrategy?: SupervisionStrategy
 }
 
 export interface ApproveOptions {
@@ -178,6 +214,16 @@ export interface Runtime {
   resume(id: string, options?: { by?: string }): Promise<ThreadHandle>
   /** Acts on cancel and approval-response files now (the runtime also polls for them). */
   checkRequests(options?: { sweep?: boolean }): Promise<RequestsReport>
+  /**
+   * Waits for threads to settle (following continuations), from completion events. With
+   * `failFast` it ends at the first failure; with `cancelSiblingsOnFailure` the others are then
+   * cancelled, each naming the one that failed.
+   */
+  waitThreads(ids: string[], options?: WaitOptions): Promise<WaitReport>
+  /** The continuation chain `id` belongs to, oldest first. */
+  chain(id: string): ThreadRecord[]
+  /** Listens for one lifecycle event type (or '*' for all); returns the unsubscribe function. */
+  on<T extends LifecycleEventType | '*'>(type: T, listener: (event: T extends '*' ? LifecycleEvent : Extract<LifecycleEvent, { type: T }>) => void): () => void
   /** The merged configuration this runtime runs with. */
   readonly config: Config
   /** Stops every live thread where it is (its checkpoint stays) and closes the stores. */
@@ -292,6 +338,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   if (options.recover !== false) await runtime.recover()
   await runtime.checkRequests({ sweep: true })
   runtime.startPolling()
+  runtime.ready()
   return runtime
 }
 
@@ -311,6 +358,13 @@ class RuntimeImpl implements Runtime {
   private polls = 0
   private polling: Promise<RequestsReport> | null = null
   private closed = false
+  private readonly orchestrator: Actor<typeof orchestratorMachine>
+  private readonly lifecycleListeners = new Map<string, Set<(event: LifecycleEvent) => void>>()
+  /** Threads waited on that are not live here: looked up in the registry every `waits.remotePollMs`. */
+  private readonly remoteWatches = new Map<string, Set<() => void>>()
+  private remoteTimer: unknown = null
+  /** Hand-offs under way, so that two model calls of one thread never start two successors. */
+  private readonly handingOff = new Map<string, Promise<string>>()
 
   constructor(
     private readonly options: RuntimeOptions,
@@ -332,8 +386,8 @@ class RuntimeImpl implements Runtime {
     for (const { kind, file, layer } of files.layers) {
       if (layer.hooks?.length) hookSets.push({ layer: kind, source: file, hooks: layer.hooks })
     }
-    const builtin = systemDefaults().hooks
-    if (builtin.length) hookSets.push({ layer: 'builtin', source: 'config/defaults.yaml', hooks: builtin })
+    const builtinHooks = systemDefaults().hooks
+    if (builtinHooks.length) hookSets.push({ layer: 'builtin', source: 'config/defaults.yaml', hooks: builtinHooks })
     if (options.config?.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.config', hooks: options.config.hooks })
     if (options.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.hooks', hooks: options.hooks })
     this.hooks = compileHooks(hookSets, { onError: (problem) => this.report(new SpindleError('HOOK_FAILED', `${problem.source}: hook ${problem.hookId}: ${problem.message}`)) })
@@ -343,9 +397,16 @@ class RuntimeImpl implements Runtime {
       (error) => this.report(error),
     )
     const tools = new Map<string, Tool>()
-    for (const tool of options.tools ?? []) {
+    const builtin = options.builtinTools === false ? [] : childTools({
+      spawnChild: (parentId, key, spec) => this.spawnChild(parentId, key, spec),
+      waitThreads: (_parentId, ids, waitOptions) => this.waitThreads(ids, waitOptions),
+    })
+    for (const tool of [...builtin, ...(options.tools ?? [])]) {
       if (tools.has(tool.name)) {
-        throw new SpindleError('INVALID_OPTIONS', `Two tools are named "${tool.name}"; tool names must be unique.`, {
+        const builtinName = builtin.some((b) => b.name === tool.name)
+        throw new SpindleError('INVALID_OPTIONS', builtinName
+          ? `A tool is named "${tool.name}", like spindle's built-in tool; rename it, or pass builtinTools: false.`
+          : `Two tools are named "${tool.name}"; tool names must be unique.`, {
           details: { field: 'tools' },
         })
       }
@@ -369,14 +430,35 @@ class RuntimeImpl implements Runtime {
         this.liveThread(id).recordToolIntent(key, call)
         await this.commit.whenLogged()
       },
-      crash: (id, error) => this.live.get(id)?.crash(error),
+      crash: (id, error) => this.crashed(id, error),
+      beforeModelCall: (id, at) => this.beforeModelCall(id, at),
+      handOffOnContextLength: (id) => this.handOffOnContextLength(id),
+      settleChildren: (id, reason, signal) => this.settleChildren(id, reason, signal),
     }
     this.machine = threadMachine.provide({ actors: createThreadEffects(host) })
+    this.orchestrator = createActor(orchestratorMachine, {
+      input: {
+        defaultStrategy: this.config.supervision.strategy,
+        intensity: { maxRestarts: this.config.supervision.maxRestarts, withinMs: this.config.supervision.withinMs },
+      },
+    })
+    this.orchestrator.on('*', (emitted) => {
+      try {
+        this.carryOut(emitted as OrchestratorEmitted)
+      } catch (error) {
+        this.report(error)
+      }
+    })
+    this.orchestrator.start()
   }
 
   async spawn(options: SpawnOptions): Promise<ThreadHandle> {
     this.assertOpen()
     validateSpawn(options)
+    return this.spawnResolved(options)
+  }
+
+  private async spawnResolved(options: SpawnOptions, id?: string): Promise<LiveThread> {
     const { name, prompt, ...directiveLayer } = options.directive
     const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
     const fromSpawn = validateLayer(
@@ -385,7 +467,15 @@ class RuntimeImpl implements Runtime {
     )
     const resolved = mergeConfig(this.config, fromDirective, fromSpawn)
     const dataHooks = [...(fromDirective.hooks ?? []), ...(fromSpawn.hooks ?? [])]
-    const policy: ThreadPolicy = { retry: resolved.retry, escalation: resolved.escalation, hooks: dataHooks as ThreadPolicy['hooks'] }
+    const policy: ThreadPolicy = {
+      retry: resolved.retry,
+      escalation: resolved.escalation,
+      hooks: dataHooks as ThreadPolicy['hooks'],
+      supervision: {
+        restart: options.restart ?? resolved.supervision.restart,
+        childStrategy: options.childStrategy ?? resolved.supervision.strategy,
+      },
+    }
     // Compiling now refuses a bad `when` before anything is written.
     const hooks = dataHooks.length ? this.hooks.with([{ layer: 'directive', source: `directive "${name}"`, hooks: dataHooks }]) : this.hooks
     let limits = resolved.limits
@@ -395,21 +485,45 @@ class RuntimeImpl implements Runtime {
       ;({ limits, depth } = this.capByParent(options.parentId, limits))
     }
     const directive = { name, prompt }
-    const id = newThreadId(directive.name)
-    const input: ThreadInput = { threadId: id, directive, limits, policy, depth }
-    if (hooks !== this.hooks) this.threadHooks.set(id, hooks)
+    const threadId = id ?? newThreadId(directive.name)
+    const input: ThreadInput = { threadId, directive, limits, policy, depth }
+    return this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
+  }
+
+  /**
+   * Writes a new thread's first transcript entry, starts its actor and registers it; resolves once
+   * all of that is durable. START follows on the next turn of the event loop.
+   */
+  private async startThread(init: {
+    input: ThreadInput
+    hooks: CompiledHooks
+    parentId: string | null
+    previousThreadId: string | null
+    /** A continuation's rebuilt history (recorded in its spawn entry); null: the directive prompt. */
+    messages: Message[] | null
+  }): Promise<LiveThread> {
+    const { input } = init
+    const id = input.threadId
+    if (init.hooks !== this.hooks) this.threadHooks.set(id, init.hooks)
     this.transcripts.open(id)
-    this.transcripts.append(id, SPAWN_ENTRY, { input, parentId: options.parentId ?? null })
-    const thread = this.adopt(id, { messages: [{ role: 'user', content: directive.prompt }] })
+    this.transcripts.append(id, SPAWN_ENTRY, {
+      input,
+      parentId: init.parentId,
+      ...(init.previousThreadId ? { previousThreadId: init.previousThreadId } : {}),
+      ...(init.messages ? { messages: init.messages } : {}),
+    })
+    const thread = this.adopt(id, { messages: init.messages ? [...init.messages] : [{ role: 'user', content: input.directive.prompt }] })
     thread.start(this.machine, { input })
+    this.supervise(id, init.parentId, input.policy)
     // The row commits in the round that makes the first state.json durable: a thread exists once
     // it is registered, and a registered thread always has files. Files without a row are a spawn
     // that never returned; recovery leaves them alone.
     this.commit.stageRegistration({
       id,
-      directiveName: directive.name,
-      directive,
-      parentId: options.parentId ?? null,
+      directiveName: input.directive.name,
+      directive: input.directive,
+      parentId: init.parentId,
+      previousThreadId: init.previousThreadId,
       nonce: newNonce(),
       createdAt: this.clock.now(),
     })
@@ -419,6 +533,29 @@ class RuntimeImpl implements Runtime {
     // it leaves a durable `created` thread, which recovery starts.
     setImmediate(() => thread.deliver({ type: 'START', at: this.clock.now() }))
     return thread
+  }
+
+  /** `spawn_thread`: a child whose id comes from the call's idempotency key, so a re-run finds it. */
+  private async spawnChild(
+    parentId: string,
+    key: string,
+    spec: z.infer<typeof SpawnThreadInput>,
+  ): Promise<{ threadId: string; status: string; limits: unknown; existing: boolean }> {
+    const id = childThreadId(spec.name, key)
+    const existing = this.registry.get(id)
+    if (existing) {
+      const limits = this.live.get(id)?.context().limits ?? this.storedContext(id)?.limits ?? null
+      return { threadId: id, status: existing.status, limits, existing: true }
+    }
+    const thread = await this.spawnResolved(
+      {
+        directive: { name: spec.name, prompt: spec.prompt },
+        ...(spec.limits ? { limits: spec.limits } : {}),
+        parentId,
+      },
+      id,
+    )
+    return { threadId: id, status: thread.status, limits: thread.context().limits, existing: false }
   }
 
   /** A child's limits: each the min of its own and its parent's; depth one less; the parent's spawns counted. */
@@ -534,6 +671,8 @@ class RuntimeImpl implements Runtime {
     if (this.closed) return
     this.closed = true
     if (this.poller) clearInterval(this.poller)
+    if (this.remoteTimer !== null) this.clock.clearTimeout(this.remoteTimer)
+    this.orchestrator.send({ type: 'CLOSE' })
     await this.polling?.catch(() => {})
     const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
     for (const thread of [...this.live.values()]) thread.detach(reason)
@@ -543,6 +682,370 @@ class RuntimeImpl implements Runtime {
       this.transcripts.closeAll()
       this.registry.close()
     }
+  }
+
+  // ── supervision and lifecycle ──────────────────────────────────────────────────────────────
+
+  on<T extends LifecycleEventType | '*'>(type: T, listener: (event: any) => void): () => void {
+    let set = this.lifecycleListeners.get(type)
+    if (!set) this.lifecycleListeners.set(type, (set = new Set()))
+    set.add(listener)
+    return () => set.delete(listener)
+  }
+
+  /** @internal */
+  emitLifecycle(event: LifecycleEvent): void {
+    const targets = [this.options.onLifecycle, ...(this.lifecycleListeners.get(event.type) ?? []), ...(this.lifecycleListeners.get('*') ?? [])]
+    for (const listener of targets) {
+      if (!listener) continue
+      try {
+        listener(event)
+      } catch (error) {
+        // A failing listener is the host's problem, reported; it must not stop the orchestrator.
+        this.report(error)
+      }
+    }
+  }
+
+  /** @internal Recovery is over: the orchestrator is ready and host code is told. */
+  ready(): void {
+    this.orchestrator.send({ type: 'READY' })
+    this.emitLifecycle({ type: 'runtime_ready', at: this.clock.now(), recovery: this.lastRecovery })
+  }
+
+  private supervise(id: string, parentId: string | null, policy: ThreadPolicy): void {
+    const supervision = policy.supervision
+    this.orchestrator.send({
+      type: 'THREAD_ADDED',
+      id,
+      parentId,
+      restart: supervision?.restart ?? this.config.supervision.restart,
+      ...(supervision ? { childStrategy: supervision.childStrategy } : {}),
+    })
+  }
+
+  /** An exception escaped an effect of thread `id`: the orchestrator decides. */
+  private crashed(id: string, error: unknown): void {
+    const thread = this.live.get(id)
+    if (!thread || thread.stopped) {
+      this.report(error, id)
+      return
+    }
+    const described = describeError(error)
+    const code = described.code === 'Error' ? 'THREAD_CRASHED' : described.code
+    this.report(error, id)
+    thread.note('thread_crashed', { at: this.clock.now(), error: { code, message: described.message }, pid: process.pid })
+    this.orchestrator.send({ type: 'THREAD_CRASHED', id, at: this.clock.now(), error: { code, message: described.message } })
+  }
+
+  /** Carries out what the orchestrator decided. */
+  private carryOut(emitted: OrchestratorEmitted): void {
+    const at = this.clock.now()
+    switch (emitted.type) {
+      case 'crashed':
+        this.emitLifecycle({ type: 'thread_crashed', at, threadId: emitted.id, error: emitted.error })
+        return
+      case 'restart':
+        for (const id of emitted.ids) {
+          const thread = this.live.get(id)
+          if (!thread || thread.stopped) continue
+          thread.note('thread_restarted', { at, crashed: emitted.crashed, restartsInWindow: emitted.restartsInWindow })
+          if (thread.restart(this.machine)) {
+            this.emitLifecycle({ type: 'thread_restarted', at, threadId: id, crashed: emitted.crashed, restartsInWindow: emitted.restartsInWindow })
+          }
+        }
+        return
+      case 'stop':
+        for (const id of emitted.ids) {
+          this.cancelAs(id, emitted.reason, 'supervisor').catch((error: unknown) => this.report(error, id))
+        }
+        return
+      case 'give_up':
+        for (const id of emitted.ids) {
+          const thread = this.live.get(id)
+          if (!thread || thread.stopped) continue
+          thread.deliver({ type: 'FAIL', at, error: { code: 'SUPERVISION_GAVE_UP', message: emitted.report } })
+        }
+        this.emitLifecycle({ type: 'supervision_gave_up', at, threadIds: emitted.ids, crashed: emitted.crashed, report: emitted.report })
+        return
+    }
+  }
+
+  // ── children: waves, cancel cascade ────────────────────────────────────────────────────────
+
+  async waitThreads(ids: string[], options: WaitOptions = {}): Promise<WaitReport> {
+    this.assertOpen()
+    if (!Array.isArray(ids)) throw new SpindleError('INVALID_OPTIONS', 'waitThreads needs an array of thread ids.')
+    for (const id of ids) {
+      assertThreadId(id)
+      if (!this.live.has(id) && !this.registry.get(id)) {
+        throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.dir} to wait for.`, { details: { threadId: id } })
+      }
+    }
+    return waitThreads(
+      {
+        clock: this.clock,
+        defaultTimeoutMs: this.config.waits.defaultTimeoutMs,
+        settled: (id) => this.settled(id),
+        cancel: (id, reason, by) => this.cancelAs(id, reason, by),
+      },
+      ids,
+      options,
+    )
+  }
+
+  chain(id: string): ThreadRecord[] {
+    this.assertOpen()
+    assertThreadId(id)
+    return this.registry.chain(id)
+  }
+
+  /**
+   * Resolves once thread `id` has stopped for good. A live thread resolves from its own `done`
+   * (after its end is durable); a suspended one when it is woken here and ends; one that another
+   * process runs from the registry, looked up every `waits.remotePollMs`.
+   */
+  private settled(id: string): { promise: Promise<ThreadOutcome>; cancel(): void } {
+    let cancelled = false
+    let stopWatch: () => void = () => {}
+    const promise = new Promise<ThreadOutcome>((resolve, reject) => {
+      const attempt = (): void => {
+        if (cancelled) return
+        const live = this.live.get(id)
+        if (live && !live.stopped) {
+          live.done.then(
+            (outcome) => (outcome.status === 'suspended' ? attempt() : resolve(outcome)),
+            (error: unknown) => (this.closed ? reject(error) : attempt()),
+          )
+          return
+        }
+        if (live) {
+          // Stopped here a moment ago: its `done` settles once the end is durable.
+          live.done.then(() => attempt(), () => attempt())
+          return
+        }
+        const record = this.registry.get(id)
+        if (!record) return reject(new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.dir}.`, { details: { threadId: id } }))
+        if (record.status !== 'suspended' && !isActive(record.status)) return resolve(this.storedOutcome(id, record))
+        stopWatch = this.watchRemote(id, () => attempt())
+      }
+      attempt()
+    })
+    promise.catch(() => {})
+    return {
+      promise,
+      cancel: () => {
+        cancelled = true
+        stopWatch()
+      },
+    }
+  }
+
+  private storedOutcome(id: string, record: ThreadRecord): ThreadOutcome {
+    const context = this.storedContext(id)
+    const status = record.status as ThreadOutcome['status']
+    if (context) return outcomeOf(status, context)
+    return {
+      status,
+      cost: record.cost ?? { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
+      ...(typeof record.result === 'string' ? { result: record.result } : {}),
+      ...(record.error ? { error: record.error } : {}),
+    }
+  }
+
+  /**
+   * Calls `changed` when thread `id` becomes live here or its registry row leaves created, running
+   * and suspended. Threads another process runs send no events here, so their rows are read.
+   */
+  private watchRemote(id: string, changed: () => void): () => void {
+    let set = this.remoteWatches.get(id)
+    if (!set) this.remoteWatches.set(id, (set = new Set()))
+    const once = (): void => {
+      set!.delete(once)
+      if (set!.size === 0) this.remoteWatches.delete(id)
+      changed()
+    }
+    set.add(once)
+    if (this.remoteTimer === null) this.scheduleRemotePoll()
+    return () => {
+      set!.delete(once)
+      if (set!.size === 0) this.remoteWatches.delete(id)
+    }
+  }
+
+  private scheduleRemotePoll(): void {
+    this.remoteTimer = this.clock.setTimeout(() => {
+      this.remoteTimer = null
+      if (this.closed) return
+      for (const [id, listeners] of [...this.remoteWatches]) {
+        const live = this.live.get(id)
+        let changed = live !== undefined
+        if (!changed) {
+          try {
+            const record = this.registry.get(id)
+            changed = !record || (record.status !== 'suspended' && !isActive(record.status))
+          } catch (error) {
+            this.report(error, id)
+          }
+        }
+        if (changed) for (const listener of [...listeners]) listener()
+      }
+      if (this.remoteWatches.size > 0) this.scheduleRemotePoll()
+    }, this.config.waits.remotePollMs)
+    ;(this.remoteTimer as { unref?: () => void })?.unref?.()
+  }
+
+  /** Wakes waiters on a thread that has just become live here (approved, resumed, cancelled). */
+  private wakeWatchers(id: string): void {
+    const listeners = this.remoteWatches.get(id)
+    if (listeners) queueMicrotask(() => { for (const listener of [...listeners]) listener() })
+  }
+
+  /** Children (and their descendants) of `id` that are not settled yet. */
+  private openChildren(id: string): ThreadRecord[] {
+    return this.registry.listChildren(id).filter((child) => isActive(child.status) || child.status === 'suspended')
+  }
+
+  /** The `settleChildren` effect of a cancelled thread: cancel every open child, wait for each. */
+  private async settleChildren(id: string, reason: string, signal: AbortSignal): Promise<string[]> {
+    const children = this.openChildren(id)
+    const cause = `parent ${id} was cancelled: ${reason}`
+    await Promise.all(
+      children.map(async (child) => {
+        try {
+          await this.cancelAs(child.id, cause, `parent ${id}`)
+        } catch (error) {
+          // Settled in the meantime (completed, or cancelled by someone else): nothing to cancel.
+          if (!isSpindleError(error) || error.code !== 'THREAD_NOT_ACTIVE') this.report(error, child.id)
+        }
+        if (signal.aborted) return
+        await this.settled(child.id).promise.catch(() => {})
+      }),
+    )
+    return children.map((c) => c.id)
+  }
+
+  // ── continuation and the checks before a model call ───────────────────────────────────────
+
+  private async beforeModelCall(id: string, at: { turn: number; attempt: number }): Promise<'proceed' | 'stop'> {
+    const thread = this.live.get(id)
+    if (!thread || thread.stopped) return 'stop'
+    const repairs = findDanglingToolCalls(thread.messages())
+    if (repairs.length > 0) {
+      // Recorded like any input, so the conversation rebuilt from the transcript has them too.
+      thread.note(TOOL_CALLS_REPAIRED, { at: this.clock.now(), turn: at.turn, repairs })
+      thread.repairMessages(repairs)
+    }
+    const context = thread.context()
+    const window = this.options.model.contextWindow
+    if (window && context.promptTokens > 0) {
+      const ratio = context.promptTokens / window
+      if (ratio >= this.config.context.pressureRatio) {
+        const decision = await this.pressureDecision(thread, context, { ratio, promptTokens: context.promptTokens, contextWindow: window })
+        if (decision !== 'proceed') return 'stop'
+      }
+    }
+    return 'proceed'
+  }
+
+  /** What the context_window_pressure hooks decide; without one, the configured default. */
+  private async pressureDecision(
+    thread: LiveThread,
+    context: ThreadContext,
+    pressure: { ratio: number; promptTokens: number; contextWindow: number },
+  ): Promise<'proceed' | 'stopped'> {
+    const hooks = this.hooksOf(thread.id)
+    let action: string = 'continue'
+    let hookId: string | null = null
+    let message = ''
+    if (hooks.has('context_window_pressure')) {
+      const decided = await hooks.decide('context_window_pressure', this.hookInput(context, { pressure } as Partial<HookInput>))
+      if (decided.hookId) {
+        action = decided.action
+        hookId = decided.hookId
+        message = decided.message ? `: ${decided.message}` : ''
+        thread.note('hook_decided', { at: this.clock.now(), event: 'context_window_pressure', hookId, action })
+      }
+    }
+    if (thread.stopped) return 'stopped'
+    if (action === 'fail') {
+      thread.deliver({ type: 'FAIL', at: this.clock.now(), error: { code: 'HOOK_FAILED', message: `Hook ${hookId} failed the thread on context_window_pressure${message}.` } })
+      return 'stopped'
+    }
+    if (action === 'abort') {
+      this.deliverCancel(thread, `aborted by hook ${hookId}${message}`, `hook ${hookId}`)
+      return 'stopped'
+    }
+    // `retry` means "carry on as you are"; `continue` means the default.
+    if (action === 'retry' || this.config.context.onPressure === 'ignore') return 'proceed'
+    await this.handOff(thread, 'context_window_pressure')
+    return 'stopped'
+  }
+
+  private async handOffOnContextLength(id: string): Promise<boolean> {
+    const thread = this.live.get(id)
+    if (!thread || thread.stopped) return false
+    await this.handOff(thread, 'context_length')
+    return true
+  }
+
+  /**
+   * Ends `thread` `continued` and starts its successor with the same directive, policy, limits
+   * and parent, its usage carried over, and its history rebuilt from the transcript within the
+   * resume ceiling. The successor is durable before the hand-off is recorded; after a crash
+   * between the two, the registry's chain finds it again instead of starting another.
+   */
+  private handOff(thread: LiveThread, cause: 'context_window_pressure' | 'context_length'): Promise<string> {
+    const running = this.handingOff.get(thread.id)
+    if (running) return running
+    const work = (async (): Promise<string> => {
+      const id = thread.id
+      const context = thread.context()
+      const record = this.registry.get(id)
+      const existing = this.registry.chain(id).find((r) => r.previousThreadId === id)
+      let nextId: string
+      if (existing) {
+        nextId = existing.id
+      } else {
+        const window = this.options.model.contextWindow ?? this.config.context.defaultContextWindow
+        const ceiling = this.config.context.resumeCeilingTokens ?? Math.floor(window * this.config.context.resumeCeilingRatio)
+        // A provider that refused the history outright gets half of that.
+        const messages = continuationMessages(thread.messages(), {
+          prompt: context.directive.prompt,
+          previousThreadId: id,
+          ceilingTokens: cause === 'context_length' ? Math.floor(ceiling / 2) : ceiling,
+        })
+        nextId = newThreadId(context.directive.name)
+        await this.startThread({
+          input: {
+            threadId: nextId,
+            directive: context.directive,
+            limits: context.limits,
+            policy: context.policy,
+            depth: context.depth,
+            carried: { usage: { ...context.usage }, activeMs: context.activeMs, previousThreadId: id },
+          },
+          hooks: this.hooksOf(id),
+          parentId: record?.parentId ?? null,
+          previousThreadId: id,
+          messages,
+        })
+      }
+      if (!thread.stopped) {
+        thread.note('thread_continued', { at: this.clock.now(), cause, nextThreadId: nextId })
+        thread.deliver({ type: 'HAND_OFF', at: this.clock.now(), nextThreadId: nextId })
+        this.emitLifecycle({ type: 'thread_continued', at: this.clock.now(), threadId: id, nextThreadId: nextId, cause })
+      }
+      return nextId
+    })()
+    this.handingOff.set(thread.id, work)
+    work.finally(() => this.handingOff.delete(thread.id)).catch(() => {})
+    return work
+  }
+
+  private deliverCancel(thread: LiveThread, reason: string, by: string): boolean {
+    const awaitChildren = this.openChildren(thread.id).length > 0
+    return thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
   }
 
   // ── policies: errors, limits, hooks ────────────────────────────────────────────────────────
@@ -662,16 +1165,19 @@ class RuntimeImpl implements Runtime {
     if ((wasRunningTools && !isStateValue(snapshot.value, 'runningTools')) || (wasCalling && status === 'completed')) {
       this.fireHook(thread, 'after_step', context, { step: { turn: context.usage.turns, toolCalls: context.toolCalls.length } })
     }
-    if (wasCalling && context.usage.turns > 0 && this.options.model.contextWindow) {
-      const window = this.options.model.contextWindow
-      const ratio = context.promptTokens / window
-      if (ratio >= this.config.context.pressureRatio) {
-        this.fireHook(thread, 'context_window_pressure', context, { pressure: { ratio, promptTokens: context.promptTokens, contextWindow: window } })
-      }
-    }
     if (!isActive(status) && status !== 'suspended') {
       this.fireHook(thread, 'after_complete', context, { outcome: { status, result: context.result } })
     }
+    if (status === 'error' && previous.status !== 'error') this.childFailed(thread.id, context)
+  }
+
+  /** A child that ended in error: its parent's transcript says so, and host code is told. */
+  private childFailed(id: string, context: ThreadContext): void {
+    const parentId = this.registry.get(id)?.parentId ?? null
+    if (!parentId) return
+    const error = context.error ?? { code: 'error', message: 'failed' }
+    this.live.get(parentId)?.note('child_thread_failed', { at: this.clock.now(), childId: id, directive: context.directive.name, error })
+    this.emitLifecycle({ type: 'child_thread_failed', at: this.clock.now(), threadId: id, parentId, error })
   }
 
   private fireHook(thread: LiveThread, event: HookEvent, context: ThreadContext, extra: Record<string, unknown> = {}): void {
@@ -691,7 +1197,7 @@ class RuntimeImpl implements Runtime {
             error: { code: 'HOOK_FAILED', message: `Hook ${decided.hookId} failed the thread on ${event}${message}.` },
           })
         } else {
-          thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason: `aborted by hook ${decided.hookId}${message}`, by: `hook ${decided.hookId}` })
+          this.deliverCancel(thread, `aborted by hook ${decided.hookId}${message}`, `hook ${decided.hookId}`)
         }
       },
       (error: unknown) => this.report(error, thread.id),
@@ -785,6 +1291,8 @@ class RuntimeImpl implements Runtime {
     this.suspended.delete(id)
     const thread = this.adopt(id, { intents: stored.intents })
     thread.start(this.machine, { snapshot: stored.snapshot })
+    this.supervise(id, this.registry.get(id)?.parentId ?? null, (stored.snapshot as { context: ThreadContext }).context.policy)
+    this.wakeWatchers(id)
     if (note) thread.note(note[0], note[1])
     if (!thread.deliver(event)) {
       throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} did not accept ${event.type}.`, { details: { threadId: id } })
@@ -852,7 +1360,7 @@ class RuntimeImpl implements Runtime {
       id,
       stored,
       ['approval_decided', { at, requestId, decision: 'denied', by, ...(reason ? { message: reason } : {}) }],
-      { type: 'CANCEL', at, reason: reason ? `denied: ${reason}` : 'denied', by },
+      { type: 'CANCEL', at, reason: reason ? `denied: ${reason}` : 'denied', by, ...(this.openChildren(id).length > 0 ? { awaitChildren: true } : {}) },
     )
     const outcome = await thread.done
     this.writeDecision(id, requestId, { decision: 'denied', by, at: new Date(at).toISOString(), message: reason ?? null })
@@ -882,7 +1390,7 @@ class RuntimeImpl implements Runtime {
   private async cancelAs(id: string, reason: string, by: string): Promise<CancelResult> {
     const live = this.live.get(id)
     if (live && !live.stopped) {
-      live.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by })
+      this.deliverCancel(live, reason, by)
       return { status: 'cancelled', outcome: await live.done }
     }
     if (live) await live.done.catch(() => {})
@@ -894,7 +1402,8 @@ class RuntimeImpl implements Runtime {
     }
     if (record.status === 'suspended') {
       const stored = await this.readSuspended(id)
-      const thread = this.wake(id, stored, null, { type: 'CANCEL', at: this.clock.now(), reason, by })
+      const awaitChildren = this.openChildren(id).length > 0
+      const thread = this.wake(id, stored, null, { type: 'CANCEL', at: this.clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
       return { status: 'cancelled', outcome: await thread.done }
     }
     if (isActive(record.status) && this.options.store !== 'memory') {
@@ -1085,7 +1594,7 @@ class RuntimeImpl implements Runtime {
     return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
   }
 
-  private rehydrate(record: { id: string; status: ThreadStatus }, report: RecoveryReport): void {
+  private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport): void {
     const id = record.id
     const { snapshot, tail } = this.readSnapshot(id, record.status, report)
     const value = (snapshot as { value: unknown }).value
@@ -1118,8 +1627,10 @@ class RuntimeImpl implements Runtime {
     thread.noteBeforeNext('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
     // `snapshot` is private to this call: freshly parsed from state.json or rebuilt by replay.
     thread.start(this.machine, { snapshot })
+    this.supervise(id, record.parentId ?? null, context.policy)
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })
     report.resumed.push(id)
+    this.emitLifecycle({ type: 'thread_recovered', at: this.clock.now(), threadId: id, state: value })
   }
 
   private markUnrecoverable(id: string, error: unknown, report: RecoveryReport): void {
@@ -1140,7 +1651,10 @@ class RuntimeImpl implements Runtime {
         now: () => this.clock.now(),
         report: (error, threadId) => this.report(error, threadId),
         forget: (threadId) => {
-          if (this.live.get(threadId) === thread) this.live.delete(threadId)
+          if (this.live.get(threadId) === thread) {
+            this.live.delete(threadId)
+            this.orchestrator.send({ type: 'THREAD_REMOVED', id: threadId })
+          }
           this.threadHooks.delete(threadId)
         },
         observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),

@@ -78,6 +78,9 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     deny: (id, reason, denyOptions) => runtime.deny(id, reason, denyOptions),
     resume: (id, resumeOptions) => runtime.resume(id, resumeOptions),
     checkRequests: (requestOptions) => runtime.checkRequests(requestOptions),
+    waitThreads: (ids, waitOptions) => runtime.waitThreads(ids, waitOptions),
+    chain: (id) => runtime.chain(id),
+    on: ((type: never, listener: never) => runtime.on(type, listener)) as Runtime['on'],
     get config() {
       return runtime.config
     },

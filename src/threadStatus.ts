@@ -12,6 +12,9 @@ export function statusOfValue(value: unknown): ThreadStatus {
     case 'cancelled':
     case 'continued':
       return key
+    // Waiting for its children to settle before it is reported cancelled.
+    case 'cancelling':
+      return 'running'
     default:
       throw new Error(`unknown thread state ${JSON.stringify(value)}`)
   }

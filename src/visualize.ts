@@ -5,6 +5,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import type { AnyStateMachine } from 'xstate'
+import { orchestratorMachine } from '../machines/orchestrator.machine.js'
 import { threadMachine } from '../machines/thread.machine.js'
 
 interface NodeLike {
@@ -88,7 +89,7 @@ export function toMermaid(machine: AnyStateMachine): string {
 
 /** The diagrams `visualizations/` holds, by file name. */
 export function visualizations(): Record<string, string> {
-  return { 'thread.machine.mmd': toMermaid(threadMachine) }
+  return { 'thread.machine.mmd': toMermaid(threadMachine), 'orchestrator.machine.mmd': toMermaid(orchestratorMachine) }
 }
 
 /** Writes the diagrams, or with `check` only lists the files that are missing or out of date. */

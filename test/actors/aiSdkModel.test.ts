@@ -248,7 +248,9 @@ describe('aiSdkModel in a spindle runtime', () => {
     const outcome = await first.done
     expect(outcome).toMatchObject({ status: 'completed', result: 'X is 42', cost: { turns: 2, inputTokens: 20, outputTokens: 10 } })
     expect(server.requests).toHaveLength(2)
-    expect(server.requests[0]!.body.tools[0].function).toMatchObject({ name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } })
+    const declared = server.requests[0]!.body.tools.map((t: { function: { name: string } }) => t.function)
+    expect(declared.map((f: { name: string }) => f.name)).toEqual(['spawn_thread', 'wait_threads', 'lookup'])
+    expect(declared.find((f: { name: string }) => f.name === 'lookup')).toMatchObject({ name: 'lookup', parameters: { type: 'object', properties: { q: { type: 'string' } } } })
     expect(server.requests[1]!.body.messages).toEqual([
       { role: 'user', content: 'Find X' },
       { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{"q":"X"}' } }] },

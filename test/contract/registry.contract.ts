@@ -147,8 +147,8 @@ export function registryContract(name: string, create: () => RegistryBackend): v
       it('should give the same active threads as id and status only', withRegistry((r) => {
         onePerStatus(r)
         expect(r.activeStatuses()).toEqual([
-          { id: 't0-aaaaaaaaaaaa', status: 'created' },
-          { id: 't1-aaaaaaaaaaaa', status: 'running' },
+          { id: 't0-aaaaaaaaaaaa', status: 'created', parentId: null },
+          { id: 't1-aaaaaaaaaaaa', status: 'running', parentId: null },
         ])
       }))
 

@@ -1,0 +1,214 @@
+/**
+ * The orchestrator: the supervisor over a runtime's thread actors, as a pure statechart.
+ *
+ * It keeps the supervision tree (which thread belongs to which group, in which order they
+ * started, how each is restarted) and decides what a crash leads to. It does no I/O: every
+ * decision leaves as an emitted event (`restart`, `stop`, `give_up`) that the runtime carries out,
+ * so the decisions can be replayed in tests and watched in the Stately inspector.
+ *
+ * A group is the children of one parent thread; threads spawned by host code form the group
+ * `root`. Restart types follow OTP, read for threads (whose own end — completed, error,
+ * cancelled — is always a decision of the thread, never a crash):
+ * - permanent: restarted after its own crash, and restarted with its group when a sibling's
+ *   crash restarts the group (one_for_all, rest_for_one);
+ * - transient: restarted after its own crash; left running when a sibling's crash restarts the group;
+ * - temporary: never restarted; its crash ends it in `error`, and a group restart stops it.
+ */
+import { assign, enqueueActions, setup } from 'xstate'
+
+export type RestartType = 'permanent' | 'transient' | 'temporary'
+export type SupervisionStrategy = 'one_for_one' | 'one_for_all' | 'rest_for_one'
+
+export interface SupervisedThread {
+  id: string
+  /** The group it belongs to: its parent's id, or 'root'. */
+  group: string
+  restart: RestartType
+  /** Start order within the runtime (rest_for_one restarts those started after the crashed one). */
+  seq: number
+}
+
+export interface OrchestratorContext {
+  threads: Record<string, SupervisedThread>
+  /** The strategy each parent set for its children; groups not listed use `defaultStrategy`. */
+  strategies: Record<string, SupervisionStrategy>
+  /** Times of the restarts of each group, within the intensity window. */
+  restarts: Record<string, number[]>
+  defaultStrategy: SupervisionStrategy
+  intensity: { maxRestarts: number; withinMs: number }
+  seq: number
+}
+
+export interface CrashError {
+  code: string
+  message: string
+}
+
+export type OrchestratorEvent =
+  | { type: 'THREAD_ADDED'; id: string; parentId: string | null; restart: RestartType; childStrategy?: SupervisionStrategy }
+  | { type: 'THREAD_REMOVED'; id: string }
+  | { type: 'THREAD_CRASHED'; id: string; at: number; error: CrashError }
+  | { type: 'READY' }
+  | { type: 'CLOSE' }
+
+/** What the orchestrator tells the runtime to do. */
+export type OrchestratorEmitted =
+  | { type: 'crashed'; id: string; group: string; error: CrashError }
+  /** Rehydrate these threads from their last checkpoint (the crashed one first). */
+  | { type: 'restart'; ids: string[]; crashed: string; group: string; restartsInWindow: number }
+  /** End these threads (temporary siblings of a group restart): cancelled, naming the crash. */
+  | { type: 'stop'; ids: string[]; crashed: string; reason: string }
+  /** Restart intensity exceeded, or a temporary thread crashed: these threads end in `error`. */
+  | { type: 'give_up'; ids: string[]; crashed: string; group: string; report: string }
+
+export interface OrchestratorInput {
+  defaultStrategy: SupervisionStrategy
+  intensity: { maxRestarts: number; withinMs: number }
+}
+
+function membersOf(context: OrchestratorContext, group: string): SupervisedThread[] {
+  return Object.values(context.threads)
+    .filter((t) => t.group === group)
+    .sort((a, b) => a.seq - b.seq)
+}
+
+function recentRestarts(context: OrchestratorContext, group: string, at: number): number[] {
+  return (context.restarts[group] ?? []).filter((t) => t > at - context.intensity.withinMs)
+}
+
+export const orchestratorMachine = setup({
+  types: {
+    context: {} as OrchestratorContext,
+    events: {} as OrchestratorEvent,
+    input: {} as OrchestratorInput,
+    emitted: {} as OrchestratorEmitted,
+  },
+  guards: {
+    isKnownThread: ({ context, event }) => event.type === 'THREAD_CRASHED' && event.id in context.threads,
+    isTemporary: ({ context, event }) => event.type === 'THREAD_CRASHED' && context.threads[event.id]?.restart === 'temporary',
+    intensityExceeded: ({ context, event }) => {
+      if (event.type !== 'THREAD_CRASHED' || !(event.id in context.threads)) return false
+      const group = context.threads[event.id]!.group
+      return recentRestarts(context, group, event.at).length >= context.intensity.maxRestarts
+    },
+  },
+  actions: {
+    addThread: assign(({ context, event }) => {
+      if (event.type !== 'THREAD_ADDED') return {}
+      const existing = context.threads[event.id]
+      const thread: SupervisedThread = {
+        id: event.id,
+        group: event.parentId ?? 'root',
+        restart: event.restart,
+        seq: existing?.seq ?? context.seq + 1,
+      }
+      return {
+        threads: { ...context.threads, [event.id]: thread },
+        strategies: event.childStrategy ? { ...context.strategies, [event.id]: event.childStrategy } : context.strategies,
+        seq: existing ? context.seq : context.seq + 1,
+      }
+    }),
+    removeThread: assign(({ context, event }) => {
+      if (event.type !== 'THREAD_REMOVED' || !(event.id in context.threads)) return {}
+      const { [event.id]: _removed, ...threads } = context.threads
+      const { [event.id]: _strategy, ...strategies } = context.strategies
+      return { threads, strategies }
+    }),
+    reportCrash: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'THREAD_CRASHED') return
+      const group = context.threads[event.id]?.group ?? 'root'
+      enqueue.emit({ type: 'crashed', id: event.id, group, error: event.error })
+    }),
+    giveUpUnknown: enqueueActions(({ event, enqueue }) => {
+      if (event.type !== 'THREAD_CRASHED') return
+      enqueue.emit({
+        type: 'give_up',
+        ids: [event.id],
+        crashed: event.id,
+        group: 'root',
+        report: `Thread ${event.id} crashed (${event.error.code}: ${event.error.message}) outside supervision; it is not restarted.`,
+      })
+    }),
+    giveUpTemporary: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'THREAD_CRASHED') return
+      const thread = context.threads[event.id]!
+      enqueue.emit({
+        type: 'give_up',
+        ids: [event.id],
+        crashed: event.id,
+        group: thread.group,
+        report: `Thread ${event.id} crashed (${event.error.code}: ${event.error.message}); it is temporary, so it is not restarted.`,
+      })
+    }),
+    giveUpGroup: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'THREAD_CRASHED') return
+      const thread = context.threads[event.id]!
+      const recent = recentRestarts(context, thread.group, event.at)
+      const members = membersOf(context, thread.group).map((t) => t.id)
+      const ids = [event.id, ...members.filter((id) => id !== event.id)]
+      const where = thread.group === 'root' ? 'the root group' : `the children of ${thread.group}`
+      enqueue.emit({
+        type: 'give_up',
+        ids,
+        crashed: event.id,
+        group: thread.group,
+        report:
+          `Thread ${event.id} crashed (${event.error.code}: ${event.error.message}) after ${recent.length} restart(s) of ` +
+          `${where} within ${context.intensity.withinMs} ms, more than the restart intensity allows ` +
+          `(${context.intensity.maxRestarts} in ${context.intensity.withinMs} ms). Stopping the group: ${ids.join(', ')}. ` +
+          'Look at the crash in the transcript (thread_crashed notes), fix its cause, then resume or re-run the work.',
+      })
+    }),
+    restartByStrategy: enqueueActions(({ context, event, enqueue }) => {
+      if (event.type !== 'THREAD_CRASHED') return
+      const thread = context.threads[event.id]!
+      const strategy = context.strategies[thread.group] ?? context.defaultStrategy
+      const siblings = membersOf(context, thread.group).filter((t) => t.id !== event.id)
+      const swept =
+        strategy === 'one_for_all' ? siblings : strategy === 'rest_for_one' ? siblings.filter((t) => t.seq > thread.seq) : []
+      const restarted = [event.id, ...swept.filter((t) => t.restart === 'permanent').map((t) => t.id)]
+      const stopped = swept.filter((t) => t.restart === 'temporary').map((t) => t.id)
+      const recent = [...recentRestarts(context, thread.group, event.at), event.at]
+      enqueue.assign({ restarts: { ...context.restarts, [thread.group]: recent } })
+      if (stopped.length > 0) {
+        enqueue.emit({
+          type: 'stop',
+          ids: stopped,
+          crashed: event.id,
+          reason: `stopped by ${strategy} supervision: sibling ${event.id} crashed (${event.error.message})`,
+        })
+      }
+      enqueue.emit({ type: 'restart', ids: restarted, crashed: event.id, group: thread.group, restartsInWindow: recent.length })
+    }),
+  },
+}).createMachine({
+  id: 'orchestrator',
+  context: ({ input }) => ({
+    threads: {},
+    strategies: {},
+    restarts: {},
+    defaultStrategy: input.defaultStrategy,
+    intensity: input.intensity,
+    seq: 0,
+  }),
+  initial: 'recovering',
+  on: {
+    THREAD_ADDED: { actions: 'addThread' },
+    THREAD_REMOVED: { actions: 'removeThread' },
+    THREAD_CRASHED: [
+      { guard: 'isTemporary', actions: ['reportCrash', 'giveUpTemporary'] },
+      { guard: 'intensityExceeded', actions: ['reportCrash', 'giveUpGroup'] },
+      { guard: 'isKnownThread', actions: ['reportCrash', 'restartByStrategy'] },
+      { actions: ['reportCrash', 'giveUpUnknown'] },
+    ],
+  },
+  states: {
+    recovering: {
+      on: { READY: { target: 'ready' }, CLOSE: { target: 'closed' } },
+    },
+    ready: {
+      on: { CLOSE: { target: 'closed' } },
+    },
+    closed: { type: 'final' },
+  },
+})

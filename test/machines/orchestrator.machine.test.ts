@@ -1,0 +1,83 @@
+/**
+ * The orchestrator's supervision decisions, driven through the pure machine: what each crash
+ * leads to under each strategy and restart type, and where restart intensity stops it.
+ */
+import { createActor } from 'xstate'
+import { describe, expect, it } from 'vitest'
+import { orchestratorMachine } from '../../machines/orchestrator.machine.js'
+import type { OrchestratorEmitted, RestartType, SupervisionStrategy } from '../../machines/orchestrator.machine.js'
+
+function supervisor(strategy: SupervisionStrategy = 'one_for_one', intensity = { maxRestarts: 3, withinMs: 5000 }) {
+  const actor = createActor(orchestratorMachine, { input: { defaultStrategy: strategy, intensity } })
+  const emitted: OrchestratorEmitted[] = []
+  actor.on('*', (e) => emitted.push(e as OrchestratorEmitted))
+  actor.start()
+  const add = (id: string, restart: RestartType, parentId: string | null = 'p') => actor.send({ type: 'THREAD_ADDED', id, parentId, restart })
+  const crash = (id: string, at = 1000) => {
+    emitted.length = 0
+    actor.send({ type: 'THREAD_CRASHED', id, at, error: { code: 'THREAD_CRASHED', message: 'boom' } })
+    return emitted.filter((e) => e.type !== 'crashed')
+  }
+  return { actor, add, crash }
+}
+
+describe('orchestrator machine', () => {
+  it('should restart only the crashed thread under one_for_one', () => {
+    const s = supervisor('one_for_one')
+    s.add('a', 'permanent')
+    s.add('b', 'permanent')
+    expect(s.crash('a')).toEqual([{ type: 'restart', ids: ['a'], crashed: 'a', group: 'p', restartsInWindow: 1 }])
+  })
+
+  it('should restart permanent siblings, stop temporary ones and leave transient ones under one_for_all', () => {
+    const s = supervisor('one_for_all')
+    s.add('a', 'transient')
+    s.add('perm', 'permanent')
+    s.add('trans', 'transient')
+    s.add('temp', 'temporary')
+    s.add('elsewhere', 'permanent', 'other-parent')
+    const decided = s.crash('a')
+    expect(decided).toEqual([
+      expect.objectContaining({ type: 'stop', ids: ['temp'], crashed: 'a' }),
+      expect.objectContaining({ type: 'restart', ids: ['a', 'perm'] }),
+    ])
+  })
+
+  it('should sweep only the siblings started after the crashed one under rest_for_one', () => {
+    const s = supervisor('rest_for_one')
+    s.add('first', 'permanent')
+    s.add('crashy', 'permanent')
+    s.add('later', 'permanent')
+    expect(s.crash('crashy')).toEqual([expect.objectContaining({ type: 'restart', ids: ['crashy', 'later'] })])
+  })
+
+  it('should give up on the whole group past the restart intensity, and forget restarts outside the window', () => {
+    const s = supervisor('one_for_one', { maxRestarts: 2, withinMs: 5000 })
+    s.add('a', 'permanent')
+    s.add('b', 'permanent')
+    expect(s.crash('a', 1000)[0]!.type).toBe('restart')
+    expect(s.crash('a', 2000)[0]!.type).toBe('restart')
+    const gaveUp = s.crash('b', 3000)
+    expect(gaveUp).toEqual([expect.objectContaining({ type: 'give_up', ids: ['b', 'a'], group: 'p' })])
+    expect((gaveUp[0] as { report: string }).report).toContain('2 restart(s) of the children of p within 5000 ms')
+    // Ten seconds later the window is empty again.
+    expect(s.crash('a', 13_000)[0]!.type).toBe('restart')
+  })
+
+  it('should not restart a temporary thread, nor one it does not supervise', () => {
+    const s = supervisor()
+    s.add('t', 'temporary')
+    expect(s.crash('t')).toEqual([expect.objectContaining({ type: 'give_up', ids: ['t'] })])
+    expect(s.crash('stranger')).toEqual([expect.objectContaining({ type: 'give_up', ids: ['stranger'] })])
+  })
+
+  it('should use the strategy a parent set for its own children', () => {
+    const s = supervisor('one_for_one')
+    s.actor.send({ type: 'THREAD_ADDED', id: 'p', parentId: null, restart: 'permanent', childStrategy: 'one_for_all' })
+    s.add('x', 'permanent')
+    s.add('y', 'permanent')
+    expect(s.crash('x')).toEqual([expect.objectContaining({ type: 'restart', ids: ['x', 'y'] })])
+    s.actor.send({ type: 'THREAD_REMOVED', id: 'y' })
+    expect(s.crash('x')).toEqual([expect.objectContaining({ type: 'restart', ids: ['x'] })])
+  })
+})

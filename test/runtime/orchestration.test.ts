@@ -1,0 +1,344 @@
+/**
+ * Trees of threads: child waves that fail fast, cancel cascades, supervision after crashes,
+ * continuation when the context window fills, and repair of tool calls left without results.
+ * Each scenario: its setup, the fault, what must hold after. Time is simulated; files and SQLite
+ * are real.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import type { LifecycleEvent, Message, ModelRequest, ScriptedTurn } from '../../src/index.js'
+import { defineTool, scriptedModel } from '../../src/index.js'
+import { createTestRuntime } from '../../src/testing.js'
+import type { TestRuntime, TestRuntimeOptions } from '../../src/testing.js'
+import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
+import { dataPaths } from '../../persistence/paths.js'
+import { SPAWN_ENTRY } from '../../src/replay.js'
+import { inState, until } from '../helpers/threads.js'
+
+const open: TestRuntime[] = []
+async function runtime(options: TestRuntimeOptions): Promise<TestRuntime> {
+  const rt = await createTestRuntime(options)
+  open.push(rt)
+  return rt
+}
+afterEach(async () => {
+  while (open.length) await open.pop()!.cleanup()
+})
+
+function entries(rt: TestRuntime, id: string, type?: string): Array<{ type: string; data: any }> {
+  const all = fs
+    .readFileSync(path.join(rt.dir, 'threads', id, 'transcript.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line))
+  return type ? all.filter((e) => e.type === type) : all
+}
+
+/** The ids the parent's spawn_thread calls returned, read from its conversation. */
+function spawnedIds(messages: readonly Message[]): string[] {
+  return messages
+    .filter((m): m is Extract<Message, { role: 'tool' }> => m.role === 'tool' && m.toolName === 'spawn_thread')
+    .map((m) => JSON.parse(m.content).threadId as string)
+}
+
+function lastToolResult(messages: readonly Message[], name: string): any {
+  const found = [...messages].reverse().find((m) => m.role === 'tool' && m.toolName === name) as Extract<Message, { role: 'tool' }> | undefined
+  return found ? JSON.parse(found.content) : undefined
+}
+
+describe('a wave of child threads', () => {
+  /** lead: spawns w0..w4, waits for them fail-fast, reports. w2 fails at once; the others hang. */
+  const waveScript = (request: ModelRequest): ScriptedTurn => {
+    if (request.directiveName === 'lead') {
+      if (request.turn === 1) {
+        return { toolCalls: [0, 1, 2, 3, 4].map((i) => ({ name: 'spawn_thread', input: { name: `w${i}`, prompt: `part ${i}` } })) }
+      }
+      if (request.turn === 2) {
+        return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(request.messages), failFast: true, cancelSiblingsOnFailure: true } }] }
+      }
+      const report = lastToolResult(request.messages, 'wait_threads')
+      return { text: `wave failed at ${report.failed?.threadId ?? 'none'}` }
+    }
+    if (request.directiveName === 'w2') return { faults: [{ fault: 'http', status: 400, message: 'bad request: part 2 is malformed' }], reply: {} }
+    return { faults: [{ fault: 'hang' }], reply: {} }
+  }
+
+  it('should cancel the other 4 when one fails with fail_fast and cancel_siblings_on_failure, naming the one that failed', async () => {
+    const rt = await runtime({ model: scriptedModel(waveScript) })
+    const lead = await rt.spawn({ directive: { name: 'lead', prompt: 'split the work' } })
+    const outcome = await lead.done
+
+    const children = rt.list().filter((r) => r.parentId === lead.id)
+    expect(children).toHaveLength(5)
+    const failed = children.find((c) => c.directiveName === 'w2')!
+    expect(outcome).toMatchObject({ status: 'completed', result: `wave failed at ${failed.id}` })
+    expect(failed.status).toBe('error')
+    for (const child of children.filter((c) => c.id !== failed.id)) {
+      expect(child.status).toBe('cancelled')
+      const cancelled = await rt.get(child.id).done
+      expect(cancelled.error?.message).toContain(`sibling ${failed.id} failed`)
+    }
+    // The wait's report went to the model; the failure is in the parent's transcript.
+    const waited = entries(rt, lead.id, 'TOOL_DONE').at(-1)!.data.output
+    expect(waited.failed).toMatchObject({ threadId: failed.id, status: 'error' })
+    expect(waited.cancelled).toHaveLength(4)
+    expect(entries(rt, lead.id, 'child_thread_failed')).toEqual([
+      expect.objectContaining({ data: expect.objectContaining({ childId: failed.id, error: expect.objectContaining({ message: expect.stringContaining('malformed') }) }) }),
+    ])
+    for (const id of [lead.id, ...children.map((c) => c.id)]) expect(rt.checkReplay(id).matches).toBe(true)
+  })
+
+  it('should cascade a cancel to every descendant and report the parent cancelled only after they settled', async () => {
+    const rt = await runtime({
+      model: scriptedModel((r) => {
+        if (r.directiveName === 'root' && r.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'mid', prompt: 'm' } }] }
+        if (r.directiveName === 'mid' && r.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'leaf', prompt: 'l' } }] }
+        if (r.directiveName === 'root' || r.directiveName === 'mid') {
+          return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages) } }] }
+        }
+        return { faults: [{ fault: 'hang' }], reply: {} }
+      }),
+    })
+    const root = await rt.spawn({ directive: { name: 'root', prompt: 'p' } })
+    const seen: string[] = []
+    root.subscribe((view) => seen.push(`${view.status}:${JSON.stringify(view.state)}`))
+    // Wait until the leaf exists and hangs in its model call.
+    let leafId: string | undefined
+    for (let i = 0; i < 200 && !leafId; i++) {
+      await rt.settle()
+      leafId = rt.list().find((r) => r.directiveName === 'leaf' && r.status === 'running')?.id
+    }
+    expect(leafId).toBeDefined()
+    const midId = rt.list().find((r) => r.directiveName === 'mid')!.id
+
+    const result = await rt.cancel(root.id, 'operator stop')
+    expect(result.status).toBe('cancelled')
+    // By the time the root reports cancelled, every descendant has settled.
+    expect(rt.get(midId).status).toBe('cancelled')
+    expect(rt.get(leafId!).status).toBe('cancelled')
+    expect((await rt.get(leafId!).done).error?.message).toContain(`parent ${midId} was cancelled`)
+    expect(seen.some((s) => s.includes('"cancelling"'))).toBe(true)
+    expect(entries(rt, root.id, 'CHILDREN_SETTLED')[0]!.data.children).toEqual([midId])
+    for (const id of [root.id, midId, leafId!]) expect(rt.checkReplay(id).matches).toBe(true)
+  })
+})
+
+describe('supervision', () => {
+  /** A tool whose input check throws (a bug in the tool's own code, outside its execute). */
+  function flakyTool(failures: number) {
+    let calls = 0
+    return defineTool({
+      name: 'flaky',
+      description: 'a tool with a buggy input check',
+      input: z.object({}).superRefine(() => {
+        calls++
+        if (calls <= failures) throw new TypeError(`input check crashed (call ${calls})`)
+      }),
+      idempotent: true,
+      execute: () => ({ ok: true }),
+    })
+  }
+  const callsFlakyOnce = scriptedModel((r) => (r.turn === 1 ? { toolCalls: [{ name: 'flaky', input: {} }] } : { text: 'finished' }))
+
+  it('should restart a crashed thread from its last checkpoint and carry it on, telling host code', async () => {
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({ model: callsFlakyOnce, tools: [flakyTool(1)], onLifecycle: (e) => events.push(e) })
+    const thread = await rt.spawn({ directive: { name: 'worker', prompt: 'p' } })
+    expect(await thread.done).toMatchObject({ status: 'completed', result: 'finished', cost: { turns: 2 } })
+    expect(events.map((e) => e.type)).toEqual(['runtime_ready', 'thread_crashed', 'thread_restarted'])
+    expect(events[1]).toMatchObject({ threadId: thread.id, error: { message: expect.stringContaining('input check crashed') } })
+    expect(entries(rt, thread.id).map((e) => e.type)).toEqual(expect.arrayContaining(['thread_crashed', 'thread_restarted']))
+    // The tool's result was recorded once, by the restarted run.
+    expect(entries(rt, thread.id, 'TOOL_DONE')).toHaveLength(1)
+    expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+
+  it('should end the group in error with a crash report once restart intensity is exceeded', async () => {
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({ model: callsFlakyOnce, tools: [flakyTool(100)], onLifecycle: (e) => events.push(e) })
+    const thread = await rt.spawn({ directive: { name: 'worker', prompt: 'p' } })
+    const outcome = await thread.done
+    expect(outcome.status).toBe('error')
+    expect(outcome.error).toMatchObject({ code: 'SUPERVISION_GAVE_UP', message: expect.stringContaining('more than the restart intensity allows (3 in 5000 ms)') })
+    expect(events.filter((e) => e.type === 'thread_restarted')).toHaveLength(3)
+    expect(events.filter((e) => e.type === 'thread_crashed')).toHaveLength(4)
+    expect(events.at(-1)).toMatchObject({ type: 'supervision_gave_up', threadIds: [thread.id] })
+    expect(rt.list({ status: 'error' }).map((r) => r.id)).toEqual([thread.id])
+    expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+
+  it('should not restart a temporary thread', async () => {
+    const rt = await runtime({ model: callsFlakyOnce, tools: [flakyTool(1)] })
+    const thread = await rt.spawn({ directive: { name: 'worker', prompt: 'p' }, restart: 'temporary' })
+    expect(await thread.done).toMatchObject({ status: 'error', error: { code: 'SUPERVISION_GAVE_UP', message: expect.stringContaining('temporary') } })
+  })
+
+  it('should restart a permanent sibling with the crashed thread under one_for_all', async () => {
+    const events: LifecycleEvent[] = []
+    let crashes = 0
+    const crasher = defineTool({
+      name: 'crasher',
+      description: 'crashes its thread once',
+      input: z.object({}).superRefine(() => {
+        if (crashes++ === 0) throw new TypeError('crasher bug')
+      }),
+      idempotent: true,
+      execute: () => 'ok',
+    })
+    const rt = await runtime({
+      model: scriptedModel((r) => {
+        if (r.directiveName === 'parent') {
+          if (r.turn === 1) {
+            return {
+              toolCalls: [
+                { name: 'spawn_thread', input: { name: 'steady', prompt: 's' } },
+                { name: 'spawn_thread', input: { name: 'crashy', prompt: 'c' } },
+              ],
+            }
+          }
+          return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages), timeoutSeconds: 60 } }] }
+        }
+        if (r.directiveName === 'crashy') return r.turn === 1 ? { toolCalls: [{ name: 'crasher', input: {} }] } : { text: 'crashy done' }
+        return { faults: [{ fault: 'hang' }], reply: {} }
+      }),
+      tools: [crasher],
+      config: { supervision: { strategy: 'one_for_all', restart: 'permanent' } },
+      onLifecycle: (e) => events.push(e),
+    })
+    const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' } })
+    let crashyDone = false
+    for (let i = 0; i < 300 && !crashyDone; i++) {
+      await rt.settle()
+      crashyDone = rt.list().some((r) => r.directiveName === 'crashy' && r.status === 'completed')
+    }
+    expect(crashyDone).toBe(true)
+    const steady = rt.list().find((r) => r.directiveName === 'steady')!
+    const crashy = rt.list().find((r) => r.directiveName === 'crashy')!
+    const restarted = events.filter((e) => e.type === 'thread_restarted').map((e) => (e as { threadId: string }).threadId)
+    expect(restarted.sort()).toEqual([crashy.id, steady.id].sort())
+    expect(entries(rt, steady.id, 'thread_restarted')[0]!.data).toMatchObject({ crashed: crashy.id })
+    await rt.cancel(parent.id, 'end of test')
+  })
+})
+
+describe('continuation', () => {
+  it('should keep the total cost and the lineage across a chain of 3 continuations', async () => {
+    // Turns 1-3 each fill the window (950 of 1000 prompt tokens) and ask for a tool, so the next
+    // call hands off; turn numbers run on across the chain, and turn 4 (in the fourth thread) ends it.
+    const windowModel = scriptedModel((r) =>
+      r.turn <= 3
+        ? { text: `step ${r.turn}`, toolCalls: [{ name: 'note', input: { n: r.turn } }], usage: { inputTokens: 950, outputTokens: 10, cost: 0.1 } }
+        : { text: 'all done', usage: { inputTokens: 100, outputTokens: 10, cost: 0.01 } },
+    )
+    const note = defineTool({ name: 'note', description: 'notes', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ noted: n }) })
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({ model: Object.assign(windowModel, { contextWindow: 1000 }), tools: [note], onLifecycle: (e) => events.push(e) })
+    const first = await rt.spawn({ directive: { name: 'long', prompt: 'a long task' } })
+    expect(await first.done).toMatchObject({ status: 'continued' })
+
+    const report = await rt.waitThreads([first.id], { timeoutMs: 60_000 })
+    expect(report.settled).toHaveLength(1)
+    const last = report.settled[0]!
+    expect(last.status).toBe('completed')
+    expect(last.result).toBe('all done')
+
+    const chain = rt.chain(first.id)
+    expect(chain.map((r) => r.status)).toEqual(['continued', 'continued', 'continued', 'completed'])
+    expect(chain[0]!.id).toBe(first.id)
+    expect(chain.at(-1)!.id).toBe(last.finalThreadId)
+    for (let i = 1; i < chain.length; i++) expect(chain[i]!.previousThreadId).toBe(chain[i - 1]!.id)
+    // Cost is carried: the last thread's cost is the whole chain's (3 × (1 tool turn) + 1 final turn).
+    expect(last.cost).toMatchObject({ turns: 4, inputTokens: 3 * 950 + 100, outputTokens: 40 })
+    expect(last.cost.spend).toBeCloseTo(0.31, 10)
+    expect(events.filter((e) => e.type === 'thread_continued')).toHaveLength(3)
+    // Each successor starts at a user message that says where it continues from.
+    const spawn = entries(rt, chain[1]!.id, SPAWN_ENTRY)[0]!.data
+    expect(spawn.previousThreadId).toBe(first.id)
+    expect(spawn.messages[0]).toMatchObject({ role: 'user', content: expect.stringContaining(`Continued from thread ${first.id}`) })
+    for (const record of chain) expect(rt.checkReplay(record.id).matches).toBe(true)
+  })
+
+  it('should hand off on a context_length error from the provider instead of suspending', async () => {
+    const rt = await runtime({
+      model: scriptedModel((r) =>
+        r.messages[0]!.content.includes('Continued from thread')
+          ? { text: 'finished in the successor' }
+          : r.turn === 1
+            ? { text: 'first', toolCalls: [{ name: 'note', input: {} }] }
+            : { faults: [{ fault: 'http', status: 400, code: 'context_length_exceeded', message: "This model's maximum context length is 8192 tokens" }], reply: {} },
+      ),
+      tools: [defineTool({ name: 'note', description: 'n', input: z.object({}), idempotent: true, execute: () => 'ok' })],
+    })
+    const thread = await rt.spawn({ directive: { name: 'big', prompt: 'p' } })
+    const outcome = await thread.done
+    expect(outcome.status).toBe('continued')
+    const report = await rt.waitThreads([thread.id])
+    expect(report.settled[0]).toMatchObject({ status: 'completed', result: 'finished in the successor' })
+    expect(entries(rt, thread.id, 'error_classified')[0]!.data).toMatchObject({ category: 'context_length' })
+  })
+})
+
+describe('tool calls left without results', () => {
+  it('should give a dangling tool call a synthetic result before the next model call, and record it', async () => {
+    // A thread whose recorded history (a continuation seed written elsewhere) has an assistant tool
+    // call without a result: spawned and registered, killed before it started.
+    const seen: Message[][] = []
+    const model = scriptedModel((r) => {
+      seen.push([...r.messages])
+      return { text: 'repaired and done' }
+    })
+    const setup = await runtime({ model, recover: false })
+    const thread = await setup.spawn({ directive: { name: 'seeded', prompt: 'p' } })
+    await thread.done
+    const dir = setup.dir
+    // Rewrite its transcript as a thread that never started, whose seed has a dangling call.
+    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+    const spawnEntry = entries(setup, thread.id, SPAWN_ENTRY)[0]!.data
+    await setup.close()
+    fs.rmSync(path.join(dir, 'threads', thread.id), { recursive: true })
+    store.open(thread.id)
+    store.append(thread.id, SPAWN_ENTRY, {
+      ...spawnEntry,
+      messages: [
+        { role: 'user', content: 'p' },
+        { role: 'assistant', content: 'looking', toolCalls: [{ id: 'c1', name: 'lookup', input: {} }, { id: 'c2', name: 'lookup', input: {} }] },
+        { role: 'tool', toolCallId: 'c1', toolName: 'lookup', content: '"found"' },
+      ],
+    })
+    store.closeAll()
+    const { openSqliteRegistry } = await import('../../persistence/sqliteRegistry.js')
+    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'process' })
+    registry.updateStatus(thread.id, 'created', Date.now())
+    registry.close()
+
+    const rt = await runtime({ model, dir })
+    expect(rt.lastRecovery.rebuilt).toEqual([thread.id])
+    const outcome = await rt.get(thread.id).done
+    expect(outcome).toMatchObject({ status: 'completed', result: 'repaired and done' })
+    const request = seen.at(-1)!
+    expect(request[3]).toMatchObject({ role: 'tool', toolCallId: 'c2', isError: true, content: expect.stringContaining('TOOL_RESULT_MISSING') })
+    const repaired = entries(rt, thread.id, 'tool_calls_repaired')
+    expect(repaired).toHaveLength(1)
+    expect(repaired[0]!.data.repairs).toEqual([{ callId: 'c2', toolName: 'lookup', kind: 'missing_result' }])
+    expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+})
+
+describe('waiting', () => {
+  it('should report threads still running as pending when the wait times out, on the runtime clock', async () => {
+    const rt = await runtime({ model: scriptedModel(() => ({ faults: [{ fault: 'hang' }], reply: {} })) })
+    const slow = await rt.spawn({ directive: { name: 'slow', prompt: 'p' } })
+    await until(slow, inState('callingModel'))
+    const waiting = rt.waitThreads([slow.id], { timeoutMs: 30_000 })
+    await rt.advance(30_000)
+    expect(await waiting).toMatchObject({ settled: [], pending: [slow.id], timedOut: true })
+    await rt.cancel(slow.id)
+  })
+
+  it('should refuse to wait for an unknown thread', async () => {
+    const rt = await runtime({ model: scriptedModel([{ text: 'x' }]) })
+    await expect(rt.waitThreads(['nobody-aaaaaaaaaaaa'])).rejects.toMatchObject({ code: 'THREAD_NOT_FOUND' })
+  })
+})
