@@ -59,6 +59,7 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
       requests: { ...merged.requests, ...layer.requests },
       context: { ...merged.context, ...layer.context },
       supervision: { ...merged.supervision, ...layer.supervision },
+      children: { ...merged.children, ...layer.children },
       waits: { ...merged.waits, ...layer.waits },
       hooks: [...merged.hooks, ...(layer.hooks ?? [])],
     }

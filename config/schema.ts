@@ -80,6 +80,10 @@ export const EscalationSchema = z.strictObject({
 export const OrphansSchema = z.strictObject({
   /** A thread whose owner has not been heard from for this long is an orphan. */
   thresholdMs: z.number().int().positive(),
+  /** Take over orphans found on this data directory without being asked (else report them). */
+  autoTakeover: z.boolean(),
+  /** How often leases are renewed and orphans looked for; null: a third of thresholdMs. */
+  heartbeatMs: z.number().int().positive().nullable(),
 })
 
 export const RequestsSchema = z.strictObject({
@@ -113,6 +117,14 @@ export const SupervisionSchema = z.strictObject({
   withinMs: z.number().int().positive(),
 })
 
+export const ChildrenSchema = z.strictObject({
+  /**
+   * A child that names no spend or token limit of its own reserves this share of what its parent
+   * has available (so a wave of such children never takes the whole budget with the first one).
+   */
+  budgetShare: z.number().gt(0).max(1),
+})
+
 export const WaitsSchema = z.strictObject({
   /** How long wait_threads waits when the call does not say. */
   defaultTimeoutMs: z.number().int().positive(),
@@ -130,6 +142,7 @@ export const ConfigSchema = z.strictObject({
   requests: RequestsSchema,
   context: ContextSchema,
   supervision: SupervisionSchema,
+  children: ChildrenSchema,
   waits: WaitsSchema,
   /** Hooks as data (design 000, "Hooks as the Policy Layer"); each layer's hooks keep their layer. */
   hooks: z.array(HookSpecSchema),
@@ -162,6 +175,7 @@ export const ConfigLayerSchema = z.strictObject({
   requests: RequestsSchema.partial().optional(),
   context: ContextSchema.partial().optional(),
   supervision: SupervisionSchema.partial().optional(),
+  children: ChildrenSchema.partial().optional(),
   waits: WaitsSchema.partial().optional(),
   hooks: z.array(HookSpecSchema).optional(),
 })

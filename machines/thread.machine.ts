@@ -185,8 +185,11 @@ export type ThreadEvent =
   | {
       type: 'LIMIT_DECIDED'
       at: number
-      /** escalate: suspend and ask a person; raise: carry on under `limits`; fail / abort: end the thread. */
-      action: 'escalate' | 'raise' | 'fail' | 'abort'
+      /**
+       * escalate: suspend and ask a person; raise: carry on under `limits`; fail / abort: end the
+       * thread; budget: the limit is the thread's share of a tree's budget, suspend for `budget`.
+       */
+      action: 'escalate' | 'raise' | 'fail' | 'abort' | 'budget'
       limits?: Partial<Limits>
       proposed?: number | null
       requestId?: string
@@ -323,6 +326,7 @@ export const threadMachine = setup({
       exceeded({ ...context, limits: { ...context.limits, ...event.limits } }) === null,
     limitHookFails: ({ event }) => event.type === 'LIMIT_DECIDED' && event.action === 'fail',
     limitHookAborts: ({ event }) => event.type === 'LIMIT_DECIDED' && event.action === 'abort',
+    limitIsBudget: ({ event }) => event.type === 'LIMIT_DECIDED' && event.action === 'budget',
     errorHookRetries: ({ context, event }) => isCurrentFailure(context, event) && event.decision?.action === 'retry',
     errorHookFails: ({ context, event }) => isCurrentFailure(context, event) && event.decision?.action === 'fail',
     errorHookAborts: ({ context, event }) => isCurrentFailure(context, event) && event.decision?.action === 'abort',
@@ -472,6 +476,15 @@ export const threadMachine = setup({
       }
     }),
     recordCancel: assign(({ event }) => (event.type === 'CANCEL' ? { cancelReason: event.reason } : {})),
+    suspendForBudgetLimit: assign(({ context, event }) => {
+      const hit = exceeded(context)
+      if (!hit || (hit.limit !== 'spend' && hit.limit !== 'tokens')) return {}
+      return {
+        ...accrue(context, event.at),
+        suspendReason: 'budget' as const,
+        budgetHit: { amount: hit.limit, used: hit.used, max: hit.max },
+      }
+    }),
     suspendForBudget: assign(({ context, event }) => {
       if (event.type !== 'BUDGET_EXHAUSTED') return {}
       return {
@@ -623,6 +636,7 @@ export const threadMachine = setup({
                 target: '#thread.cancelled',
                 actions: 'abortByLimitHook',
               },
+              { guard: 'limitIsBudget', target: '#thread.suspended', actions: 'suspendForBudgetLimit' },
               { target: '#thread.suspended', actions: 'suspendForLimit' },
             ],
           },

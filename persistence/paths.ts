@@ -7,11 +7,21 @@ export interface DataPaths {
   root: string
   threads: string
   registry: string
+  /** Hierarchical budgets (persistence/sqliteLedger.ts). */
+  ledger: string
+  /** Which runtime process runs which thread (persistence/sqliteLeases.ts). */
+  leases: string
 }
 
 export function dataPaths(root: string): DataPaths {
   const abs = path.resolve(root)
-  return { root: abs, threads: path.join(abs, 'threads'), registry: path.join(abs, 'registry.db') }
+  return {
+    root: abs,
+    threads: path.join(abs, 'threads'),
+    registry: path.join(abs, 'registry.db'),
+    ledger: path.join(abs, 'ledger.db'),
+    leases: path.join(abs, 'leases.db'),
+  }
 }
 
 /**

@@ -227,3 +227,39 @@ export interface Ledger {
   check(): LedgerProblem[]
   close(): void
 }
+
+/** Who runs a thread: one runtime process holds its lease until it expires or is released. */
+export interface Lease {
+  threadId: string
+  /** The runtime process: `<host>:<pid>:<random>`. */
+  owner: string
+  pid: number
+  host: string
+  /** ms since epoch */
+  acquiredAt: number
+  expiresAt: number
+  /** Increases every time the lease changes hands: a stale owner's token is smaller. */
+  token: number
+}
+
+/**
+ * Leases over threads, shared by every runtime process on one data directory. Each operation is
+ * one SQLite transaction taken with BEGIN IMMEDIATE, so two processes never both acquire a lease.
+ */
+export interface LeaseStore {
+  /**
+   * Takes the lease of `threadId` for `owner` when it is free, expired, or already `owner`'s
+   * (then it is renewed). Returns the lease when taken, or the other owner's live lease.
+   */
+  acquire(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: boolean; lease: Lease }
+  /** Extends every lease `owner` still holds among `threadIds`; returns the ids it no longer holds. */
+  renew(owner: string, threadIds: readonly string[], ttlMs: number, now: number): string[]
+  /** Gives the lease up (the thread stopped here). Only the owner's own lease is removed. */
+  release(threadId: string, owner: string): void
+  get(threadId: string): Lease | null
+  /** Every lease, for `spindle locks` and `doctor`. */
+  list(): Lease[]
+  /** Removes a lease whatever its state (`spindle locks --apply`); returns what was removed. */
+  remove(threadId: string): Lease | null
+  close(): void
+}

@@ -41,6 +41,8 @@ export type SpindleErrorCode =
   | 'WAIT_TIMEOUT'
   | 'CHILD_FAILED'
   | 'RECOVERY_FAILED'
+  | 'LEASE_LOST'
+  | 'THREAD_LEASED'
 
 const BRAND = Symbol.for('spindle.error')
 

@@ -57,6 +57,11 @@ export interface ThreadServices {
   forget(threadId: string): void
   /** Sees every checkpointed transition after it is staged (hooks, approval requests). */
   observe?(thread: LiveThread, snapshot: { value: StateValue; context: ThreadContext }, previous: { status: ThreadStatus | null; value: StateValue | null }): void
+  /**
+   * Why this process may no longer write for the thread (its lease ran out by its own clock), or
+   * null. Checked before every transcript append: a process that lost a thread stops writing it.
+   */
+  fenced?(threadId: string): SpindleError | null
 }
 
 export function viewOf(id: string, snapshot: { value: StateValue; context: ThreadContext }): ThreadView {
@@ -164,7 +169,7 @@ export class LiveThread implements ThreadHandle {
 
   /** Records a note (not a machine input) in the transcript now. */
   note(type: string, data: unknown): void {
-    if (this.finished) return
+    if (this.finished || this.fencedOff()) return
     this.append(type, data)
   }
 
@@ -203,7 +208,20 @@ export class LiveThread implements ThreadHandle {
     this.pendingNotes.push([type, data])
   }
 
+  /** True (and the thread detached) once this process may no longer write for the thread. */
+  private fencedOff(): boolean {
+    const fenced = this.services.fenced?.(this.id)
+    if (!fenced) return false
+    this.detach(fenced)
+    return true
+  }
+
   private append(type: string, data: unknown): TranscriptEntry {
+    const fenced = this.services.fenced?.(this.id)
+    if (fenced) {
+      this.detach(fenced)
+      throw fenced
+    }
     if (this.pendingNotes.length > 0) {
       for (const [noteType, noteData] of this.pendingNotes) this.services.transcripts.append(this.id, noteType, noteData)
       this.pendingNotes = []
@@ -217,7 +235,7 @@ export class LiveThread implements ThreadHandle {
    */
   deliver(event: ThreadEvent): boolean {
     const actor = this.actor
-    if (this.finished || !actor) return false
+    if (this.finished || !actor || this.fencedOff()) return false
     const snapshot = actor.getSnapshot()
     if (snapshot.status !== 'active' || !snapshot.can(event)) return false
     const { type, ...data } = event

@@ -22,9 +22,17 @@ import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStor
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
 import { dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
+import { openSqliteLedger } from '../persistence/sqliteLedger.js'
+import { openSqliteLeases } from '../persistence/sqliteLeases.js'
+import os from 'node:os'
+import { nanoid } from 'nanoid'
 import type {
+  BudgetAmounts,
   CheckpointStore,
   Durability,
+  Lease,
+  LeaseStore,
+  Ledger,
   Registry,
   StateEnvelope,
   ThreadRecord,
@@ -124,6 +132,8 @@ export type LifecycleEvent =
   | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }
   | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' }
   | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }
+  /** A thread's share of its tree's budget ran out: it suspended (reason `budget`). */
+  | { type: 'budget_exhausted'; at: number; threadId: string; parentId: string | null; amount: 'spend' | 'tokens'; used: number; max: number }
 
 export type LifecycleEventType = LifecycleEvent['type']
 
@@ -184,6 +194,8 @@ export interface RecoveryReport {
   rebuilt: string[]
   /** Threads that could not be recovered, with the reason; each was marked `error`. */
   failed: Array<{ threadId: string; code: string; message: string }>
+  /** Unfinished threads another live runtime process holds the lease of: left to it. */
+  elsewhere: string[]
 }
 
 export interface Runtime {
@@ -317,34 +329,43 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   let transcripts: TranscriptStore
   let checkpoints: CheckpointStore
   let registry: Registry
+  let ledger: Ledger
+  let leases: LeaseStore
   if (memory) {
     transcripts = createMemoryTranscriptStore()
     checkpoints = createMemoryCheckpointStore()
     registry = openSqliteRegistry({ path: ':memory:', durability })
+    ledger = openSqliteLedger({ path: ':memory:', durability })
+    leases = openSqliteLeases({ path: ':memory:', durability })
   } else {
     fs.mkdirSync(paths.threads, { recursive: true })
     transcripts = createJsonlTranscriptStore({ paths, durability })
     checkpoints = createFileCheckpointStore({ paths, durability })
     registry = openSqliteRegistry({ path: paths.registry, durability })
+    ledger = openSqliteLedger({ path: paths.ledger, durability })
+    leases = openSqliteLeases({ path: paths.leases, durability })
   }
   let runtime: RuntimeImpl
   try {
-    runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry)
+    runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry, ledger, leases)
   } catch (error) {
     transcripts.closeAll()
     registry.close()
+    ledger.close()
+    leases.close()
     throw error
   }
   if (options.recover !== false) await runtime.recover()
   await runtime.checkRequests({ sweep: true })
   runtime.startPolling()
+  runtime.startHeartbeat()
   runtime.ready()
   return runtime
 }
 
 class RuntimeImpl implements Runtime {
   readonly dir: string
-  lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [] }
+  lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
   private readonly live = new Map<string, LiveThread>()
   private readonly commit: GroupCommit
   private readonly machine: AnyStateMachine
@@ -363,6 +384,13 @@ class RuntimeImpl implements Runtime {
   /** Threads waited on that are not live here: looked up in the registry every `waits.remotePollMs`. */
   private readonly remoteWatches = new Map<string, Set<() => void>>()
   private remoteTimer: unknown = null
+  /** This process as a lease owner. */
+  private readonly owner = { id: `${os.hostname()}:${process.pid}:${nanoid(8)}`, pid: process.pid, host: os.hostname() }
+  /** Wall-clock time until which this process's leases are certainly its own (self-fencing). */
+  private leaseValidUntil = 0
+  private heartbeat: NodeJS.Timeout | null = null
+  /** Thread id → the ledger account it spends from: the first thread of its continuation chain. */
+  private readonly budgetKeys = new Map<string, string>()
   /** Hand-offs under way, so that two model calls of one thread never start two successors. */
   private readonly handingOff = new Map<string, Promise<string>>()
 
@@ -373,6 +401,8 @@ class RuntimeImpl implements Runtime {
     private readonly transcripts: TranscriptStore,
     private readonly checkpoints: CheckpointStore,
     private readonly registry: Registry,
+    private readonly ledger: Ledger,
+    private readonly leases: LeaseStore,
   ) {
     this.dir = root
     this.clock = options.clock ?? systemClock
@@ -486,8 +516,250 @@ class RuntimeImpl implements Runtime {
     }
     const directive = { name, prompt }
     const threadId = id ?? newThreadId(directive.name)
+    // Write-ahead: the budget is reserved before anything of the thread exists; a refusal
+    // (BUDGET_EXCEEDED) leaves nothing behind.
+    const explicit = (key: 'spend' | 'tokens'): boolean => fromSpawn.limits?.[key] !== undefined || fromDirective.limits?.[key] !== undefined
+    limits = this.reserveBudget(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
     const input: ThreadInput = { threadId, directive, limits, policy, depth }
-    return this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
+    try {
+      return await this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
+    } catch (error) {
+      this.releaseBudget(threadId)
+      throw error
+    }
+  }
+
+  // ── leases (leases.db): one process runs a thread ──────────────────────────────────────────
+
+  private get leaseTtlMs(): number {
+    return this.config.orphans.thresholdMs
+  }
+
+  /** Whether `lease` belongs to a process that is gone: expired, or a dead pid on this host. */
+  private leaseIsStale(lease: Lease, now: number): boolean {
+    if (lease.owner === this.owner.id) return false
+    if (lease.expiresAt <= now) return true
+    if (lease.host !== this.owner.host) return false
+    try {
+      process.kill(lease.pid, 0)
+      return false
+    } catch (error) {
+      // ESRCH: no such process. EPERM: it exists (another user's), so it is alive.
+      return (error as NodeJS.ErrnoException).code === 'ESRCH'
+    }
+  }
+
+  /** Takes a thread's lease, or says which live process holds it. */
+  private tryLease(id: string): boolean {
+    const now = Date.now()
+    let taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
+    if (!taken.acquired && this.leaseIsStale(taken.lease, now)) {
+      // The holder died on this host before its lease ran out: no need to wait for the expiry.
+      this.leases.remove(id)
+      taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
+    }
+    if (taken.acquired && this.leaseValidUntil < now + this.leaseTtlMs - this.heartbeatMs) this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
+    return taken.acquired
+  }
+
+  private takeLease(id: string): void {
+    if (this.tryLease(id)) return
+    const lease = this.leases.get(id)
+    throw new SpindleError(
+      'THREAD_LEASED',
+      `Thread ${id} is run by another runtime process (${lease?.owner ?? 'unknown'}, pid ${lease?.pid ?? '?'}, lease until ` +
+        `${lease ? new Date(lease.expiresAt).toISOString() : '?'}). Act on it there, or wait until that process stops and its lease expires.`,
+      { details: { threadId: id, owner: lease?.owner, pid: lease?.pid } },
+    )
+  }
+
+  private releaseLease(id: string): void {
+    try {
+      this.leases.release(id, this.owner.id)
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  private get heartbeatMs(): number {
+    return this.config.orphans.heartbeatMs ?? Math.max(1, Math.floor(this.config.orphans.thresholdMs / 3))
+  }
+
+  /** Why this process may not write for its threads any more: its leases ran out unrenewed. */
+  private fenced(): SpindleError | null {
+    if (this.options.store === 'memory' || this.closed) return null
+    if (Date.now() < this.leaseValidUntil) return null
+    return new SpindleError(
+      'LEASE_LOST',
+      `This runtime could not renew its thread leases in time (valid until ${new Date(this.leaseValidUntil).toISOString()}); ` +
+        'another process may have taken its threads over, so it stops writing them. Check the data directory with `spindle doctor`.',
+    )
+  }
+
+  /** @internal Renews this process's leases and takes over orphans, every heartbeat. */
+  startHeartbeat(): void {
+    if (this.options.store === 'memory') return
+    this.heartbeat = setInterval(() => this.beat(), this.heartbeatMs)
+    this.heartbeat.unref()
+  }
+
+  private beat(): void {
+    if (this.closed) return
+    const now = Date.now()
+    const ids = [...this.live.keys()]
+    let lost: string[] = []
+    try {
+      lost = this.leases.renew(this.owner.id, ids, this.leaseTtlMs, now)
+      this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
+    } catch (error) {
+      this.report(error)
+      return
+    }
+    for (const id of lost) {
+      const thread = this.live.get(id)
+      if (!thread) continue
+      this.report(new SpindleError('LEASE_LOST', `Thread ${id} was taken over by another runtime process; this one stops running it.`, { details: { threadId: id } }), id)
+      thread.detach(new SpindleError('LEASE_LOST', `Thread ${id} is now run by another runtime process.`, { details: { threadId: id } }))
+    }
+    if (!this.config.orphans.autoTakeover) return
+    // Orphans: unfinished threads no live process holds. Detection runs all the time, not only at start-up.
+    const orphans = this.orphans(now)
+    if (orphans.length > 0) {
+      this.recover().then(
+        (report) => {
+          for (const id of report.resumed) this.report(new SpindleError('THREAD_LEASED', `Took over orphaned thread ${id}.`, { details: { threadId: id } }), id)
+        },
+        (error: unknown) => this.report(error),
+      )
+    }
+  }
+
+  /** Created or running threads not run here whose lease is missing, expired, or held by a dead process. */
+  private orphans(now: number): string[] {
+    const found: string[] = []
+    for (const record of this.registry.activeStatuses()) {
+      if (this.live.has(record.id)) continue
+      const lease = this.leases.get(record.id)
+      if (!lease || this.leaseIsStale(lease, now)) found.push(record.id)
+    }
+    return found
+  }
+
+  // ── budgets (ledger.db) ────────────────────────────────────────────────────────────────────
+
+  /** The ledger account thread `id` spends from: its continuation chain's first thread. */
+  private budgetKey(id: string): string {
+    const cached = this.budgetKeys.get(id)
+    if (cached) return cached
+    let key = id
+    try {
+      // Most threads have their own account; only a continuation looks up its chain.
+      if (!this.ledger.get(id)) key = this.registry.chain(id)[0]?.id ?? id
+    } catch (error) {
+      this.report(error, id)
+    }
+    this.budgetKeys.set(id, key)
+    return key
+  }
+
+  /**
+   * Opens a root's account, or reserves a child's budget from its parent's remainder: the child's
+   * own spend and token limits when it names them, else `children.budgetShare` of what the parent
+   * has left. Returns the limits the thread runs under (a child's are its reservation).
+   */
+  private reserveBudget(id: string, parentId: string | null, limits: Limits, explicit: { spend: boolean; tokens: boolean }): Limits {
+    const at = this.clock.now()
+    if (parentId === null) {
+      this.ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
+      return limits
+    }
+    const parentKey = this.budgetKey(parentId)
+    let parent = this.ledger.get(parentKey)
+    if (!parent) {
+      // A parent from before the ledger (or whose account was lost): its limits open one now.
+      const ctx = this.live.get(parentId)?.context() ?? this.storedContext(parentId)
+      parent = this.ledger.openRoot(parentKey, { spend: ctx?.limits.spend ?? null, tokens: ctx?.limits.tokens ?? null }, at)
+    }
+    const share = this.config.children.budgetShare
+    const ask = (key: 'spend' | 'tokens'): number | null => {
+      if (explicit[key]) return limits[key]
+      const available = parent!.available[key]
+      if (available === null) return limits[key]
+      const part = available * share
+      return key === 'tokens' ? Math.floor(part) : part
+    }
+    const account = this.ledger.reserve(id, parentKey, { spend: ask('spend'), tokens: ask('tokens') }, at)
+    this.budgetKeys.set(id, id)
+    return { ...limits, spend: account.limit.spend, tokens: account.limit.tokens }
+  }
+
+  /** Raises the ledger account with new spend or token limits; `onRefusal` runs before a refusal is thrown. */
+  private raiseBudget(id: string, limits: Partial<Limits>, onRefusal?: () => void): void {
+    const raise: Partial<BudgetAmounts> = {}
+    if (limits.spend !== undefined) raise.spend = limits.spend
+    if (limits.tokens !== undefined) raise.tokens = limits.tokens
+    if (Object.keys(raise).length === 0) return
+    try {
+      if (this.ledger.get(this.budgetKey(id))) this.ledger.raise(this.budgetKey(id), raise, this.clock.now())
+    } catch (error) {
+      onRefusal?.()
+      throw error
+    }
+  }
+
+  private releaseBudget(id: string): void {
+    try {
+      this.ledger.release(this.budgetKey(id), this.clock.now())
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  /**
+   * Brings the ledger up to the thread's recorded usage. The delta is computed from the ledger
+   * itself, so running it twice (or after a crash between the transcript and the ledger) counts
+   * nothing twice and loses nothing.
+   */
+  private recordUsage(id: string, usage: ThreadContext['usage']): void {
+    try {
+      const key = this.budgetKey(id)
+      const account = this.ledger.get(key)
+      if (!account) return
+      const spend = usage.spend - account.ownSpent.spend
+      const tokens = usage.inputTokens + usage.outputTokens - account.ownSpent.tokens
+      if (spend > 1e-12 || tokens > 0) this.ledger.record(key, { spend: Math.max(0, spend), tokens: Math.max(0, tokens) }, this.clock.now())
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  /** The tree's budget, checked before each model call: a thread whose share is gone suspends. */
+  private budgetExhausted(id: string): { amount: 'spend' | 'tokens'; used: number; max: number } | null {
+    let account
+    try {
+      account = this.ledger.get(this.budgetKey(id))
+    } catch (error) {
+      this.report(error, id)
+      return null
+    }
+    if (!account) return null
+    for (const amount of ['spend', 'tokens'] as const) {
+      const max = account.limit[amount]
+      const available = account.available[amount]
+      if (max !== null && available !== null && available <= 1e-9) {
+        return { amount, used: account.spent[amount] + account.reserved[amount], max }
+      }
+    }
+    return null
+  }
+
+  /** A thread suspended for its budget: its parent's transcript says so, host code is told. */
+  private budgetSuspended(id: string, context: ThreadContext): void {
+    const hit = context.budgetHit
+    if (!hit) return
+    const parentId = this.registry.get(id)?.parentId ?? null
+    if (parentId) this.live.get(parentId)?.note('child_budget_exhausted', { at: this.clock.now(), childId: id, ...hit })
+    this.emitLifecycle({ type: 'budget_exhausted', at: this.clock.now(), threadId: id, parentId, ...hit })
   }
 
   /**
@@ -504,6 +776,7 @@ class RuntimeImpl implements Runtime {
   }): Promise<LiveThread> {
     const { input } = init
     const id = input.threadId
+    this.takeLease(id)
     if (init.hooks !== this.hooks) this.threadHooks.set(id, init.hooks)
     this.transcripts.open(id)
     this.transcripts.append(id, SPAWN_ENTRY, {
@@ -651,7 +924,7 @@ class RuntimeImpl implements Runtime {
 
   async recover(): Promise<RecoveryReport> {
     this.assertOpen()
-    const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [] }
+    const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
     for (const record of this.registry.activeStatuses()) {
       if (this.live.has(record.id)) continue
       try {
@@ -671,6 +944,7 @@ class RuntimeImpl implements Runtime {
     if (this.closed) return
     this.closed = true
     if (this.poller) clearInterval(this.poller)
+    if (this.heartbeat) clearInterval(this.heartbeat)
     if (this.remoteTimer !== null) this.clock.clearTimeout(this.remoteTimer)
     this.orchestrator.send({ type: 'CLOSE' })
     await this.polling?.catch(() => {})
@@ -681,6 +955,8 @@ class RuntimeImpl implements Runtime {
     } finally {
       this.transcripts.closeAll()
       this.registry.close()
+      this.ledger.close()
+      this.leases.close()
     }
   }
 
@@ -936,6 +1212,11 @@ class RuntimeImpl implements Runtime {
       thread.note(TOOL_CALLS_REPAIRED, { at: this.clock.now(), turn: at.turn, repairs })
       thread.repairMessages(repairs)
     }
+    const exhausted = this.budgetExhausted(id)
+    if (exhausted) {
+      thread.deliver({ type: 'BUDGET_EXHAUSTED', at: this.clock.now(), ...exhausted })
+      return 'stop'
+    }
     const context = thread.context()
     const window = this.options.model.contextWindow
     if (window && context.promptTokens > 0) {
@@ -1016,6 +1297,7 @@ class RuntimeImpl implements Runtime {
           ceilingTokens: cause === 'context_length' ? Math.floor(ceiling / 2) : ceiling,
         })
         nextId = newThreadId(context.directive.name)
+        this.budgetKeys.set(nextId, this.budgetKey(id))
         await this.startThread({
           input: {
             threadId: nextId,
@@ -1129,8 +1411,22 @@ class RuntimeImpl implements Runtime {
         const by = { hookId: decided.hookId, ...(decided.message ? { message: decided.message } : {}) }
         if (decided.action === 'fail' || decided.action === 'abort') return { action: decided.action, ...by }
         const limits = decided.limits ?? (proposed !== null ? { [hit.limit]: proposed } : undefined)
-        if (limits) return { action: 'raise' as const, limits: limits as Partial<Limits>, ...by }
+        if (limits) {
+          try {
+            this.raiseBudget(id, limits as Partial<Limits>)
+            return { action: 'raise' as const, limits: limits as Partial<Limits>, ...by }
+          } catch (error) {
+            // The tree cannot cover the raise: the hit goes to a person (or is the child's budget).
+            this.report(error, id)
+          }
+        }
       }
+    }
+    if ((hit.limit === 'spend' || hit.limit === 'tokens') && this.registry.get(id)?.parentId) {
+      // A child's spend and token limits are its reservation from its parent: a budget, not a
+      // limit for a person to raise on its own.
+      thread.note('budget_exhausted', { at: this.clock.now(), amount: hit.limit, used: hit.used, max: hit.max })
+      return { action: 'budget' as const }
     }
     const requestId = `${hit.limit}-${context.usage.turns}-${this.clock.now().toString(36)}`
     thread.note('limit_escalation_requested', {
@@ -1169,6 +1465,10 @@ class RuntimeImpl implements Runtime {
       this.fireHook(thread, 'after_complete', context, { outcome: { status, result: context.result } })
     }
     if (status === 'error' && previous.status !== 'error') this.childFailed(thread.id, context)
+    this.recordUsage(thread.id, context.usage)
+    if (status === 'suspended' && previous.status !== 'suspended' && context.suspendReason === 'budget') this.budgetSuspended(thread.id, context)
+    // A continued thread's successor spends from the same account.
+    if (!isActive(status) && status !== 'suspended' && status !== 'continued') this.releaseBudget(thread.id)
   }
 
   /** A child that ended in error: its parent's transcript says so, and host code is told. */
@@ -1288,6 +1588,12 @@ class RuntimeImpl implements Runtime {
 
   /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
   private wake(id: string, stored: { snapshot: unknown; intents: string[] }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+    try {
+      this.takeLease(id)
+    } catch (error) {
+      this.transcripts.close(id)
+      throw error
+    }
     this.suspended.delete(id)
     const thread = this.adopt(id, { intents: stored.intents })
     thread.start(this.machine, { snapshot: stored.snapshot })
@@ -1303,6 +1609,7 @@ class RuntimeImpl implements Runtime {
   async approve(id: string, options: ApproveOptions = {}): Promise<ThreadHandle> {
     const stored = await this.readSuspended(id)
     const { context } = stored
+    if (context.suspendReason === 'budget' && context.budgetHit) return this.approveBudget(id, stored, options)
     const hit = context.limitHit
     if (context.suspendReason !== 'limit' || !hit) {
       throw new SpindleError(
@@ -1338,6 +1645,8 @@ class RuntimeImpl implements Runtime {
         { details: { threadId: id, ...still } },
       )
     }
+    // The ledger keeps the same spend and token limits: raised first, so a refusal changes nothing.
+    this.raiseBudget(id, limits, () => this.transcripts.close(id))
     const by = options.by ?? 'api'
     const at = this.clock.now()
     const thread = this.wake(
@@ -1348,6 +1657,37 @@ class RuntimeImpl implements Runtime {
     )
     await this.commit.whenLogged()
     this.writeDecision(id, hit.requestId, { decision: 'approved', by, limits, at: new Date(at).toISOString(), message: options.message ?? null })
+    return thread
+  }
+
+  /**
+   * Approves more budget for a thread suspended for it: the ledger raises its account (a child's
+   * raise is reserved from its parent, BUDGET_EXCEEDED when the parent cannot cover it), then the
+   * same thread carries on.
+   */
+  private async approveBudget(id: string, stored: Awaited<ReturnType<RuntimeImpl['readSuspended']>>, options: ApproveOptions): Promise<ThreadHandle> {
+    const { context } = stored
+    const hit = context.budgetHit!
+    const requested = options.limits?.[hit.amount]
+    const proposed = requested !== undefined ? requested : proposeLimit(hit.max, context.policy.escalation[hit.amount])
+    if (proposed === null || proposed === undefined || proposed <= hit.used) {
+      throw new SpindleError(
+        'APPROVAL_NEEDS_LIMITS',
+        `Thread ${id} ran out of its ${hit.amount} budget (${hit.used} used of ${hit.max}): approve with a larger one, e.g. { limits: { ${hit.amount}: ${hit.max * 2} } }.`,
+        { details: { threadId: id, amount: hit.amount } },
+      )
+    }
+    const limits: Partial<Limits> = { ...options.limits, [hit.amount]: proposed }
+    this.raiseBudget(id, limits, () => this.transcripts.close(id))
+    const by = options.by ?? 'api'
+    const at = this.clock.now()
+    const thread = this.wake(
+      id,
+      stored,
+      ['approval_decided', { at, requestId: null, decision: 'approved', by, limits, budget: true, ...(options.message ? { message: options.message } : {}) }],
+      { type: 'RESUME', at, limits, decision: 'approved', by },
+    )
+    await this.commit.whenLogged()
     return thread
   }
 
@@ -1596,11 +1936,19 @@ class RuntimeImpl implements Runtime {
 
   private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport): void {
     const id = record.id
+    if (!this.tryLease(id)) {
+      report.elsewhere.push(id)
+      return
+    }
     const { snapshot, tail } = this.readSnapshot(id, record.status, report)
     const value = (snapshot as { value: unknown }).value
     const status = statusOfValue(value)
     const context = (snapshot as { context: ThreadContext }).context
+    // A crash between a reply and its ledger entry: the transcript says what was spent.
+    this.recordUsage(id, context.usage)
     if (!isActive(status)) {
+      this.releaseLease(id)
+      if (status !== 'suspended' && status !== 'continued') this.releaseBudget(id)
       // The checkpoint (or transcript) is ahead of the registry: bring the registry in line.
       this.checkpoints.stage(id, makeEnvelope(id, status, this.transcripts.position(id), snapshot, this.clock.now()))
       this.commit.noteCheckpoint(id)
@@ -1634,6 +1982,7 @@ class RuntimeImpl implements Runtime {
   }
 
   private markUnrecoverable(id: string, error: unknown, report: RecoveryReport): void {
+    this.releaseLease(id)
     const { code, message } = describeError(error)
     report.failed.push({ threadId: id, code, message })
     this.report(error, id)
@@ -1654,10 +2003,12 @@ class RuntimeImpl implements Runtime {
           if (this.live.get(threadId) === thread) {
             this.live.delete(threadId)
             this.orchestrator.send({ type: 'THREAD_REMOVED', id: threadId })
+            this.releaseLease(threadId)
           }
           this.threadHooks.delete(threadId)
         },
         observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),
+        fenced: () => this.fenced(),
       },
       options,
     )

@@ -125,6 +125,91 @@ describe('a wave of child threads', () => {
   })
 })
 
+describe('budgets across the tree', () => {
+  const hang = scriptedModel(() => ({ faults: [{ fault: 'hang' }], reply: {} }))
+
+  it('should never let 20 children reserving at once oversubscribe their parent', async () => {
+    const rt = await runtime({ model: hang })
+    const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' }, limits: { spend: 1 } })
+    const results = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) => rt.spawn({ directive: { name: `c${i}`, prompt: 'p' }, limits: { spend: 0.08 }, parentId: parent.id })),
+    )
+    const started = results.filter((r) => r.status === 'fulfilled')
+    const refused = results.filter((r): r is PromiseRejectedResult => r.status === 'rejected')
+    expect(started).toHaveLength(12)
+    expect(refused).toHaveLength(8)
+    for (const r of refused) expect(r.reason).toMatchObject({ code: 'BUDGET_EXCEEDED', message: expect.stringContaining(parent.id) })
+    // A refused child never started: no registry row, no files.
+    expect(rt.list().filter((r) => r.parentId === parent.id)).toHaveLength(12)
+    expect(fs.readdirSync(path.join(rt.dir, 'threads'))).toHaveLength(13)
+    const { openSqliteLedger } = await import('../../persistence/sqliteLedger.js')
+    const ledger = openSqliteLedger({ path: path.join(rt.dir, 'ledger.db'), durability: 'process' })
+    const account = ledger.get(parent.id)!
+    expect(account.reserved.spend + account.spent.spend).toBeLessThanOrEqual(1 + 1e-9)
+    expect(ledger.check()).toEqual([])
+    ledger.close()
+    await rt.cancel(parent.id)
+  })
+
+  it('should suspend a child whose share runs out for its budget, tell its parent, and carry it on when more is approved', async () => {
+    const events: LifecycleEvent[] = []
+    const spender = scriptedModel((r) =>
+      r.directiveName === 'parent'
+        ? r.turn === 1
+          ? { toolCalls: [{ name: 'spawn_thread', input: { name: 'spender', prompt: 's', limits: { spend: 0.3 } } }] }
+          : r.turn === 2
+            ? { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages) } }] }
+            : { text: 'parent done' }
+        : r.turn <= 5
+          ? { toolCalls: [{ name: 'noop', input: {} }], usage: { inputTokens: 10, outputTokens: 10, cost: 0.1 } }
+          : { text: 'spent well', usage: { inputTokens: 10, outputTokens: 10, cost: 0.1 } },
+    )
+    const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })
+    const rt = await runtime({ model: spender, tools: [noop], onLifecycle: (e) => events.push(e) })
+    const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' }, limits: { spend: 1 } })
+    let child: string | undefined
+    for (let i = 0; i < 300 && !child; i++) {
+      await rt.settle()
+      child = rt.list({ status: 'suspended' }).find((r) => r.directiveName === 'spender')?.id
+    }
+    expect(child).toBeDefined()
+    const suspended = await rt.get(child!).done
+    expect(suspended).toMatchObject({ status: 'suspended', suspendReason: 'budget' })
+    expect(suspended.cost.spend).toBeCloseTo(0.3, 10)
+    expect(events.find((e) => e.type === 'budget_exhausted')).toMatchObject({ threadId: child, parentId: parent.id, amount: 'spend', max: 0.3 })
+    expect(entries(rt, parent.id, 'child_budget_exhausted')[0]!.data).toMatchObject({ childId: child, amount: 'spend' })
+
+    // More than the parent has left is refused, and nothing changes.
+    await expect(rt.approve(child!, { limits: { spend: 5 } })).rejects.toMatchObject({ code: 'BUDGET_EXCEEDED' })
+    expect(rt.get(child!).status).toBe('suspended')
+    const resumed = await rt.approve(child!, { limits: { spend: 0.7 } })
+    expect(await resumed.done).toMatchObject({ status: 'completed', result: 'spent well' })
+    expect((await resumed.done).cost.spend).toBeCloseTo(0.6, 10)
+    expect(await parent.done).toMatchObject({ status: 'completed' })
+    expect(rt.checkReplay(child!).matches).toBe(true)
+  })
+
+  it('should suspend a parent for its budget when its children have spent it', async () => {
+    const rt = await runtime({
+      model: scriptedModel((r) =>
+        r.directiveName === 'parent'
+          ? r.turn === 1
+            ? { toolCalls: [{ name: 'spawn_thread', input: { name: 'kid', prompt: 'k', limits: { spend: 0.3 } } }], usage: { inputTokens: 1, outputTokens: 1, cost: 0.1 } }
+            : r.turn === 2
+              ? { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages) } }], usage: { inputTokens: 1, outputTokens: 1, cost: 0.1 } }
+              : { text: 'never reached' }
+          : { text: 'kid done', usage: { inputTokens: 1, outputTokens: 1, cost: 0.45 } },
+      ),
+    })
+    const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' }, limits: { spend: 0.6 } })
+    const outcome = await parent.done
+    // 0.2 of its own plus 0.45 of its child's (one reply may overshoot a share: limits are checked
+    // before calls): the tree spent more than its 0.6 before the parent's third call.
+    expect(outcome).toMatchObject({ status: 'suspended', suspendReason: 'budget' })
+    expect(outcome.cost.spend).toBeCloseTo(0.2, 10)
+  })
+})
+
 describe('supervision', () => {
   /** A tool whose input check throws (a bug in the tool's own code, outside its execute). */
   function flakyTool(failures: number) {

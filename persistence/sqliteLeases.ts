@@ -1,0 +1,130 @@
+/**
+ * Thread leases on SQLite (`leases.db` in the data directory): which runtime process runs which
+ * thread, until when, with a fencing token that grows at every change of hands. Side effects.
+ */
+import Database from 'better-sqlite3'
+import { SpindleError } from '../src/errors.js'
+import type { Durability, Lease, LeaseStore } from './types.js'
+
+const MIGRATIONS: readonly string[] = [
+  `CREATE TABLE leases (
+     thread_id TEXT PRIMARY KEY,
+     owner TEXT NOT NULL,
+     pid INTEGER NOT NULL,
+     host TEXT NOT NULL,
+     acquired_at INTEGER NOT NULL,
+     expires_at INTEGER NOT NULL,
+     token INTEGER NOT NULL
+   );
+   CREATE INDEX leases_owner ON leases(owner);
+   -- The last token handed out per thread survives a release, so tokens only ever grow.
+   CREATE TABLE tokens (thread_id TEXT PRIMARY KEY, token INTEGER NOT NULL);`,
+]
+
+interface Row {
+  thread_id: string
+  owner: string
+  pid: number
+  host: string
+  acquired_at: number
+  expires_at: number
+  token: number
+}
+
+function toLease(row: Row): Lease {
+  return {
+    threadId: row.thread_id,
+    owner: row.owner,
+    pid: row.pid,
+    host: row.host,
+    acquiredAt: row.acquired_at,
+    expiresAt: row.expires_at,
+    token: row.token,
+  }
+}
+
+export function openSqliteLeases(options: { path: string; durability: Durability }): LeaseStore {
+  const file = options.path
+  let db: Database.Database
+  try {
+    db = new Database(file)
+    db.pragma('busy_timeout = 5000')
+    if (file !== ':memory:') db.pragma('journal_mode = WAL')
+    db.pragma(`synchronous = ${options.durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
+    const version = db.pragma('user_version', { simple: true }) as number
+    db.transaction(() => {
+      for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
+      db.pragma(`user_version = ${MIGRATIONS.length}`)
+    }).immediate()
+  } catch (error) {
+    throw new SpindleError('REGISTRY_FAILED', `Cannot open the lease store ${file}: ${(error as Error).message}. Check that the data directory is writable; \`spindle doctor\` checks it.`, { cause: error })
+  }
+  const get = db.prepare<[string], Row>('SELECT * FROM leases WHERE thread_id = ?')
+  const lastToken = db.prepare<[string], { token: number }>('SELECT token FROM tokens WHERE thread_id = ?')
+  const upsertToken = db.prepare('INSERT INTO tokens (thread_id, token) VALUES (?, ?) ON CONFLICT(thread_id) DO UPDATE SET token = excluded.token')
+  const put = db.prepare(
+    `INSERT INTO leases (thread_id, owner, pid, host, acquired_at, expires_at, token) VALUES (@threadId, @owner, @pid, @host, @acquiredAt, @expiresAt, @token)
+     ON CONFLICT(thread_id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, host = excluded.host,
+       acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, token = excluded.token`,
+  )
+  const extend = db.prepare<[number, string, string]>('UPDATE leases SET expires_at = ? WHERE thread_id = ? AND owner = ?')
+  const del = db.prepare<[string, string]>('DELETE FROM leases WHERE thread_id = ? AND owner = ?')
+  const delAny = db.prepare<[string]>('DELETE FROM leases WHERE thread_id = ?')
+  const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
+
+  const guard = <T>(action: string, fn: () => T): T => {
+    try {
+      return fn()
+    } catch (error) {
+      if (error instanceof SpindleError) throw error
+      throw new SpindleError('REGISTRY_FAILED', `Lease store ${file}: could not ${action}: ${(error as Error).message}.`, { cause: error })
+    }
+  }
+
+  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number) => {
+    const current = get.get(threadId)
+    if (current && current.owner !== owner.id && current.expires_at > now) return { acquired: false, lease: toLease(current) }
+    if (current && current.owner === owner.id) {
+      extend.run(now + ttlMs, threadId, owner.id)
+      return { acquired: true, lease: toLease({ ...current, expires_at: now + ttlMs }) }
+    }
+    const token = Math.max(current?.token ?? 0, lastToken.get(threadId)?.token ?? 0) + 1
+    const lease: Lease = { threadId, owner: owner.id, pid: owner.pid, host: owner.host, acquiredAt: now, expiresAt: now + ttlMs, token }
+    put.run(lease)
+    upsertToken.run(threadId, token)
+    return { acquired: true, lease }
+  })
+
+  const renewTx = db.transaction((owner: string, threadIds: readonly string[], ttlMs: number, now: number) => {
+    const lost: string[] = []
+    for (const id of threadIds) {
+      const current = get.get(id)
+      // A lease that expired but nobody took is still ours to extend: no other process ran it.
+      if (!current || current.owner !== owner) lost.push(id)
+      else extend.run(now + ttlMs, id, owner)
+    }
+    return lost
+  })
+
+  return {
+    acquire: (threadId, owner, ttlMs, now) => guard(`take the lease of ${threadId}`, () => acquireTx.immediate(threadId, owner, ttlMs, now)),
+    renew: (owner, threadIds, ttlMs, now) => guard('renew leases', () => renewTx.immediate(owner, threadIds, ttlMs, now)),
+    release: (threadId, owner) => {
+      guard(`release the lease of ${threadId}`, () => del.run(threadId, owner))
+    },
+    get: (threadId) => guard(`read the lease of ${threadId}`, () => {
+      const row = get.get(threadId)
+      return row ? toLease(row) : null
+    }),
+    list: () => guard('list leases', () => all.all().map(toLease)),
+    remove: (threadId) =>
+      guard(`remove the lease of ${threadId}`, () =>
+        db.transaction(() => {
+          const row = get.get(threadId)
+          if (row) delAny.run(threadId)
+          return row ? toLease(row) : null
+        }).immediate(),
+      ),
+    close: () => db.close(),
+  }
+}

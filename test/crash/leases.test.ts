@@ -1,0 +1,112 @@
+/**
+ * Recovery matrix row "orphan across processes": two runtime processes share a data directory.
+ * The second leaves the first one's threads alone while its leases are renewed; when the first is
+ * killed with SIGKILL, the second takes its threads over within one lease period, and no thread
+ * is ever run by both.
+ */
+import { spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import { verifyReplay } from '../../src/index.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+const THRESHOLD_MS = 1500
+const THREADS = 4
+const TURNS = 60
+
+function start(dir: string, mode: 'spawn' | 'join'): { child: ChildProcess; output: () => string; exited: Promise<number | null> } {
+  const child = spawn(process.execPath, [compiled('test/crash/leaseWorker.js'), dir, mode, String(THREADS), String(TURNS), String(THRESHOLD_MS)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let out = ''
+  child.stdout!.on('data', (d) => (out += d))
+  child.stderr!.on('data', (d) => (out += d))
+  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
+  return { child, output: () => out, exited }
+}
+
+async function until(check: () => boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms
+  while (!check()) {
+    if (Date.now() > end) throw new Error('timed out')
+    await new Promise((r) => setTimeout(r, 25))
+  }
+}
+
+describe('orphan leases across processes', () => {
+  it('should take over the threads of a process killed with SIGKILL within one lease period, never running a thread in both', async () => {
+    const dir = tempDir('spindle-leases')
+    const first = start(dir, 'spawn')
+    await until(() => first.output().includes('spawned'), 20_000)
+    // Let the first process run a while; the second joins and must leave its threads alone.
+    await new Promise((r) => setTimeout(r, 400))
+    const second = start(dir, 'join')
+    await until(() => second.output().includes('ready'), 20_000)
+    expect(second.output()).toContain(`resumed=0 elsewhere=${THREADS}`)
+    await new Promise((r) => setTimeout(r, THRESHOLD_MS))
+
+    const callsLog = path.join(dir, 'calls.log')
+    const lines = () => fs.readFileSync(callsLog, 'utf8').trim().split('\n').map((l) => l.split(' '))
+    // While the first process lives (and renews its leases), the second runs none of its threads.
+    expect(lines().every(([, , pid]) => pid === String(first.child.pid))).toBe(true)
+
+    const killedAt = Date.now()
+    first.child.kill('SIGKILL')
+    await first.exited
+    await until(() => lines().some(([, , pid]) => pid === String(second.child.pid)), 10_000)
+    const tookOverMs = Date.now() - killedAt
+    // Within one lease period (plus a heartbeat): the lease on the dead pid was seen stale at once.
+    expect(tookOverMs).toBeLessThan(THRESHOLD_MS * 2)
+    expect(await second.exited, second.output()).toBe(0)
+
+    // No thread was run by both: per thread, the first process's turns all come before the second's.
+    const byThread = new Map<string, string[]>()
+    for (const [id, , pid] of lines()) byThread.set(id!, [...(byThread.get(id!) ?? []), pid!])
+    expect(byThread.size).toBe(THREADS)
+    for (const [id, pids] of byThread) {
+      const switchAt = pids.indexOf(String(second.child.pid))
+      expect(switchAt, id).toBeGreaterThan(0)
+      expect(pids.slice(switchAt).every((p) => p === String(second.child.pid)), id).toBe(true)
+    }
+    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'fsync' })
+    for (const row of registry.list()) {
+      expect(row.status, row.id).toBe('completed')
+      expect(verifyReplay(dir, row.id).matches, row.id).toBe(true)
+    }
+    registry.close()
+  }, 120_000)
+
+  it('should take over a stalled process once its leases expire, and the stalled process must not write when it wakes', async () => {
+    const dir = tempDir('spindle-leases-stop')
+    const first = start(dir, 'spawn')
+    await until(() => first.output().includes('spawned'), 20_000)
+    await new Promise((r) => setTimeout(r, 300))
+    const second = start(dir, 'join')
+    await until(() => second.output().includes('ready'), 20_000)
+    expect(second.output()).toContain(`elsewhere=${THREADS}`)
+
+    const callsLog = path.join(dir, 'calls.log')
+    const lines = () => fs.readFileSync(callsLog, 'utf8').trim().split('\n').map((l) => l.split(' '))
+    // Alive but silent (a long GC pause, a stopped VM): its pid exists, so only expiry frees its threads.
+    const stoppedAt = Date.now()
+    first.child.kill('SIGSTOP')
+    await until(() => lines().some(([, , pid]) => pid === String(second.child.pid)), 15_000)
+    expect(Date.now() - stoppedAt).toBeGreaterThanOrEqual(THRESHOLD_MS - 600)
+    const takenAt = lines().length
+    first.child.kill('SIGCONT')
+    expect(await second.exited, second.output()).toBe(0)
+    expect(await first.exited, first.output()).toBe(0)
+
+    // After the takeover the first process recorded no model call, and every thread completed once.
+    expect(lines().slice(takenAt).filter(([, , pid]) => pid === String(first.child.pid))).toEqual([])
+    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'fsync' })
+    for (const row of registry.list()) {
+      expect(row.status, row.id).toBe('completed')
+      expect(verifyReplay(dir, row.id).matches, row.id).toBe(true)
+    }
+    registry.close()
+  }, 120_000)
+})
