@@ -138,6 +138,8 @@ export interface ThreadContext {
   error: { code: string; message: string } | null
   cancelReason: string | null
   nextThreadId: string | null
+  /** The thread this one continues (absent in snapshots from before continuation). */
+  previousThreadId?: string | null
 }
 
 export type ThreadEvent =
@@ -520,6 +522,7 @@ export const threadMachine = setup({
     error: null,
     cancelReason: null,
     nextThreadId: null,
+    previousThreadId: input.carried?.previousThreadId ?? null,
   }),
   initial: 'created',
   states: {

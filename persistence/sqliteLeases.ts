@@ -50,7 +50,11 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     db = new Database(file)
     db.pragma('busy_timeout = 5000')
     if (file !== ':memory:') db.pragma('journal_mode = WAL')
-    db.pragma(`synchronous = ${options.durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
+    // Leases only say which live process runs a thread: after a power loss no process is alive,
+    // so a lease lost with it frees nothing that should stay held. No fsync per lease, whatever
+    // the durability setting.
+    void options.durability
+    db.pragma('synchronous = NORMAL')
     const version = db.pragma('user_version', { simple: true }) as number
     db.transaction(() => {
       for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
@@ -95,6 +99,17 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     return { acquired: true, lease }
   })
 
+  const acquireManyTx = db.transaction((threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number) => {
+    const acquired: string[] = []
+    const held: Lease[] = []
+    for (const id of threadIds) {
+      const result = acquireTx(id, owner, ttlMs, now)
+      if (result.acquired) acquired.push(id)
+      else held.push(result.lease)
+    }
+    return { acquired, held }
+  })
+
   const renewTx = db.transaction((owner: string, threadIds: readonly string[], ttlMs: number, now: number) => {
     const lost: string[] = []
     for (const id of threadIds) {
@@ -108,6 +123,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
 
   return {
     acquire: (threadId, owner, ttlMs, now) => guard(`take the lease of ${threadId}`, () => acquireTx.immediate(threadId, owner, ttlMs, now)),
+    acquireMany: (threadIds, owner, ttlMs, now) => guard('take leases', () => acquireManyTx.immediate(threadIds, owner, ttlMs, now)),
     renew: (owner, threadIds, ttlMs, now) => guard('renew leases', () => renewTx.immediate(owner, threadIds, ttlMs, now)),
     release: (threadId, owner) => {
       guard(`release the lease of ${threadId}`, () => del.run(threadId, owner))

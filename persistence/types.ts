@@ -252,6 +252,8 @@ export interface LeaseStore {
    * (then it is renewed). Returns the lease when taken, or the other owner's live lease.
    */
   acquire(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: boolean; lease: Lease }
+  /** `acquire` for many threads in one transaction (recovery): which were taken, which are held elsewhere. */
+  acquireMany(threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: string[]; held: Lease[] }
   /** Extends every lease `owner` still holds among `threadIds`; returns the ids it no longer holds. */
   renew(owner: string, threadIds: readonly string[], ttlMs: number, now: number): string[]
   /** Gives the lease up (the thread stopped here). Only the owner's own lease is removed. */

@@ -524,7 +524,7 @@ class RuntimeImpl implements Runtime {
     try {
       return await this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
     } catch (error) {
-      this.releaseBudget(threadId)
+      this.releaseBudget(threadId, false)
       throw error
     }
   }
@@ -560,6 +560,17 @@ class RuntimeImpl implements Runtime {
     }
     if (taken.acquired && this.leaseValidUntil < now + this.leaseTtlMs - this.heartbeatMs) this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
     return taken.acquired
+  }
+
+  /** Takes the leases of many threads in one transaction; a lease held by a dead local process is taken too. */
+  private leaseAll(ids: string[]): Set<string> {
+    if (ids.length === 0) return new Set()
+    const now = Date.now()
+    const { acquired, held } = this.leases.acquireMany(ids, this.owner, this.leaseTtlMs, now)
+    const taken = new Set(acquired)
+    for (const lease of held) if (this.leaseIsStale(lease, now) && this.tryLease(lease.threadId)) taken.add(lease.threadId)
+    if (taken.size > 0) this.leaseValidUntil = Math.max(this.leaseValidUntil, now + this.leaseTtlMs - this.heartbeatMs)
+    return taken
   }
 
   private takeLease(id: string): void {
@@ -648,13 +659,13 @@ class RuntimeImpl implements Runtime {
   // ── budgets (ledger.db) ────────────────────────────────────────────────────────────────────
 
   /** The ledger account thread `id` spends from: its continuation chain's first thread. */
-  private budgetKey(id: string): string {
+  private budgetKey(id: string, continuation = true): string {
     const cached = this.budgetKeys.get(id)
     if (cached) return cached
     let key = id
     try {
       // Most threads have their own account; only a continuation looks up its chain.
-      if (!this.ledger.get(id)) key = this.registry.chain(id)[0]?.id ?? id
+      if (continuation && !this.ledger.get(id)) key = this.registry.chain(id)[0]?.id ?? id
     } catch (error) {
       this.report(error, id)
     }
@@ -670,7 +681,8 @@ class RuntimeImpl implements Runtime {
   private reserveBudget(id: string, parentId: string | null, limits: Limits, explicit: { spend: boolean; tokens: boolean }): Limits {
     const at = this.clock.now()
     if (parentId === null) {
-      this.ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
+      // An unlimited root needs no account until it has children (they open it then).
+      if (limits.spend !== null || limits.tokens !== null) this.ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
       return limits
     }
     const parentKey = this.budgetKey(parentId)
@@ -707,9 +719,9 @@ class RuntimeImpl implements Runtime {
     }
   }
 
-  private releaseBudget(id: string): void {
+  private releaseBudget(id: string, continuation = true): void {
     try {
-      this.ledger.release(this.budgetKey(id), this.clock.now())
+      this.ledger.release(this.budgetKey(id, continuation), this.clock.now())
     } catch (error) {
       this.report(error, id)
     }
@@ -720,9 +732,9 @@ class RuntimeImpl implements Runtime {
    * itself, so running it twice (or after a crash between the transcript and the ledger) counts
    * nothing twice and loses nothing.
    */
-  private recordUsage(id: string, usage: ThreadContext['usage']): void {
+  private recordUsage(id: string, usage: ThreadContext['usage'], continuation = true): void {
     try {
-      const key = this.budgetKey(id)
+      const key = this.budgetKey(id, continuation)
       const account = this.ledger.get(key)
       if (!account) return
       const spend = usage.spend - account.ownSpent.spend
@@ -925,8 +937,13 @@ class RuntimeImpl implements Runtime {
   async recover(): Promise<RecoveryReport> {
     this.assertOpen()
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
-    for (const record of this.registry.activeStatuses()) {
-      if (this.live.has(record.id)) continue
+    const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
+    const leased = this.leaseAll(candidates.map((r) => r.id))
+    for (const record of candidates) {
+      if (!leased.has(record.id)) {
+        report.elsewhere.push(record.id)
+        continue
+      }
       try {
         this.rehydrate(record, report)
       } catch (error) {
@@ -1465,10 +1482,10 @@ class RuntimeImpl implements Runtime {
       this.fireHook(thread, 'after_complete', context, { outcome: { status, result: context.result } })
     }
     if (status === 'error' && previous.status !== 'error') this.childFailed(thread.id, context)
-    this.recordUsage(thread.id, context.usage)
+    this.recordUsage(thread.id, context.usage, context.previousThreadId != null)
     if (status === 'suspended' && previous.status !== 'suspended' && context.suspendReason === 'budget') this.budgetSuspended(thread.id, context)
     // A continued thread's successor spends from the same account.
-    if (!isActive(status) && status !== 'suspended' && status !== 'continued') this.releaseBudget(thread.id)
+    if (!isActive(status) && status !== 'suspended' && status !== 'continued') this.releaseBudget(thread.id, context.previousThreadId != null)
   }
 
   /** A child that ended in error: its parent's transcript says so, and host code is told. */
@@ -1936,19 +1953,15 @@ class RuntimeImpl implements Runtime {
 
   private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport): void {
     const id = record.id
-    if (!this.tryLease(id)) {
-      report.elsewhere.push(id)
-      return
-    }
     const { snapshot, tail } = this.readSnapshot(id, record.status, report)
     const value = (snapshot as { value: unknown }).value
     const status = statusOfValue(value)
     const context = (snapshot as { context: ThreadContext }).context
     // A crash between a reply and its ledger entry: the transcript says what was spent.
-    this.recordUsage(id, context.usage)
+    this.recordUsage(id, context.usage, context.previousThreadId != null)
     if (!isActive(status)) {
       this.releaseLease(id)
-      if (status !== 'suspended' && status !== 'continued') this.releaseBudget(id)
+      if (status !== 'suspended' && status !== 'continued') this.releaseBudget(id, context.previousThreadId != null)
       // The checkpoint (or transcript) is ahead of the registry: bring the registry in line.
       this.checkpoints.stage(id, makeEnvelope(id, status, this.transcripts.position(id), snapshot, this.clock.now()))
       this.commit.noteCheckpoint(id)
