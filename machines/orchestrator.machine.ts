@@ -14,7 +14,7 @@
  * - transient: restarted after its own crash; left running when a sibling's crash restarts the group;
  * - temporary: never restarted; its crash ends it in `error`, and a group restart stops it.
  */
-import { assign, enqueueActions, setup } from 'xstate'
+import { enqueueActions, setup } from 'xstate'
 
 export type RestartType = 'permanent' | 'transient' | 'temporary'
 export type SupervisionStrategy = 'one_for_one' | 'one_for_all' | 'rest_for_one'
@@ -29,14 +29,10 @@ export interface SupervisedThread {
 }
 
 export interface OrchestratorContext {
-  threads: Record<string, SupervisedThread>
-  /** The strategy each parent set for its children; groups not listed use `defaultStrategy`. */
-  strategies: Record<string, SupervisionStrategy>
   /** Times of the restarts of each group, within the intensity window. */
   restarts: Record<string, number[]>
   defaultStrategy: SupervisionStrategy
   intensity: { maxRestarts: number; withinMs: number }
-  seq: number
 }
 
 export interface CrashError {
@@ -44,10 +40,23 @@ export interface CrashError {
   message: string
 }
 
+/**
+ * A crash, with what supervision needs to know of the group at that moment: the runtime knows its
+ * live threads, so the orchestrator keeps no copy of them (spawning stays O(1) however many run).
+ */
 export type OrchestratorEvent =
-  | { type: 'THREAD_ADDED'; id: string; parentId: string | null; restart: RestartType; childStrategy?: SupervisionStrategy }
-  | { type: 'THREAD_REMOVED'; id: string }
-  | { type: 'THREAD_CRASHED'; id: string; at: number; error: CrashError }
+  | {
+      type: 'THREAD_CRASHED'
+      at: number
+      error: CrashError
+      /** The crashed thread; `undefined` when the runtime does not run it (it is not restarted). */
+      thread: SupervisedThread | undefined
+      id: string
+      /** The other live members of its group. */
+      siblings: SupervisedThread[]
+      /** The strategy its parent set for its children, when it set one. */
+      strategy?: SupervisionStrategy
+    }
   | { type: 'READY' }
   | { type: 'CLOSE' }
 
@@ -66,12 +75,6 @@ export interface OrchestratorInput {
   intensity: { maxRestarts: number; withinMs: number }
 }
 
-function membersOf(context: OrchestratorContext, group: string): SupervisedThread[] {
-  return Object.values(context.threads)
-    .filter((t) => t.group === group)
-    .sort((a, b) => a.seq - b.seq)
-}
-
 function recentRestarts(context: OrchestratorContext, group: string, at: number): number[] {
   return (context.restarts[group] ?? []).filter((t) => t > at - context.intensity.withinMs)
 }
@@ -84,40 +87,17 @@ export const orchestratorMachine = setup({
     emitted: {} as OrchestratorEmitted,
   },
   guards: {
-    isKnownThread: ({ context, event }) => event.type === 'THREAD_CRASHED' && event.id in context.threads,
-    isTemporary: ({ context, event }) => event.type === 'THREAD_CRASHED' && context.threads[event.id]?.restart === 'temporary',
-    intensityExceeded: ({ context, event }) => {
-      if (event.type !== 'THREAD_CRASHED' || !(event.id in context.threads)) return false
-      const group = context.threads[event.id]!.group
-      return recentRestarts(context, group, event.at).length >= context.intensity.maxRestarts
-    },
+    isKnownThread: ({ event }) => event.type === 'THREAD_CRASHED' && event.thread !== undefined,
+    isTemporary: ({ event }) => event.type === 'THREAD_CRASHED' && event.thread?.restart === 'temporary',
+    intensityExceeded: ({ context, event }) =>
+      event.type === 'THREAD_CRASHED' &&
+      event.thread !== undefined &&
+      recentRestarts(context, event.thread.group, event.at).length >= context.intensity.maxRestarts,
   },
   actions: {
-    addThread: assign(({ context, event }) => {
-      if (event.type !== 'THREAD_ADDED') return {}
-      const existing = context.threads[event.id]
-      const thread: SupervisedThread = {
-        id: event.id,
-        group: event.parentId ?? 'root',
-        restart: event.restart,
-        seq: existing?.seq ?? context.seq + 1,
-      }
-      return {
-        threads: { ...context.threads, [event.id]: thread },
-        strategies: event.childStrategy ? { ...context.strategies, [event.id]: event.childStrategy } : context.strategies,
-        seq: existing ? context.seq : context.seq + 1,
-      }
-    }),
-    removeThread: assign(({ context, event }) => {
-      if (event.type !== 'THREAD_REMOVED' || !(event.id in context.threads)) return {}
-      const { [event.id]: _removed, ...threads } = context.threads
-      const { [event.id]: _strategy, ...strategies } = context.strategies
-      return { threads, strategies }
-    }),
-    reportCrash: enqueueActions(({ context, event, enqueue }) => {
+    reportCrash: enqueueActions(({ event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
-      const group = context.threads[event.id]?.group ?? 'root'
-      enqueue.emit({ type: 'crashed', id: event.id, group, error: event.error })
+      enqueue.emit({ type: 'crashed', id: event.id, group: event.thread?.group ?? 'root', error: event.error })
     }),
     giveUpUnknown: enqueueActions(({ event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
@@ -129,9 +109,9 @@ export const orchestratorMachine = setup({
         report: `Thread ${event.id} crashed (${event.error.code}: ${event.error.message}) outside supervision; it is not restarted.`,
       })
     }),
-    giveUpTemporary: enqueueActions(({ context, event, enqueue }) => {
+    giveUpTemporary: enqueueActions(({ event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
-      const thread = context.threads[event.id]!
+      const thread = event.thread!
       enqueue.emit({
         type: 'give_up',
         ids: [event.id],
@@ -142,10 +122,9 @@ export const orchestratorMachine = setup({
     }),
     giveUpGroup: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
-      const thread = context.threads[event.id]!
+      const thread = event.thread!
       const recent = recentRestarts(context, thread.group, event.at)
-      const members = membersOf(context, thread.group).map((t) => t.id)
-      const ids = [event.id, ...members.filter((id) => id !== event.id)]
+      const ids = [event.id, ...[...event.siblings].sort((a, b) => a.seq - b.seq).map((t) => t.id)]
       const where = thread.group === 'root' ? 'the root group' : `the children of ${thread.group}`
       enqueue.emit({
         type: 'give_up',
@@ -161,9 +140,9 @@ export const orchestratorMachine = setup({
     }),
     restartByStrategy: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
-      const thread = context.threads[event.id]!
-      const strategy = context.strategies[thread.group] ?? context.defaultStrategy
-      const siblings = membersOf(context, thread.group).filter((t) => t.id !== event.id)
+      const thread = event.thread!
+      const strategy = event.strategy ?? context.defaultStrategy
+      const siblings = [...event.siblings].sort((a, b) => a.seq - b.seq)
       const swept =
         strategy === 'one_for_all' ? siblings : strategy === 'rest_for_one' ? siblings.filter((t) => t.seq > thread.seq) : []
       const restarted = [event.id, ...swept.filter((t) => t.restart === 'permanent').map((t) => t.id)]
@@ -184,17 +163,12 @@ export const orchestratorMachine = setup({
 }).createMachine({
   id: 'orchestrator',
   context: ({ input }) => ({
-    threads: {},
-    strategies: {},
     restarts: {},
     defaultStrategy: input.defaultStrategy,
     intensity: input.intensity,
-    seq: 0,
   }),
   initial: 'recovering',
   on: {
-    THREAD_ADDED: { actions: 'addThread' },
-    THREAD_REMOVED: { actions: 'removeThread' },
     THREAD_CRASHED: [
       { guard: 'isTemporary', actions: ['reportCrash', 'giveUpTemporary'] },
       { guard: 'intensityExceeded', actions: ['reportCrash', 'giveUpGroup'] },

@@ -193,7 +193,7 @@ export interface LedgerAccount {
 /** A ledger inconsistency `check()` found (for `spindle doctor`). */
 export interface LedgerProblem {
   threadId: string
-  kind: 'negative_available' | 'spent_mismatch' | 'reserved_mismatch' | 'orphan_account'
+  kind: 'spent_mismatch' | 'orphan_account'
   message: string
 }
 

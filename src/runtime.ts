@@ -69,7 +69,7 @@ import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
 import { createActor } from 'xstate'
 import type { Actor } from 'xstate'
 import { orchestratorMachine } from '../machines/orchestrator.machine.js'
-import type { OrchestratorEmitted, RestartType, SupervisionStrategy } from '../machines/orchestrator.machine.js'
+import type { OrchestratorEmitted, RestartType, SupervisedThread, SupervisionStrategy } from '../machines/orchestrator.machine.js'
 import type { Message } from '../actors/model.js'
 import { childTools } from './childTools.js'
 import type { SpawnThreadInput } from './childTools.js'
@@ -384,11 +384,19 @@ class RuntimeImpl implements Runtime {
   /** Threads waited on that are not live here: looked up in the registry every `waits.remotePollMs`. */
   private readonly remoteWatches = new Map<string, Set<() => void>>()
   private remoteTimer: unknown = null
+  /** Live threads' parents (null: host code) and start order, for supervision groups. */
+  private readonly groups = new Map<string, string | null>()
+  private readonly startSeq = new Map<string, number>()
+  private seq = 0
   /** This process as a lease owner. */
   private readonly owner = { id: `${os.hostname()}:${process.pid}:${nanoid(8)}`, pid: process.pid, host: os.hostname() }
   /** Wall-clock time until which this process's leases are certainly its own (self-fencing). */
   private leaseValidUntil = 0
   private heartbeat: NodeJS.Timeout | null = null
+  /** Ledger keys known to have (or not have) an account: most threads never touch the ledger. */
+  private readonly accountKnown = new Map<string, boolean>()
+  /** Turns whose usage the ledger has, per thread: usage changes only with a reply. */
+  private readonly recordedTurns = new Map<string, number>()
   /** Thread id → the ledger account it spends from: the first thread of its continuation chain. */
   private readonly budgetKeys = new Map<string, string>()
   /** Hand-offs under way, so that two model calls of one thread never start two successors. */
@@ -665,12 +673,21 @@ class RuntimeImpl implements Runtime {
     let key = id
     try {
       // Most threads have their own account; only a continuation looks up its chain.
-      if (continuation && !this.ledger.get(id)) key = this.registry.chain(id)[0]?.id ?? id
+      if (continuation && !this.hasAccount(id)) key = this.registry.chain(id)[0]?.id ?? id
     } catch (error) {
       this.report(error, id)
     }
     this.budgetKeys.set(id, key)
     return key
+  }
+
+  private hasAccount(key: string): boolean {
+    let known = this.accountKnown.get(key)
+    if (known === undefined) {
+      known = this.ledger.get(key) !== null
+      this.accountKnown.set(key, known)
+    }
+    return known
   }
 
   /**
@@ -682,7 +699,10 @@ class RuntimeImpl implements Runtime {
     const at = this.clock.now()
     if (parentId === null) {
       // An unlimited root needs no account until it has children (they open it then).
-      if (limits.spend !== null || limits.tokens !== null) this.ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
+      if (limits.spend !== null || limits.tokens !== null) {
+        this.ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
+        this.accountKnown.set(id, true)
+      } else this.accountKnown.set(id, false)
       return limits
     }
     const parentKey = this.budgetKey(parentId)
@@ -691,6 +711,7 @@ class RuntimeImpl implements Runtime {
       // A parent from before the ledger (or whose account was lost): its limits open one now.
       const ctx = this.live.get(parentId)?.context() ?? this.storedContext(parentId)
       parent = this.ledger.openRoot(parentKey, { spend: ctx?.limits.spend ?? null, tokens: ctx?.limits.tokens ?? null }, at)
+      this.accountKnown.set(parentKey, true)
     }
     const share = this.config.children.budgetShare
     const ask = (key: 'spend' | 'tokens'): number | null => {
@@ -702,6 +723,7 @@ class RuntimeImpl implements Runtime {
     }
     const account = this.ledger.reserve(id, parentKey, { spend: ask('spend'), tokens: ask('tokens') }, at)
     this.budgetKeys.set(id, id)
+    this.accountKnown.set(id, true)
     return { ...limits, spend: account.limit.spend, tokens: account.limit.tokens }
   }
 
@@ -712,7 +734,7 @@ class RuntimeImpl implements Runtime {
     if (limits.tokens !== undefined) raise.tokens = limits.tokens
     if (Object.keys(raise).length === 0) return
     try {
-      if (this.ledger.get(this.budgetKey(id))) this.ledger.raise(this.budgetKey(id), raise, this.clock.now())
+      if (this.hasAccount(this.budgetKey(id))) this.ledger.raise(this.budgetKey(id), raise, this.clock.now())
     } catch (error) {
       onRefusal?.()
       throw error
@@ -720,8 +742,10 @@ class RuntimeImpl implements Runtime {
   }
 
   private releaseBudget(id: string, continuation = true): void {
+    this.recordedTurns.delete(id)
     try {
-      this.ledger.release(this.budgetKey(id, continuation), this.clock.now())
+      const key = this.budgetKey(id, continuation)
+      if (this.hasAccount(key)) this.ledger.release(key, this.clock.now())
     } catch (error) {
       this.report(error, id)
     }
@@ -733,8 +757,11 @@ class RuntimeImpl implements Runtime {
    * nothing twice and loses nothing.
    */
   private recordUsage(id: string, usage: ThreadContext['usage'], continuation = true): void {
+    if (this.recordedTurns.get(id) === usage.turns) return
     try {
       const key = this.budgetKey(id, continuation)
+      if (!this.hasAccount(key)) return
+      this.recordedTurns.set(id, usage.turns)
       const account = this.ledger.get(key)
       if (!account) return
       const spend = usage.spend - account.ownSpent.spend
@@ -749,7 +776,9 @@ class RuntimeImpl implements Runtime {
   private budgetExhausted(id: string): { amount: 'spend' | 'tokens'; used: number; max: number } | null {
     let account
     try {
-      account = this.ledger.get(this.budgetKey(id))
+      const key = this.budgetKey(id)
+      if (!this.hasAccount(key)) return null
+      account = this.ledger.get(key)
     } catch (error) {
       this.report(error, id)
       return null
@@ -1006,15 +1035,21 @@ class RuntimeImpl implements Runtime {
     this.emitLifecycle({ type: 'runtime_ready', at: this.clock.now(), recovery: this.lastRecovery })
   }
 
-  private supervise(id: string, parentId: string | null, policy: ThreadPolicy): void {
-    const supervision = policy.supervision
-    this.orchestrator.send({
-      type: 'THREAD_ADDED',
+  /** Supervision bookkeeping of a live thread: its group and start order (the orchestrator keeps no copy). */
+  private supervise(id: string, parentId: string | null, _policy: ThreadPolicy): void {
+    this.groups.set(id, parentId)
+    if (!this.startSeq.has(id)) this.startSeq.set(id, ++this.seq)
+  }
+
+  private supervised(id: string): SupervisedThread | undefined {
+    const thread = this.live.get(id)
+    if (!thread || thread.stopped) return undefined
+    return {
       id,
-      parentId,
-      restart: supervision?.restart ?? this.config.supervision.restart,
-      ...(supervision ? { childStrategy: supervision.childStrategy } : {}),
-    })
+      group: this.groups.get(id) ?? 'root',
+      restart: thread.context().policy.supervision?.restart ?? this.config.supervision.restart,
+      seq: this.startSeq.get(id) ?? 0,
+    }
   }
 
   /** An exception escaped an effect of thread `id`: the orchestrator decides. */
@@ -1028,7 +1063,24 @@ class RuntimeImpl implements Runtime {
     const code = described.code === 'Error' ? 'THREAD_CRASHED' : described.code
     this.report(error, id)
     thread.note('thread_crashed', { at: this.clock.now(), error: { code, message: described.message }, pid: process.pid })
-    this.orchestrator.send({ type: 'THREAD_CRASHED', id, at: this.clock.now(), error: { code, message: described.message } })
+    const me = this.supervised(id)
+    const group = this.groups.get(id) ?? null
+    const siblings: SupervisedThread[] = []
+    for (const [other, parent] of this.groups) {
+      if (other === id || parent !== group) continue
+      const sibling = this.supervised(other)
+      if (sibling) siblings.push(sibling)
+    }
+    const strategy = group === null ? undefined : (this.live.get(group)?.context() ?? this.storedContext(group))?.policy.supervision?.childStrategy
+    this.orchestrator.send({
+      type: 'THREAD_CRASHED',
+      id,
+      at: this.clock.now(),
+      error: { code, message: described.message },
+      thread: me ? { ...me, group: group ?? 'root' } : undefined,
+      siblings: siblings.map((t) => ({ ...t, group: group ?? 'root' })),
+      ...(strategy ? { strategy } : {}),
+    })
   }
 
   /** Carries out what the orchestrator decided. */
@@ -2015,8 +2067,13 @@ class RuntimeImpl implements Runtime {
         forget: (threadId) => {
           if (this.live.get(threadId) === thread) {
             this.live.delete(threadId)
-            this.orchestrator.send({ type: 'THREAD_REMOVED', id: threadId })
+            this.groups.delete(threadId)
+            this.startSeq.delete(threadId)
             this.releaseLease(threadId)
+            // Per-thread caches: rebuilt from the stores if the thread is loaded again.
+            this.budgetKeys.delete(threadId)
+            this.accountKnown.delete(threadId)
+            this.recordedTurns.delete(threadId)
           }
           this.threadHooks.delete(threadId)
         },

@@ -5,20 +5,27 @@
 import { createActor } from 'xstate'
 import { describe, expect, it } from 'vitest'
 import { orchestratorMachine } from '../../machines/orchestrator.machine.js'
-import type { OrchestratorEmitted, RestartType, SupervisionStrategy } from '../../machines/orchestrator.machine.js'
+import type { OrchestratorEmitted, RestartType, SupervisedThread, SupervisionStrategy } from '../../machines/orchestrator.machine.js'
 
+/** A supervisor and a stand-in for the runtime's view of its live threads. */
 function supervisor(strategy: SupervisionStrategy = 'one_for_one', intensity = { maxRestarts: 3, withinMs: 5000 }) {
   const actor = createActor(orchestratorMachine, { input: { defaultStrategy: strategy, intensity } })
   const emitted: OrchestratorEmitted[] = []
   actor.on('*', (e) => emitted.push(e as OrchestratorEmitted))
   actor.start()
-  const add = (id: string, restart: RestartType, parentId: string | null = 'p') => actor.send({ type: 'THREAD_ADDED', id, parentId, restart })
+  const live = new Map<string, SupervisedThread>()
+  const strategies = new Map<string, SupervisionStrategy>()
+  let seq = 0
+  const add = (id: string, restart: RestartType, parentId: string | null = 'p') => live.set(id, { id, group: parentId ?? 'root', restart, seq: ++seq })
   const crash = (id: string, at = 1000) => {
     emitted.length = 0
-    actor.send({ type: 'THREAD_CRASHED', id, at, error: { code: 'THREAD_CRASHED', message: 'boom' } })
+    const thread = live.get(id)
+    const siblings = thread ? [...live.values()].filter((t) => t.group === thread.group && t.id !== id) : []
+    const groupStrategy = thread ? strategies.get(thread.group) : undefined
+    actor.send({ type: 'THREAD_CRASHED', id, at, error: { code: 'THREAD_CRASHED', message: 'boom' }, thread, siblings, ...(groupStrategy ? { strategy: groupStrategy } : {}) })
     return emitted.filter((e) => e.type !== 'crashed')
   }
-  return { actor, add, crash }
+  return { actor, add, crash, live, strategies }
 }
 
 describe('orchestrator machine', () => {
@@ -73,11 +80,11 @@ describe('orchestrator machine', () => {
 
   it('should use the strategy a parent set for its own children', () => {
     const s = supervisor('one_for_one')
-    s.actor.send({ type: 'THREAD_ADDED', id: 'p', parentId: null, restart: 'permanent', childStrategy: 'one_for_all' })
+    s.strategies.set('p', 'one_for_all')
     s.add('x', 'permanent')
     s.add('y', 'permanent')
     expect(s.crash('x')).toEqual([expect.objectContaining({ type: 'restart', ids: ['x', 'y'] })])
-    s.actor.send({ type: 'THREAD_REMOVED', id: 'y' })
+    s.live.delete('y')
     expect(s.crash('x')).toEqual([expect.objectContaining({ type: 'restart', ids: ['x'] })])
   })
 })

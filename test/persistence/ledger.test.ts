@@ -1,0 +1,147 @@
+/**
+ * The budget ledger (ledger.db): each scenario sets up a tree of accounts, does one thing to it
+ * (or plants damage), and checks the balances that must hold after. Real SQLite files.
+ */
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import Database from 'better-sqlite3'
+import { describe, expect, it } from 'vitest'
+import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
+import type { Ledger } from '../../persistence/types.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+function withLedger(run: (ledger: Ledger, file: string) => void | Promise<void>) {
+  return async () => {
+    const file = path.join(tempDir('spindle-ledger'), 'ledger.db')
+    const ledger = openSqliteLedger({ path: file, durability: 'process' })
+    try {
+      await run(ledger, file)
+    } finally {
+      ledger.close()
+    }
+  }
+}
+
+describe('budget ledger', () => {
+  it("should cascade a grandchild's usage to every ancestor and keep what each may still reserve", withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: 1000 }, 1)
+    l.reserve('child', 'root', { spend: 0.5, tokens: 400 }, 2)
+    l.reserve('grandchild', 'child', { spend: 0.2, tokens: null }, 3)
+    l.record('grandchild', { spend: 0.05, tokens: 30 }, 4)
+    l.record('child', { spend: 0.1, tokens: 20 }, 5)
+    expect(l.get('grandchild')).toMatchObject({ limit: { spend: 0.2, tokens: 400 }, spent: { spend: 0.05, tokens: 30 } })
+    const child = l.get('child')!
+    expect(child.spent.spend).toBeCloseTo(0.15, 12)
+    expect(child.ownSpent).toEqual({ spend: 0.1, tokens: 20 })
+    // The grandchild still holds 0.15 of its 0.2, and 370 of its 400 tokens (it asked for "whatever
+    // is left"), so the child's own 20 tokens went beyond what it had: it suspends before its next call.
+    expect(child.reserved.spend).toBeCloseTo(0.15, 12)
+    expect(child.available.spend).toBeCloseTo(0.5 - 0.15 - 0.15, 12)
+    expect(child.available.tokens).toBe(400 - 50 - 370)
+    const root = l.get('root')!
+    expect(root.spent.spend).toBeCloseTo(0.15, 12)
+    expect(root.available.spend).toBeCloseTo(1 - 0.15 - 0.35, 12)
+    expect(l.check()).toEqual([])
+  }))
+
+  it('should refuse a reservation the parent cannot cover, say how much is left, and write nothing', withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: null }, 1)
+    l.reserve('a', 'root', { spend: 0.7, tokens: null }, 2)
+    l.record('root', { spend: 0.1, tokens: 5 }, 3)
+    expect(() => l.reserve('b', 'root', { spend: 0.3, tokens: null }, 4)).toThrow(
+      expect.objectContaining({ code: 'BUDGET_EXCEEDED', details: expect.objectContaining({ parentId: 'root', amount: 'spend', requested: 0.3 }) }),
+    )
+    expect(() => l.reserve('b', 'root', { spend: 0.3, tokens: null }, 4)).toThrow(/has \$0\.2 of its \$1 spend budget left/)
+    expect(l.get('b')).toBeNull()
+    expect(l.reserve('b', 'root', { spend: 0.2, tokens: null }, 5).limit.spend).toBeCloseTo(0.2, 12)
+    // Nothing is left: even "whatever is left" is refused.
+    expect(() => l.reserve('c', 'root', { spend: null, tokens: null }, 6)).toThrow(expect.objectContaining({ code: 'BUDGET_EXCEEDED' }))
+  }))
+
+  it("should return a released child's unspent reservation to its parent, once", withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: null }, 1)
+    l.reserve('a', 'root', { spend: 0.6, tokens: null }, 2)
+    l.record('a', { spend: 0.25, tokens: 0 }, 3)
+    expect(l.get('root')!.available.spend).toBeCloseTo(0.4, 12)
+    l.release('a', 4)
+    l.release('a', 5)
+    expect(l.get('root')!.available.spend).toBeCloseTo(0.75, 12)
+    // Late usage of a released child still counts.
+    l.record('a', { spend: 0.05, tokens: 0 }, 6)
+    expect(l.get('root')!.available.spend).toBeCloseTo(0.7, 12)
+    expect(l.reserve('a', 'root', { spend: 0.9, tokens: null }, 7).limit.spend).toBe(0.6)
+  }))
+
+  it("should reserve a child's raise from its parent, and refuse one the parent cannot cover", withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: null }, 1)
+    l.reserve('a', 'root', { spend: 0.3, tokens: null }, 2)
+    l.record('a', { spend: 0.3, tokens: 0 }, 3)
+    expect(() => l.raise('a', { spend: 1.5 }, 4)).toThrow(expect.objectContaining({ code: 'BUDGET_EXCEEDED' }))
+    expect(l.get('a')!.limit.spend).toBe(0.3)
+    l.raise('a', { spend: 0.8 }, 5)
+    expect(l.get('root')!.available.spend).toBeCloseTo(0.2, 12)
+    l.raise('root', { spend: 2 }, 6)
+    expect(l.get('root')!.available.spend).toBeCloseTo(1.2, 12)
+  }))
+
+  it('should fit ten reservations of $0.10 into $1.00 despite floating point', withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: null }, 1)
+    for (let i = 0; i < 10; i++) l.reserve(`c${i}`, 'root', { spend: 0.1, tokens: null }, 2 + i)
+    expect(() => l.reserve('c10', 'root', { spend: 0.01, tokens: null }, 20)).toThrow(expect.objectContaining({ code: 'BUDGET_EXCEEDED' }))
+  }))
+
+  it('should keep balances across a reopen of the file', async () => {
+    const file = path.join(tempDir('spindle-ledger'), 'ledger.db')
+    const first = openSqliteLedger({ path: file, durability: 'fsync' })
+    first.openRoot('root', { spend: 1, tokens: null }, 1)
+    first.reserve('a', 'root', { spend: 0.4, tokens: null }, 2)
+    first.record('a', { spend: 0.1, tokens: 7 }, 3)
+    first.close()
+    const again = openSqliteLedger({ path: file, durability: 'fsync' })
+    expect(again.get('root')).toMatchObject({ spent: { spend: 0.1, tokens: 7 }, reserved: { spend: 0.30000000000000004 } })
+    expect(again.children('root').map((a) => a.threadId)).toEqual(['a'])
+    again.close()
+  })
+
+  it('should find each kind of planted damage', withLedger((l, file) => {
+    l.openRoot('root', { spend: 1, tokens: null }, 1)
+    l.reserve('a', 'root', { spend: 0.5, tokens: null }, 2)
+    l.record('a', { spend: 0.1, tokens: 1 }, 3)
+    const raw = new Database(file)
+    raw.prepare(`UPDATE accounts SET spent_spend = 0.9 WHERE thread_id = 'root'`).run()
+    raw.prepare(`INSERT INTO accounts (thread_id, parent_id, limit_spend, created_at, updated_at) VALUES ('stray', 'gone', 0.1, 1, 1)`).run()
+    raw.close()
+    const kinds = l.check().map((p) => `${p.threadId}:${p.kind}`)
+    expect(kinds).toEqual(expect.arrayContaining(['root:spent_mismatch', 'stray:orphan_account']))
+  }))
+
+  it('should never let 20 processes reserving at once from one parent oversubscribe it', async () => {
+    const dir = tempDir('spindle-ledger-procs')
+    const file = path.join(dir, 'ledger.db')
+    const setup = openSqliteLedger({ path: file, durability: 'fsync' })
+    setup.openRoot('parent', { spend: 1, tokens: null }, 1)
+    setup.close()
+    const go = path.join(dir, 'go')
+    const workers = Array.from({ length: 20 }, (_, i) =>
+      new Promise<string>((resolve, reject) => {
+        const child = spawn(process.execPath, [compiled('test/persistence/ledgerWorker.js'), file, 'parent', `child${i}`, '0.08', go], { stdio: ['ignore', 'pipe', 'pipe'] })
+        let out = ''
+        child.stdout.on('data', (d) => (out += d))
+        child.stderr.on('data', (d) => (out += d))
+        child.on('exit', (code) => (code === 0 ? resolve(out.trim()) : reject(new Error(out))))
+      }),
+    )
+    await new Promise((r) => setTimeout(r, 500))
+    fs.writeFileSync(go, '')
+    const results = await Promise.all(workers)
+    expect(results.filter((r) => r === 'reserved')).toHaveLength(12)
+    expect(results.filter((r) => r === 'refused BUDGET_EXCEEDED')).toHaveLength(8)
+    const ledger = openSqliteLedger({ path: file, durability: 'fsync' })
+    const parent = ledger.get('parent')!
+    expect(parent.spent.spend + parent.reserved.spend).toBeLessThanOrEqual(1 + 1e-9)
+    expect(ledger.children('parent')).toHaveLength(12)
+    expect(ledger.check()).toEqual([])
+    ledger.close()
+  }, 60_000)
+})
