@@ -85,9 +85,9 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     }
   }
 
-  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number) => {
+  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
     const current = get.get(threadId)
-    if (current && current.owner !== owner.id && current.expires_at > now) return { acquired: false, lease: toLease(current) }
+    if (current && current.owner !== owner.id && current.expires_at > now && !stale?.(toLease(current))) return { acquired: false, lease: toLease(current) }
     if (current && current.owner === owner.id) {
       extend.run(now + ttlMs, threadId, owner.id)
       return { acquired: true, lease: toLease({ ...current, expires_at: now + ttlMs }) }
@@ -99,11 +99,11 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     return { acquired: true, lease }
   })
 
-  const acquireManyTx = db.transaction((threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number) => {
+  const acquireManyTx = db.transaction((threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
     const acquired: string[] = []
     const held: Lease[] = []
     for (const id of threadIds) {
-      const result = acquireTx(id, owner, ttlMs, now)
+      const result = acquireTx(id, owner, ttlMs, now, stale)
       if (result.acquired) acquired.push(id)
       else held.push(result.lease)
     }
@@ -123,7 +123,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
 
   return {
     acquire: (threadId, owner, ttlMs, now) => guard(`take the lease of ${threadId}`, () => acquireTx.immediate(threadId, owner, ttlMs, now)),
-    acquireMany: (threadIds, owner, ttlMs, now) => guard('take leases', () => acquireManyTx.immediate(threadIds, owner, ttlMs, now)),
+    acquireMany: (threadIds, owner, ttlMs, now, stale) => guard('take leases', () => acquireManyTx.immediate(threadIds, owner, ttlMs, now, stale)),
     renew: (owner, threadIds, ttlMs, now) => guard('renew leases', () => renewTx.immediate(owner, threadIds, ttlMs, now)),
     release: (threadId, owner) => {
       guard(`release the lease of ${threadId}`, () => del.run(threadId, owner))

@@ -253,7 +253,14 @@ export interface LeaseStore {
    */
   acquire(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: boolean; lease: Lease }
   /** `acquire` for many threads in one transaction (recovery): which were taken, which are held elsewhere. */
-  acquireMany(threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: string[]; held: Lease[] }
+  acquireMany(
+    threadIds: readonly string[],
+    owner: { id: string; pid: number; host: string },
+    ttlMs: number,
+    now: number,
+    /** A live lease of another owner that may be taken anyway (its process is known dead). */
+    stale?: (lease: Lease) => boolean,
+  ): { acquired: string[]; held: Lease[] }
   /** Extends every lease `owner` still holds among `threadIds`; returns the ids it no longer holds. */
   renew(owner: string, threadIds: readonly string[], ttlMs: number, now: number): string[]
   /** Gives the lease up (the thread stopped here). Only the owner's own lease is removed. */

@@ -574,9 +574,15 @@ class RuntimeImpl implements Runtime {
   private leaseAll(ids: string[]): Set<string> {
     if (ids.length === 0) return new Set()
     const now = Date.now()
-    const { acquired, held } = this.leases.acquireMany(ids, this.owner, this.leaseTtlMs, now)
+    // One liveness check per owner, not per thread: a dead process held all of its threads.
+    const verdicts = new Map<string, boolean>()
+    const stale = (lease: Lease): boolean => {
+      let verdict = verdicts.get(lease.owner)
+      if (verdict === undefined) verdicts.set(lease.owner, (verdict = this.leaseIsStale({ ...lease, expiresAt: Number.MAX_SAFE_INTEGER }, now)))
+      return verdict
+    }
+    const { acquired } = this.leases.acquireMany(ids, this.owner, this.leaseTtlMs, now, stale)
     const taken = new Set(acquired)
-    for (const lease of held) if (this.leaseIsStale(lease, now) && this.tryLease(lease.threadId)) taken.add(lease.threadId)
     if (taken.size > 0) this.leaseValidUntil = Math.max(this.leaseValidUntil, now + this.leaseTtlMs - this.heartbeatMs)
     return taken
   }
