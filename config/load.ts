@@ -44,6 +44,14 @@ export function readConfigLayer(file: string): ConfigLayer {
   return validate(ConfigLayerSchema, parseYaml(text, file), file)
 }
 
+/** Per-key records (byReason, byDirective) merge key by key, each entry field by field. */
+function mergeRecords<T extends object>(base: Record<string, T>, layer: Record<string, T> | undefined): Record<string, T> {
+  if (!layer) return base
+  const out: Record<string, T> = { ...base }
+  for (const [key, value] of Object.entries(layer)) out[key] = { ...(base[key] ?? {}), ...value } as T
+  return out
+}
+
 /** Layers merged in order, later ones winning field by field; a later layer's error patterns are tried first. */
 export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer | undefined>): Config {
   let merged = base
@@ -60,6 +68,16 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
       context: { ...merged.context, ...layer.context },
       supervision: { ...merged.supervision, ...layer.supervision },
       children: { ...merged.children, ...layer.children },
+      recovery: {
+        ...merged.recovery,
+        ...layer.recovery,
+        byReason: mergeRecords(merged.recovery.byReason, layer.recovery?.byReason),
+      },
+      governance: {
+        ...merged.governance,
+        ...layer.governance,
+        byDirective: mergeRecords(merged.governance.byDirective, layer.governance?.byDirective),
+      },
       waits: { ...merged.waits, ...layer.waits },
       hooks: [...merged.hooks, ...(layer.hooks ?? [])],
     }

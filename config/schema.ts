@@ -125,6 +125,47 @@ export const ChildrenSchema = z.strictObject({
   budgetShare: z.number().gt(0).max(1),
 })
 
+const RecoveryRuleSchema = z.strictObject({
+  /** Attempts per handler before the next one in the chain takes over. */
+  maxAttempts: z.number().int().nonnegative(),
+  /** Wait before the next attempt; a failure during the cooldown reuses the last decision. */
+  cooldownSeconds: z.number().nonnegative(),
+  /** Handlers (directive names) after the thread's own, ending at `human`. */
+  chain: z
+    .array(z.string().min(1))
+    .min(1)
+    .refine((chain) => chain[chain.length - 1] === 'human', { message: "must end with 'human'" }),
+})
+
+/** Design 003 §6: what happens when a thread ends in `error`. */
+export const RecoverySchema = z.strictObject({
+  enabled: z.boolean(),
+  ...RecoveryRuleSchema.shape,
+  /** Per error code (`model_permanent`, `SUPERVISION_GAVE_UP`, `budget_exceeded` …): overrides. */
+  byReason: z.record(z.string(), RecoveryRuleSchema.partial()),
+})
+
+const GovernanceActionSchema = z.enum(['reduced_context', 'manual_handoff', 'stop_run'])
+
+const GovernanceBudgetsSchema = z.strictObject({
+  /** Input plus output tokens of the thread (its continuation chain included). */
+  tokens: z.number().int().positive().nullable(),
+  /** Active running time in ms. */
+  wallTimeMs: z.number().int().positive().nullable(),
+  /** Model calls retried after a failure. */
+  retries: z.number().int().nonnegative().nullable(),
+  /** The action on each successive time a budget is exceeded; the last repeats. */
+  degradePolicy: z.array(GovernanceActionSchema),
+  /** The action when degradePolicy is empty. */
+  onExceeded: GovernanceActionSchema,
+})
+
+/** Design 003 §7: per-thread budgets with a degrade policy. */
+export const GovernanceSchema = z.strictObject({
+  ...GovernanceBudgetsSchema.shape,
+  byDirective: z.record(z.string(), GovernanceBudgetsSchema.partial()),
+})
+
 export const WaitsSchema = z.strictObject({
   /** How long wait_threads waits when the call does not say. */
   defaultTimeoutMs: z.number().int().positive(),
@@ -144,11 +185,16 @@ export const ConfigSchema = z.strictObject({
   supervision: SupervisionSchema,
   children: ChildrenSchema,
   waits: WaitsSchema,
+  recovery: RecoverySchema,
+  governance: GovernanceSchema,
   /** Hooks as data (design 000, "Hooks as the Policy Layer"); each layer's hooks keep their layer. */
   hooks: z.array(HookSpecSchema),
 })
 
 export type Config = z.infer<typeof ConfigSchema>
+export type RecoveryPolicy = z.infer<typeof RecoverySchema>
+export type GovernancePolicy = z.infer<typeof GovernanceSchema>
+export type GovernanceAction = z.infer<typeof GovernanceActionSchema>
 export type ErrorPattern = z.infer<typeof ErrorPatternSchema>
 export type EscalationRule = z.infer<typeof EscalationRuleSchema>
 export type EscalationPolicy = z.infer<typeof EscalationSchema>
@@ -177,6 +223,8 @@ export const ConfigLayerSchema = z.strictObject({
   supervision: SupervisionSchema.partial().optional(),
   children: ChildrenSchema.partial().optional(),
   waits: WaitsSchema.partial().optional(),
+  recovery: RecoverySchema.partial().optional(),
+  governance: GovernanceSchema.partial().optional(),
   hooks: z.array(HookSpecSchema).optional(),
 })
 

@@ -101,7 +101,8 @@ export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget'
 
 /** Why a thread stopped for its budget: what the ledger said. */
 export interface BudgetHit {
-  amount: 'spend' | 'tokens'
+  /** spend, tokens: the ledger; wallTimeMs, retries (and tokens): budget governance. */
+  amount: 'spend' | 'tokens' | 'wallTimeMs' | 'retries'
   /** Usage of the thread and its descendants. */
   used: number
   max: number
@@ -140,6 +141,24 @@ export interface ThreadContext {
   nextThreadId: string | null
   /** The thread this one continues (absent in snapshots from before continuation). */
   previousThreadId?: string | null
+  /** Model calls retried after a failure, over the thread's life (budget governance counts them). */
+  retries?: number
+  /** The task this thread is an attempt at, when recovery escalation started it. */
+  task?: TaskInfo | null
+}
+
+/** A thread started by recovery escalation to try a failed task again. */
+export interface TaskInfo {
+  /** The first thread of the task. */
+  key: string
+  /** The task's own directive (the first handler of its chain). */
+  directive: string
+  /** The task's original prompt. */
+  prompt: string
+  handler: string
+  attempt: number
+  /** The thread whose failure this attempt follows. */
+  retryOf: string
 }
 
 export type ThreadEvent =
@@ -173,7 +192,7 @@ export type ThreadEvent =
       awaitChildren?: boolean
     }
   | { type: 'CHILDREN_SETTLED'; at: number; children: string[] }
-  | { type: 'BUDGET_EXHAUSTED'; at: number; amount: 'spend' | 'tokens'; used: number; max: number }
+  | { type: 'BUDGET_EXHAUSTED'; at: number; amount: BudgetHit['amount']; used: number; max: number }
   | {
       type: 'RESUME'
       at: number
@@ -227,6 +246,7 @@ export interface ThreadInput {
   depth: number
   /** A continuation starts with its predecessor's usage: a chain's cost is one running total. */
   carried?: { usage: Usage; activeMs: number; previousThreadId: string }
+  task?: TaskInfo
 }
 
 export type TerminalStatus = 'completed' | 'error' | 'cancelled' | 'continued'
@@ -390,6 +410,7 @@ export const threadMachine = setup({
         ...accrue(context, event.at),
         retry: { dueAt: event.at + event.retryInMs, failure: event.error },
         lastFailure: event.error,
+        retries: (context.retries ?? 0) + 1,
       }
     }),
     beginRetry: assign(({ context, event }) => {
@@ -523,6 +544,8 @@ export const threadMachine = setup({
     cancelReason: null,
     nextThreadId: null,
     previousThreadId: input.carried?.previousThreadId ?? null,
+    retries: 0,
+    task: input.task ?? null,
   }),
   initial: 'created',
   states: {

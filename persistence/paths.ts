@@ -11,6 +11,8 @@ export interface DataPaths {
   ledger: string
   /** Which runtime process runs which thread (persistence/sqliteLeases.ts). */
   leases: string
+  /** Recovery escalation and governance state (persistence/sqliteRecovery.ts). */
+  recovery: string
 }
 
 export function dataPaths(root: string): DataPaths {
@@ -21,6 +23,7 @@ export function dataPaths(root: string): DataPaths {
     registry: path.join(abs, 'registry.db'),
     ledger: path.join(abs, 'ledger.db'),
     leases: path.join(abs, 'leases.db'),
+    recovery: path.join(abs, 'recovery.db'),
   }
 }
 

@@ -272,3 +272,31 @@ export interface LeaseStore {
   remove(threadId: string): Lease | null
   close(): void
 }
+
+/** What recovery escalation decided last for one task and reason code (design 003 §6). */
+export interface RecoveryRecord {
+  taskKey: string
+  reasonCode: string
+  handler: string
+  attempt: number
+  action: 'retry' | 'escalate' | 'human'
+  recoveryState: 'recovering' | 'escalated_to_human'
+  cooldownUntil: number
+  /** The thread that failed last. */
+  failedThreadId: string
+  /** The thread started for the decision, once it has been (null while its cooldown runs). */
+  nextThreadId: string | null
+  updatedAt: number
+}
+
+export interface RecoveryStore {
+  get(taskKey: string, reasonCode: string): RecoveryRecord | null
+  put(record: RecoveryRecord): void
+  /** Decisions whose next thread has not been started yet (a restart resumes them). */
+  pending(): RecoveryRecord[]
+  /** How often budget governance has acted on a task (its degrade step). */
+  degradeStep(taskKey: string): number
+  /** Counts one more governance action on a task; returns the new step. */
+  bumpDegradeStep(taskKey: string, at: number): number
+  close(): void
+}

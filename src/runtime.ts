@@ -10,7 +10,7 @@ import type { Clock, EffectHost } from '../actors/threadEffects.js'
 import { createThreadEffects, systemClock } from '../actors/threadEffects.js'
 import type { Tool } from '../actors/tools.js'
 import { toolDefinition } from '../actors/tools.js'
-import type { HookVerdict, Limits, ThreadContext, ThreadEvent, ThreadInput, ThreadOutcome, ThreadPolicy } from '../machines/thread.machine.js'
+import type { HookVerdict, Limits, TaskInfo, ThreadContext, ThreadEvent, ThreadInput, ThreadOutcome, ThreadPolicy } from '../machines/thread.machine.js'
 import { exceeded, outcomeOf, threadMachine } from '../machines/thread.machine.js'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
@@ -33,6 +33,8 @@ import type {
   Lease,
   LeaseStore,
   Ledger,
+  RecoveryRecord,
+  RecoveryStore,
   Registry,
   StateEnvelope,
   ThreadRecord,
@@ -76,6 +78,10 @@ import type { SpawnThreadInput } from './childTools.js'
 import { continuationMessages, findDanglingToolCalls } from './continuation.js'
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { waitThreads } from './waits.js'
+import { decideRecovery, describeRecovery } from './policies/recovery.js'
+import type { RecoveryDecision } from './policies/recovery.js'
+import { checkGovernance } from './policies/governance.js'
+import { openSqliteRecovery } from '../persistence/sqliteRecovery.js'
 import type { WaitOptions, WaitReport } from './waits.js'
 import { childThreadId } from './ids.js'
 import type { z } from 'zod'
@@ -130,10 +136,16 @@ export type LifecycleEvent =
   | { type: 'thread_crashed'; at: number; threadId: string; error: { code: string; message: string } }
   | { type: 'thread_restarted'; at: number; threadId: string; crashed: string; restartsInWindow: number }
   | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }
-  | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' }
+  | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' | 'reduced_context' }
   | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }
   /** A thread's share of its tree's budget ran out: it suspended (reason `budget`). */
-  | { type: 'budget_exhausted'; at: number; threadId: string; parentId: string | null; amount: 'spend' | 'tokens'; used: number; max: number }
+  | { type: 'budget_exhausted'; at: number; threadId: string; parentId: string | null; amount: 'spend' | 'tokens' | 'wallTimeMs' | 'retries'; used: number; max: number }
+  /** Recovery escalation decided what follows a failed thread (design 003 §6). */
+  | { type: 'recovery_decided'; at: number; threadId: string; taskKey: string; decision: RecoveryDecision; message: string }
+  /** A thread recovery escalation started to try a failed task again. */
+  | { type: 'recovery_started'; at: number; threadId: string; taskKey: string; handler: string; attempt: number; retryOf: string }
+  /** Budget governance acted on a thread (design 003 §7). */
+  | { type: 'governance_applied'; at: number; threadId: string; exceededKeys: string[]; action: string; degradeStep: number }
 
 export type LifecycleEventType = LifecycleEvent['type']
 
@@ -331,12 +343,14 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   let registry: Registry
   let ledger: Ledger
   let leases: LeaseStore
+  let recovery: RecoveryStore
   if (memory) {
     transcripts = createMemoryTranscriptStore()
     checkpoints = createMemoryCheckpointStore()
     registry = openSqliteRegistry({ path: ':memory:', durability })
     ledger = openSqliteLedger({ path: ':memory:', durability })
     leases = openSqliteLeases({ path: ':memory:', durability })
+    recovery = openSqliteRecovery({ path: ':memory:', durability })
   } else {
     fs.mkdirSync(paths.threads, { recursive: true })
     transcripts = createJsonlTranscriptStore({ paths, durability })
@@ -344,21 +358,24 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     registry = openSqliteRegistry({ path: paths.registry, durability })
     ledger = openSqliteLedger({ path: paths.ledger, durability })
     leases = openSqliteLeases({ path: paths.leases, durability })
+    recovery = openSqliteRecovery({ path: paths.recovery, durability })
   }
   let runtime: RuntimeImpl
   try {
-    runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry, ledger, leases)
+    runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry, ledger, leases, recovery)
   } catch (error) {
     transcripts.closeAll()
     registry.close()
     ledger.close()
     leases.close()
+    recovery.close()
     throw error
   }
   if (options.recover !== false) await runtime.recover()
   await runtime.checkRequests({ sweep: true })
   runtime.startPolling()
   runtime.startHeartbeat()
+  runtime.resumePendingRecoveries()
   runtime.ready()
   return runtime
 }
@@ -411,6 +428,7 @@ class RuntimeImpl implements Runtime {
     private readonly registry: Registry,
     private readonly ledger: Ledger,
     private readonly leases: LeaseStore,
+    private readonly recoveryStore: RecoveryStore,
   ) {
     this.dir = root
     this.clock = options.clock ?? systemClock
@@ -496,7 +514,7 @@ class RuntimeImpl implements Runtime {
     return this.spawnResolved(options)
   }
 
-  private async spawnResolved(options: SpawnOptions, id?: string): Promise<LiveThread> {
+  private async spawnResolved(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
     const { name, prompt, ...directiveLayer } = options.directive
     const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
     const fromSpawn = validateLayer(
@@ -528,7 +546,7 @@ class RuntimeImpl implements Runtime {
     // (BUDGET_EXCEEDED) leaves nothing behind.
     const explicit = (key: 'spend' | 'tokens'): boolean => fromSpawn.limits?.[key] !== undefined || fromDirective.limits?.[key] !== undefined
     limits = this.reserveBudget(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
-    const input: ThreadInput = { threadId, directive, limits, policy, depth }
+    const input: ThreadInput = { threadId, directive, limits, policy, depth, ...(task ? { task } : {}) }
     try {
       return await this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
     } catch (error) {
@@ -997,6 +1015,7 @@ class RuntimeImpl implements Runtime {
     this.closed = true
     if (this.poller) clearInterval(this.poller)
     if (this.heartbeat) clearInterval(this.heartbeat)
+    for (const handle of this.recoveryTimers) this.clock.clearTimeout(handle)
     if (this.remoteTimer !== null) this.clock.clearTimeout(this.remoteTimer)
     this.orchestrator.send({ type: 'CLOSE' })
     await this.polling?.catch(() => {})
@@ -1009,6 +1028,7 @@ class RuntimeImpl implements Runtime {
       this.registry.close()
       this.ledger.close()
       this.leases.close()
+      this.recoveryStore.close()
     }
   }
 
@@ -1293,6 +1313,7 @@ class RuntimeImpl implements Runtime {
       return 'stop'
     }
     const context = thread.context()
+    if ((await this.govern(thread, context)) === 'stopped') return 'stop'
     const window = this.options.model.contextWindow
     if (window && context.promptTokens > 0) {
       const ratio = context.promptTokens / window
@@ -1351,7 +1372,7 @@ class RuntimeImpl implements Runtime {
    * resume ceiling. The successor is durable before the hand-off is recorded; after a crash
    * between the two, the registry's chain finds it again instead of starting another.
    */
-  private handOff(thread: LiveThread, cause: 'context_window_pressure' | 'context_length'): Promise<string> {
+  private handOff(thread: LiveThread, cause: 'context_window_pressure' | 'context_length' | 'reduced_context'): Promise<string> {
     const running = this.handingOff.get(thread.id)
     if (running) return running
     const work = (async (): Promise<string> => {
@@ -1369,7 +1390,7 @@ class RuntimeImpl implements Runtime {
         const messages = continuationMessages(thread.messages(), {
           prompt: context.directive.prompt,
           previousThreadId: id,
-          ceilingTokens: cause === 'context_length' ? Math.floor(ceiling / 2) : ceiling,
+          ceilingTokens: cause === 'context_window_pressure' ? ceiling : Math.floor(ceiling / 2),
         })
         nextId = newThreadId(context.directive.name)
         this.budgetKeys.set(nextId, this.budgetKey(id))
@@ -1403,6 +1424,143 @@ class RuntimeImpl implements Runtime {
   private deliverCancel(thread: LiveThread, reason: string, by: string): boolean {
     const awaitChildren = this.openChildren(thread.id).length > 0
     return thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
+  }
+
+  // ── recovery escalation and budget governance (design 003 §6–7) ───────────────────────────
+
+  /** A thread ended in `error`: decide who tries its task next, and when. */
+  private recoverTask(id: string, context: ThreadContext): void {
+    try {
+      const now = this.clock.now()
+      const taskKey = context.task?.key ?? id
+      const reasonCode = context.error?.code ?? 'error'
+      const previous = this.recoveryStore.get(taskKey, reasonCode)
+      const { decision, next } = decideRecovery(this.config.recovery, previous, {
+        taskKey,
+        reasonCode,
+        // The chain starts at the task's own directive, whichever handler failed now.
+        directive: context.task?.directive ?? context.directive.name,
+        now,
+      })
+      const message = describeRecovery(decision)
+      this.emitLifecycle({ type: 'recovery_decided', at: now, threadId: id, taskKey, decision, message })
+      if (decision.cooldownActive) return
+      const record: RecoveryRecord = { ...next, failedThreadId: id, nextThreadId: null, updatedAt: now }
+      this.recoveryStore.put(record)
+      if (decision.action === 'human') {
+        this.writeEscalation(id, { taskKey, decision, message, error: context.error, directive: context.directive, at: new Date(now).toISOString() })
+        return
+      }
+      this.scheduleRecovery(record)
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  private readonly recoveryTimers = new Set<unknown>()
+
+  private scheduleRecovery(record: RecoveryRecord): void {
+    const handle = this.clock.setTimeout(() => {
+      this.recoveryTimers.delete(handle)
+      if (this.closed) return
+      this.startRecoveryAttempt(record).catch((error: unknown) => this.report(error, record.failedThreadId))
+    }, Math.max(0, record.cooldownUntil - this.clock.now()))
+    this.recoveryTimers.add(handle)
+    ;(handle as { unref?: () => void })?.unref?.()
+  }
+
+  /** @internal Decisions whose next attempt had not started when the last process stopped. */
+  resumePendingRecoveries(): void {
+    if (!this.config.recovery.enabled) return
+    try {
+      for (const record of this.recoveryStore.pending()) this.scheduleRecovery(record)
+    } catch (error) {
+      this.report(error)
+    }
+  }
+
+  /**
+   * Starts the attempt a decision called for: a thread of the handler's directive, with the
+   * task's prompt and what failed before. Its id comes from the decision, so a restart between
+   * starting it and recording it finds it instead of starting a second one.
+   */
+  private async startRecoveryAttempt(record: RecoveryRecord): Promise<void> {
+    const failed = this.registry.get(record.failedThreadId)
+    const context = this.storedContext(record.failedThreadId) ?? this.live.get(record.failedThreadId)?.context()
+    if (!failed || !context) throw new SpindleError('RECOVERY_FAILED', `Cannot retry the task of ${record.failedThreadId}: its thread has no readable state.`)
+    const task: TaskInfo = {
+      key: record.taskKey,
+      directive: context.task?.directive ?? context.directive.name,
+      prompt: context.task?.prompt ?? context.directive.prompt,
+      handler: record.handler,
+      attempt: record.attempt,
+      retryOf: record.failedThreadId,
+    }
+    const id = childThreadId(record.handler, `${record.taskKey}:${record.reasonCode}:${record.handler}:${record.attempt}:${record.failedThreadId}`)
+    if (!this.registry.get(id)) {
+      const error = context.error ? `${context.error.code}: ${context.error.message}` : record.reasonCode
+      await this.spawnResolved(
+        {
+          directive: {
+            name: record.handler,
+            prompt:
+              `${task.prompt}\n\n[Attempt ${record.attempt} by ${record.handler}. The previous attempt (thread ${record.failedThreadId}, ` +
+              `directive ${context.directive.name}) failed with ${error}. Take the task over from the start.]`,
+          },
+          ...(failed.parentId ? { parentId: failed.parentId } : {}),
+        },
+        id,
+        task,
+      )
+    }
+    this.recoveryStore.put({ ...record, nextThreadId: id, updatedAt: this.clock.now() })
+    this.emitLifecycle({ type: 'recovery_started', at: this.clock.now(), threadId: id, taskKey: record.taskKey, handler: record.handler, attempt: record.attempt, retryOf: record.failedThreadId })
+  }
+
+  /** The end of the chain: a file a person finds next to the failed thread. */
+  private writeEscalation(id: string, escalation: Record<string, unknown>): void {
+    if (this.options.store === 'memory') return
+    try {
+      const file = path.join(threadDir(dataPaths(this.dir), id), 'escalation.request.json')
+      writeFileAtomicSync(file, `${JSON.stringify({ threadId: id, kind: 'recovery_escalation', ...escalation }, null, 2)}\n`, { fsync: this.durability === 'fsync' })
+    } catch (error) {
+      this.report(error, id)
+    }
+  }
+
+  /** Budget governance before a model call: the degrade policy when a budget is exceeded. */
+  private async govern(thread: LiveThread, context: ThreadContext): Promise<'proceed' | 'stopped'> {
+    const policy = this.config.governance
+    if (policy.tokens === null && policy.wallTimeMs === null && policy.retries === null && Object.keys(policy.byDirective).length === 0) return 'proceed'
+    const taskKey = context.task?.key ?? thread.id
+    const usage = {
+      tokens: context.usage.inputTokens + context.usage.outputTokens,
+      wallTimeMs: context.activeMs,
+      retries: context.retries ?? 0,
+    }
+    const verdict = checkGovernance(policy, context.directive.name, usage, this.recoveryStore.degradeStep(taskKey))
+    if (!verdict) return 'proceed'
+    this.recoveryStore.bumpDegradeStep(taskKey, this.clock.now())
+    const at = this.clock.now()
+    thread.note('governance_applied', { at, ...verdict, usage })
+    this.emitLifecycle({ type: 'governance_applied', at, threadId: thread.id, exceededKeys: verdict.exceededKeys, action: verdict.action, degradeStep: verdict.degradeStep })
+    const key = verdict.exceededKeys[0]!
+    const budgets = { ...policy, ...(policy.byDirective[context.directive.name] ?? {}) }
+    switch (verdict.action) {
+      case 'reduced_context':
+        await this.handOff(thread, 'reduced_context')
+        return 'stopped'
+      case 'manual_handoff':
+        thread.deliver({ type: 'BUDGET_EXHAUSTED', at, amount: key, used: usage[key], max: budgets[key] ?? 0 })
+        return 'stopped'
+      case 'stop_run':
+        thread.deliver({
+          type: 'FAIL',
+          at,
+          error: { code: 'budget_exceeded', message: `Thread ${thread.id} exceeded its ${verdict.exceededKeys.join(', ')} budget (budget governance); the degrade policy stopped the run.` },
+        })
+        return 'stopped'
+    }
   }
 
   // ── policies: errors, limits, hooks ────────────────────────────────────────────────────────
@@ -1539,7 +1697,10 @@ class RuntimeImpl implements Runtime {
     if (!isActive(status) && status !== 'suspended') {
       this.fireHook(thread, 'after_complete', context, { outcome: { status, result: context.result } })
     }
-    if (status === 'error' && previous.status !== 'error') this.childFailed(thread.id, context)
+    if (status === 'error' && previous.status !== 'error') {
+      this.childFailed(thread.id, context)
+      if (this.config.recovery.enabled) this.recoverTask(thread.id, context)
+    }
     this.recordUsage(thread.id, context.usage, context.previousThreadId != null)
     if (status === 'suspended' && previous.status !== 'suspended' && context.suspendReason === 'budget') this.budgetSuspended(thread.id, context)
     // A continued thread's successor spends from the same account.
@@ -1684,7 +1845,19 @@ class RuntimeImpl implements Runtime {
   async approve(id: string, options: ApproveOptions = {}): Promise<ThreadHandle> {
     const stored = await this.readSuspended(id)
     const { context } = stored
-    if (context.suspendReason === 'budget' && context.budgetHit) return this.approveBudget(id, stored, options)
+    if (context.suspendReason === 'budget' && context.budgetHit) {
+      if (context.budgetHit.amount === 'spend' || context.budgetHit.amount === 'tokens') return this.approveBudget(id, stored, options)
+      // A governance budget (wall time, retries): approving carries the thread on; the next time
+      // the budget is exceeded the next step of the degrade policy applies.
+      const by = options.by ?? 'api'
+      const at = this.clock.now()
+      return this.wake(id, stored, ['approval_decided', { at, requestId: null, decision: 'approved', by, governance: context.budgetHit }], {
+        type: 'RESUME',
+        at,
+        decision: 'approved',
+        by,
+      })
+    }
     const hit = context.limitHit
     if (context.suspendReason !== 'limit' || !hit) {
       throw new SpindleError(
@@ -1742,7 +1915,7 @@ class RuntimeImpl implements Runtime {
    */
   private async approveBudget(id: string, stored: Awaited<ReturnType<RuntimeImpl['readSuspended']>>, options: ApproveOptions): Promise<ThreadHandle> {
     const { context } = stored
-    const hit = context.budgetHit!
+    const hit = context.budgetHit! as { amount: 'spend' | 'tokens'; used: number; max: number }
     const requested = options.limits?.[hit.amount]
     const proposed = requested !== undefined ? requested : proposeLimit(hit.max, context.policy.escalation[hit.amount])
     if (proposed === null || proposed === undefined || proposed <= hit.used) {

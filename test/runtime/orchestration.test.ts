@@ -210,6 +210,74 @@ describe('budgets across the tree', () => {
   })
 })
 
+describe('recovery escalation and budget governance', () => {
+  it('should retry a failed task after the cooldown, hand it to the next handler, and record who tried', async () => {
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({
+      // coder always fails; debugger succeeds.
+      model: scriptedModel((r) =>
+        r.directiveName === 'debugger' ? { text: 'fixed by debugger' } : { faults: [{ fault: 'http', status: 400, message: 'bad request: cannot parse' }], reply: {} },
+      ),
+      config: { recovery: { enabled: true, maxAttempts: 2, cooldownSeconds: 30, chain: ['debugger', 'human'] } },
+      onLifecycle: (e) => events.push(e),
+    })
+    const first = await rt.spawn({ directive: { name: 'coder', prompt: 'fix the bug' } })
+    expect((await first.done).status).toBe('error')
+    await rt.settle()
+    expect(events.find((e) => e.type === 'recovery_decided')).toMatchObject({ decision: { action: 'retry', handler: 'coder', attempt: 2 } })
+    // Nothing starts before the cooldown has passed.
+    expect(rt.list()).toHaveLength(1)
+    await rt.advance(30_000)
+    for (let i = 0; i < 100 && rt.list().length < 2; i++) await rt.settle()
+    const second = rt.list().find((r) => r.id !== first.id)!
+    expect(second.directiveName).toBe('coder')
+    expect((await rt.get(second.id).done).status).toBe('error')
+    await rt.settle()
+    await rt.advance(30_000)
+    for (let i = 0; i < 100 && rt.list().length < 3; i++) await rt.settle()
+    const third = rt.list().find((r) => r.directiveName === 'debugger')!
+    expect(await rt.get(third.id).done).toMatchObject({ status: 'completed', result: 'fixed by debugger' })
+    const started = events.filter((e) => e.type === 'recovery_started')
+    expect(started).toEqual([
+      expect.objectContaining({ taskKey: first.id, handler: 'coder', attempt: 2, retryOf: first.id }),
+      expect.objectContaining({ taskKey: first.id, handler: 'debugger', attempt: 1, retryOf: second.id }),
+    ])
+    const spawn = entries(rt, third.id, SPAWN_ENTRY)[0]!.data.input
+    expect(spawn.task).toMatchObject({ key: first.id, directive: 'coder', handler: 'debugger', prompt: 'fix the bug' })
+    expect(spawn.directive.prompt).toContain(`The previous attempt (thread ${second.id}, directive coder) failed with model_permanent`)
+  })
+
+  it('should leave an escalation request for a person at the end of the chain', async () => {
+    const rt = await runtime({
+      model: scriptedModel(() => ({ faults: [{ fault: 'http', status: 400, message: 'bad request' }], reply: {} })),
+      config: { recovery: { enabled: true, maxAttempts: 1, chain: ['human'] } },
+    })
+    const thread = await rt.spawn({ directive: { name: 'coder', prompt: 'p' } })
+    await thread.done
+    await rt.settle()
+    const request = JSON.parse(fs.readFileSync(path.join(rt.dir, 'threads', thread.id, 'escalation.request.json'), 'utf8'))
+    expect(request).toMatchObject({ kind: 'recovery_escalation', taskKey: thread.id, decision: { action: 'human' }, error: { code: 'model_permanent' } })
+    expect(rt.list()).toHaveLength(1)
+  })
+
+  it('should apply the degrade policy when a governance budget is exceeded: hand to a person, then stop the run', async () => {
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({
+      model: scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }], usage: { inputTokens: 40, outputTokens: 20 } })),
+      tools: [defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })],
+      config: { governance: { tokens: 100, degradePolicy: ['manual_handoff', 'stop_run'] } },
+      onLifecycle: (e) => events.push(e),
+    })
+    const thread = await rt.spawn({ directive: { name: 'chatty', prompt: 'p' } })
+    expect(await thread.done).toMatchObject({ status: 'suspended', suspendReason: 'budget', cost: { turns: 2 } })
+    expect(rt.get(thread.id).getSnapshot().error).toBeNull()
+    const resumed = await rt.approve(thread.id)
+    expect(await resumed.done).toMatchObject({ status: 'error', error: { code: 'budget_exceeded' } })
+    expect(events.filter((e) => e.type === 'governance_applied').map((e) => (e as { action: string }).action)).toEqual(['manual_handoff', 'stop_run'])
+    expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+})
+
 describe('supervision', () => {
   /** A tool whose input check throws (a bug in the tool's own code, outside its execute). */
   function flakyTool(failures: number) {
