@@ -8,6 +8,7 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { verifyReplay } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
@@ -61,6 +62,22 @@ describe('crash recovery during a child wave', () => {
       expect(verifyReplay(dir, row.id).matches, `replay of ${row.id}`).toBe(true)
     }
     expect(lead.result).toBe(`wave finished: ${CHILDREN} completed`)
+
+    // The ledger agrees with the transcripts: every child released, and the tree's spend is the
+    // sum of what each thread recorded, however many kills came between a reply and its entry.
+    const ledger = openSqliteLedger({ path: path.join(dir, 'ledger.db'), durability: 'fsync' })
+    expect(ledger.check()).toEqual([])
+    const root = ledger.get(lead.id)!
+    const accounts = ledger.children(lead.id)
+    expect(accounts.map((a) => a.threadId).sort()).toEqual(children.map((c) => c.id).sort())
+    for (const account of accounts) {
+      expect(account.released, account.threadId).toBe(true)
+      expect(account.ownSpent.spend).toBeCloseTo(children.find((c) => c.id === account.threadId)!.cost!.spend, 9)
+    }
+    const total = rows.reduce((sum, r) => sum + (r.cost?.spend ?? 0), 0)
+    expect(root.spent.spend).toBeCloseTo(total, 9)
+    expect(root.reserved.spend).toBe(0)
+    ledger.close()
     const charges = fs.readFileSync(path.join(dir, 'charges.log'), 'utf8').trim().split('\n').map((l) => l.split(' ')[0]!)
     expect(new Set(charges).size).toBe(charges.length)
   }, 300_000)
