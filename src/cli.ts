@@ -8,6 +8,7 @@ import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './demo.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
+import { locks } from './locks.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator.js'
 import { isActive } from './threadStatus.js'
 import { writeVisualizations } from './visualize.js'
@@ -202,6 +203,29 @@ function program(setExit: (code: number) => void): Command {
       for (const f of findings) out(`${f.kind.padEnd(6)}  ${f.threadId}  [${f.code}] ${f.message}\n        repair: ${f.repair}`)
       const damaged = findings.filter((f) => f.kind === 'damage').length
       out(`${threads} threads checked: ${damaged ? `${damaged} damaged` : 'no damage'}${findings.length > damaged ? `, ${findings.length - damaged} other findings` : ''}.`)
+    })
+
+  cli
+    .command('locks')
+    .description('list thread leases and which are stale; --apply reclaims stale ones (audit: locks.log.jsonl)')
+    .addOption(dirOption())
+    .option('--apply', 'reclaim stale leases (expired, or held by a process that is gone)')
+    .option('--force', 'with --apply: reclaim live leases too (the process holding them stops writing those threads)')
+    .option('--json', 'print JSON')
+    .action((o: { dir: string; apply?: boolean; force?: boolean; json?: boolean }) => {
+      if (o.force && !o.apply) throw new SpindleError('INVALID_OPTIONS', '--force only makes sense with --apply.', { details: { field: 'force' } })
+      const report = locks(o.dir, { apply: o.apply === true, force: o.force === true })
+      if (o.json) return json(report)
+      if (report.locks.length === 0) return out('No leases: no runtime process holds a thread of this directory.')
+      table([
+        ['THREAD', 'STATE', 'OWNER', 'PID', 'EXPIRES', 'TOKEN'],
+        ...report.locks.map((l) => [l.threadId, l.state === 'live' ? l.state : tty ? `\x1b[33m${l.state}\x1b[0m` : l.state, l.owner, String(l.pid), new Date(l.expiresAt).toISOString(), String(l.token)]),
+      ])
+      if (!o.apply) {
+        const stale = report.locks.filter((l) => l.state !== 'live').length
+        return out(`\n${stale} stale of ${report.locks.length}. Dry run: nothing changed; --apply reclaims the stale ones.`)
+      }
+      out(`\nReclaimed ${report.reclaimed.length}${report.kept.length ? `; kept ${report.kept.length} live (younger than their TTL; --force takes them)` : ''}. Logged to locks.log.jsonl.`)
     })
 
   cli

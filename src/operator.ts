@@ -11,7 +11,9 @@ import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { dataPaths, threadDir } from '../persistence/paths.js'
+import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
+import { locks } from './locks.js'
 import type { Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
@@ -238,5 +240,46 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       repair: 'Nothing was acknowledged from it; remove the directory when convenient.',
     })
   }
+  findings.push(...ledgerFindings(dir), ...lockFindings(dir))
   return { threads: records.length, findings }
+}
+
+/** Budget balances that do not add up (ledger.db). */
+function ledgerFindings(dir: string): Finding[] {
+  const file = dataPaths(dir).ledger
+  if (!fs.existsSync(file)) return []
+  let ledger
+  try {
+    ledger = openSqliteLedger({ path: file, durability: 'process' })
+  } catch (error) {
+    const { code, message } = describeError(error)
+    return [{ threadId: '(ledger)', kind: 'damage', code, message, repair: `Restore ${file} from a backup, or move it aside: budgets are then no longer enforced.` }]
+  }
+  try {
+    return ledger.check().map((problem) => ({
+      threadId: problem.threadId,
+      kind: 'damage' as const,
+      code: problem.kind === 'orphan_account' ? 'LEDGER_ORPHAN' : 'LEDGER_MISMATCH',
+      message: problem.message,
+      repair:
+        problem.kind === 'orphan_account'
+          ? 'The account names a parent the ledger does not know; its reservation cannot be returned. Remove the row if its thread is done.'
+          : "Recompute the account's spent columns from its own usage and its descendants' (they are what `check` adds up).",
+    }))
+  } finally {
+    ledger.close()
+  }
+}
+
+/** Leases of processes that are gone (leases.db): `spindle locks --apply` reclaims them. */
+function lockFindings(dir: string): Finding[] {
+  return locks(dir)
+    .locks.filter((lock) => lock.state !== 'live')
+    .map((lock) => ({
+      threadId: lock.threadId,
+      kind: 'lag' as const,
+      code: 'STALE_LEASE',
+      message: `The lease of ${lock.threadId} is held by ${lock.owner} (pid ${lock.pid}), which is ${lock.state === 'dead_owner' ? 'no longer running' : `silent since its lease expired ${Math.round(-lock.expiresInMs / 1000)} s ago`}.`,
+      repair: 'A runtime on this directory takes the thread over by itself; `spindle locks --apply` reclaims the lease now.',
+    }))
 }

@@ -1,0 +1,94 @@
+/**
+ * `spindle locks` (design 003 §2): the leases of a data directory, which of them are stale, and
+ * reclaiming those — never a live one younger than its TTL unless forced — with an audit log.
+ */
+import fs from 'node:fs'
+import os from 'node:os'
+import path from 'node:path'
+import { dataPaths } from '../persistence/paths.js'
+import { openSqliteLeases } from '../persistence/sqliteLeases.js'
+import type { Lease, LeaseStore } from '../persistence/types.js'
+
+export type LockState =
+  /** Renewed in time by a process that is alive (or on another host). */
+  | 'live'
+  /** Its expiry passed without a renewal. */
+  | 'expired'
+  /** Held by a process of this host that no longer exists. */
+  | 'dead_owner'
+
+export interface LockView extends Lease {
+  state: LockState
+  /** ms until expiry (negative: expired that long ago). */
+  expiresInMs: number
+}
+
+export interface LocksReport {
+  locks: LockView[]
+  /** What was reclaimed (only with apply). */
+  reclaimed: LockView[]
+  /** Live locks left alone because they were not forced. */
+  kept: LockView[]
+}
+
+function pidAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code !== 'ESRCH'
+  }
+}
+
+export function lockState(lease: Lease, now: number, host = os.hostname()): LockState {
+  if (lease.host === host && !pidAlive(lease.pid)) return 'dead_owner'
+  return lease.expiresAt <= now ? 'expired' : 'live'
+}
+
+function withLeases<T>(dir: string, fn: (leases: LeaseStore) => T): T {
+  const file = dataPaths(dir).leases
+  if (!fs.existsSync(file)) return fn(emptyStore)
+  const leases = openSqliteLeases({ path: file, durability: 'process' })
+  try {
+    return fn(leases)
+  } finally {
+    leases.close()
+  }
+}
+
+const emptyStore = {
+  list: () => [],
+  remove: () => null,
+} as unknown as LeaseStore
+
+/** The audit log every reclaimed lock is appended to. */
+export function locksLogFile(dir: string): string {
+  return path.join(dataPaths(dir).root, 'locks.log.jsonl')
+}
+
+/**
+ * Lists the leases (dry run) or, with `apply`, reclaims the stale ones — and with `force` the live
+ * ones too — appending each to `locks.log.jsonl`.
+ */
+export function locks(dir: string, options: { apply?: boolean; force?: boolean; now?: number } = {}): LocksReport {
+  const now = options.now ?? Date.now()
+  return withLeases(dir, (store) => {
+    const views: LockView[] = store.list().map((lease) => ({ ...lease, state: lockState(lease, now), expiresInMs: lease.expiresAt - now }))
+    const report: LocksReport = { locks: views, reclaimed: [], kept: [] }
+    if (!options.apply) return report
+    for (const view of views) {
+      if (view.state === 'live' && !options.force) {
+        report.kept.push(view)
+        continue
+      }
+      const removed = store.remove(view.threadId)
+      if (!removed) continue
+      report.reclaimed.push(view)
+      fs.appendFileSync(
+        locksLogFile(dir),
+        `${JSON.stringify({ at: new Date(now).toISOString(), action: 'reclaimed', forced: view.state === 'live', by: `${os.hostname()}:${process.pid}`, lease: removed, state: view.state })}\n`,
+      )
+    }
+    return report
+  })
+}

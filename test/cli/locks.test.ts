@@ -1,0 +1,105 @@
+/**
+ * `spindle locks` and the doctor's ledger and lease checks, run as real child processes against a
+ * data directory that a real runtime process left behind.
+ */
+import { spawn, spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import Database from 'better-sqlite3'
+import { describe, expect, it } from 'vitest'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+function spindle(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const run = spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8' })
+  return { code: run.status, stdout: run.stdout, stderr: run.stderr }
+}
+
+/** A runtime process running 3 long threads with a long lease; resolves once they are spawned. */
+async function runtimeProcess(dir: string) {
+  const child = spawn(process.execPath, [compiled('test/crash/leaseWorker.js'), dir, 'spawn', '3', '100000', '600000'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  child.stdout.on('data', (d) => (out += d))
+  child.stderr.on('data', (d) => (out += d))
+  const exited = new Promise((resolve) => child.on('exit', resolve))
+  for (let i = 0; i < 400 && !out.includes('spawned'); i++) await new Promise((r) => setTimeout(r, 25))
+  expect(out).toContain('spawned')
+  return { child, exited }
+}
+
+describe('spindle locks', () => {
+  it('should list the leases of a process killed with SIGKILL as stale, and reclaim them with --apply, logging each', async () => {
+    const dir = tempDir('spindle-locks')
+    const worker = await runtimeProcess(dir)
+    worker.child.kill('SIGKILL')
+    await worker.exited
+
+    const listed = spindle('locks', '--dir', dir, '--json')
+    expect(listed.code, listed.stderr).toBe(0)
+    const report = JSON.parse(listed.stdout)
+    expect(report.locks).toHaveLength(3)
+    for (const lock of report.locks) expect(lock).toMatchObject({ state: 'dead_owner', pid: worker.child.pid, token: 1 })
+    expect(report.reclaimed).toEqual([])
+
+    // The doctor sees them too, as lag (a runtime would take the threads over), not damage.
+    const doctor = spindle('doctor', '--dir', dir, '--json')
+    expect(doctor.code, doctor.stdout).toBe(0)
+    expect(JSON.parse(doctor.stdout).findings.filter((f: { code: string }) => f.code === 'STALE_LEASE')).toHaveLength(3)
+
+    const applied = JSON.parse(spindle('locks', '--dir', dir, '--apply', '--json').stdout)
+    expect(applied.reclaimed).toHaveLength(3)
+    const log = fs.readFileSync(path.join(dir, 'locks.log.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+    expect(log.map((e) => [e.action, e.state, e.forced])).toEqual([
+      ['reclaimed', 'dead_owner', false],
+      ['reclaimed', 'dead_owner', false],
+      ['reclaimed', 'dead_owner', false],
+    ])
+    expect(JSON.parse(spindle('locks', '--dir', dir, '--json').stdout).locks).toEqual([])
+  }, 60_000)
+
+  it('should never take a live lease without --force', async () => {
+    const dir = tempDir('spindle-locks-live')
+    const worker = await runtimeProcess(dir)
+    try {
+      const kept = JSON.parse(spindle('locks', '--dir', dir, '--apply', '--json').stdout)
+      expect(kept.reclaimed).toEqual([])
+      expect(kept.kept.map((l: { state: string }) => l.state)).toEqual(['live', 'live', 'live'])
+      expect(fs.existsSync(path.join(dir, 'locks.log.jsonl'))).toBe(false)
+      expect(spindle('locks', '--dir', dir, '--force').code).toBe(3)
+
+      const forced = JSON.parse(spindle('locks', '--dir', dir, '--apply', '--force', '--json').stdout)
+      expect(forced.reclaimed).toHaveLength(3)
+      const log = fs.readFileSync(path.join(dir, 'locks.log.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+      expect(log.every((e) => e.forced === true)).toBe(true)
+    } finally {
+      worker.child.kill('SIGKILL')
+      await worker.exited
+    }
+  }, 60_000)
+})
+
+describe('spindle doctor and the ledger', () => {
+  it('should report a budget account whose balance does not add up, and exit 5', async () => {
+    const dir = tempDir('spindle-doctor-ledger')
+    const setup = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `import { createRuntime, scriptedModel } from ${JSON.stringify(compiled('src/index.js'))}
+         const rt = await createRuntime({ dir: ${JSON.stringify(dir)}, model: scriptedModel([{ text: 'done', usage: { inputTokens: 1, outputTokens: 1, cost: 0.1 } }]) })
+         const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' }, limits: { spend: 1 } })
+         await parent.done
+         await rt.close()`,
+      ],
+      { encoding: 'utf8' },
+    )
+    expect(setup.status, setup.stderr).toBe(0)
+    expect(spindle('doctor', '--dir', dir).code).toBe(0)
+    const raw = new Database(path.join(dir, 'ledger.db'))
+    raw.prepare('UPDATE accounts SET spent_spend = spent_spend + 5').run()
+    raw.close()
+    const doctor = spindle('doctor', '--dir', dir, '--json')
+    expect(doctor.code).toBe(5)
+    expect(JSON.parse(doctor.stdout).findings).toEqual([expect.objectContaining({ kind: 'damage', code: 'LEDGER_MISMATCH' })])
+  })
+})
