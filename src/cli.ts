@@ -9,6 +9,9 @@ import { runDemo } from './demo.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { locks } from './locks.js'
+import os from 'node:os'
+import { approveThread, cancelThread, denyThread, resumeThread, threadTree } from './operatorActions.js'
+import type { RequestWritten, TreeNode } from './operatorActions.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator.js'
 import { isActive } from './threadStatus.js'
 import { writeVisualizations } from './visualize.js'
@@ -26,6 +29,11 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   REPLAY_DIVERGED: 5,
   FILES_MISSING: 5,
   REGISTRY_FAILED: 5,
+  LEDGER_FAILED: 5,
+  NO_PENDING_APPROVAL: 6,
+  THREAD_NOT_SUSPENDED: 6,
+  THREAD_NOT_ACTIVE: 6,
+  APPROVAL_NEEDS_LIMITS: 6,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
@@ -68,7 +76,7 @@ function program(setExit: (code: number) => void): Command {
     .description('A durable actor runtime for LLM agent threads.')
     .addHelpText(
       'after',
-      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 130 interrupted.',
+      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 6 not in a state for that, 130 interrupted.',
     )
     .showHelpAfterError()
 
@@ -203,6 +211,79 @@ function program(setExit: (code: number) => void): Command {
       for (const f of findings) out(`${f.kind.padEnd(6)}  ${f.threadId}  [${f.code}] ${f.message}\n        repair: ${f.repair}`)
       const damaged = findings.filter((f) => f.kind === 'damage').length
       out(`${threads} threads checked: ${damaged ? `${damaged} damaged` : 'no damage'}${findings.length > damaged ? `, ${findings.length - damaged} other findings` : ''}.`)
+    })
+
+  const operator = `${os.userInfo().username}@${os.hostname()} (spindle CLI)`
+  const written = (result: RequestWritten, asJson: boolean | undefined): void => {
+    if (asJson) return json(result)
+    out(`${result.action}: wrote ${result.file}\n${result.next}`)
+  }
+  const number = (name: string) => (value: string): number => {
+    const n = Number(value)
+    if (!Number.isFinite(n) || n <= 0) throw new SpindleError('INVALID_OPTIONS', `--${name} must be a positive number (got ${JSON.stringify(value)}).`, { details: { field: name } })
+    return n
+  }
+
+  cli
+    .command('cancel <id>')
+    .description('ask the runtime running a thread (or the next one) to cancel it: a nonce-checked cancel request file')
+    .addOption(dirOption())
+    .option('--reason <text>', 'recorded with the cancel')
+    .option('--json', 'print JSON')
+    .action((id: string, o: { dir: string; reason?: string; json?: boolean }) => written(cancelThread(o.dir, id, o.reason, operator), o.json))
+
+  cli
+    .command('approve <id>')
+    .description("approve a thread's limit escalation: writes the response to its approval request (default: the proposed limit)")
+    .addOption(dirOption())
+    .option('--turns <n>', 'new turns limit', number('turns'))
+    .option('--tokens <n>', 'new tokens limit', number('tokens'))
+    .option('--spend <usd>', 'new spend limit in US dollars', number('spend'))
+    .option('--duration-ms <ms>', 'new active-time limit', number('duration-ms'))
+    .option('--message <text>', 'recorded with the decision')
+    .option('--json', 'print JSON')
+    .action((id: string, o: { dir: string; turns?: number; tokens?: number; spend?: number; durationMs?: number; message?: string; json?: boolean }) => {
+      const limits = {
+        ...(o.turns !== undefined ? { turns: Math.round(o.turns) } : {}),
+        ...(o.tokens !== undefined ? { tokens: Math.round(o.tokens) } : {}),
+        ...(o.spend !== undefined ? { spend: o.spend } : {}),
+        ...(o.durationMs !== undefined ? { durationMs: Math.round(o.durationMs) } : {}),
+      }
+      written(approveThread(o.dir, id, limits, o.message, operator), o.json)
+    })
+
+  cli
+    .command('deny <id>')
+    .description("deny a thread's limit escalation: it ends cancelled with its partial result")
+    .addOption(dirOption())
+    .option('--reason <text>', 'recorded with the decision')
+    .option('--json', 'print JSON')
+    .action((id: string, o: { dir: string; reason?: string; json?: boolean }) => written(denyThread(o.dir, id, o.reason, operator), o.json))
+
+  cli
+    .command('resume <id>')
+    .description('carry on a thread suspended for an error or a budget (not at a limit: approve that)')
+    .addOption(dirOption())
+    .option('--json', 'print JSON')
+    .action((id: string, o: { dir: string; json?: boolean }) => written(resumeThread(o.dir, id, operator), o.json))
+
+  cli
+    .command('tree [id]')
+    .description('the thread tree: children under their parent, continuations after the thread they continue')
+    .addOption(dirOption())
+    .option('--json', 'print JSON')
+    .action((id: string | undefined, o: { dir: string; json?: boolean }) => {
+      const trees = threadTree(o.dir, id)
+      if (o.json) return json(trees)
+      if (trees.length === 0) return out('No threads.')
+      const print = (node: TreeNode, prefix: string, last: boolean, top: boolean): void => {
+        const branch = top ? '' : last ? '└─ ' : '├─ '
+        const link = node.previousThreadId ? '↪ ' : ''
+        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  $${node.spend.toFixed(4)}  ${node.turns} turns`)
+        const next = top ? '' : prefix + (last ? '   ' : '│  ')
+        node.children.forEach((child, i) => print(child, next, i === node.children.length - 1, false))
+      }
+      for (const tree of trees) print(tree, '', true, true)
     })
 
   cli

@@ -25,6 +25,8 @@ import { SpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
 
 export const CANCEL_FILE = 'cancel.requested'
+/** A request from another process to carry on a thread suspended for a reason other than a limit. */
+export const RESUME_FILE = 'resume.requested'
 export const APPROVALS_DIR = 'approvals'
 export const REQUEST_LOG = 'requests.log.jsonl'
 
@@ -116,7 +118,7 @@ export function readRequestFile<T>(file: string, schema: z.ZodType<T>): ReadResu
 
 export interface RequestLogEntry {
   at: string
-  kind: 'cancel' | 'approval'
+  kind: 'cancel' | 'approval' | 'resume'
   threadId: string | null
   file: string
   outcome: 'honoured' | 'refused'
@@ -241,4 +243,34 @@ export function respondToApproval(
   const file = approvalFiles(dataPaths(dir), id, request.id).response
   writeFileAtomicSync(file, `${JSON.stringify(response, null, 2)}\n`, { fsync: true })
   return file
+}
+
+export function resumeFile(paths: DataPaths, id: string): string {
+  return path.join(threadDir(paths, id), RESUME_FILE)
+}
+
+/**
+ * Asks the runtime that watches suspended thread `id` to resume it (`rt.resume`), by writing its
+ * resume file with the thread's nonce. A thread at a limit needs an approval instead.
+ */
+export function requestResume(dir: string, id: string, options: { by?: string } = {}): string {
+  assertThreadId(id)
+  return withRegistry(dir, (registry, paths) => {
+    const record = registry.get(id)
+    if (!record) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}.`, { details: { threadId: id } })
+    if (record.status !== 'suspended') {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${record.status}, not suspended: there is nothing to resume.`, {
+        details: { threadId: id, status: record.status },
+      })
+    }
+    if (pendingApprovals(dir, id).length > 0) {
+      throw new SpindleError('APPROVAL_NEEDS_LIMITS', `Thread ${id} is waiting at a limit: approve it (spindle approve ${id} --turns N …) or deny it.`, {
+        details: { threadId: id },
+      })
+    }
+    const file = resumeFile(paths, id)
+    const request: CancelRequest = { nonce: record.nonce, ...(options.by !== undefined ? { by: options.by } : {}), requestedAt: new Date().toISOString() }
+    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true })
+    return file
+  })
 }

@@ -60,6 +60,7 @@ import {
   CANCEL_FILE,
   CancelRequestSchema,
   approvalFiles,
+  resumeFile,
   cancelFile,
   cancelRefusal,
   claim,
@@ -193,8 +194,8 @@ export type CancelResult =
   | { status: 'requested'; file: string }
 
 export interface RequestsReport {
-  honoured: Array<{ threadId: string; kind: 'cancel' | 'approval'; file: string }>
-  refused: Array<{ threadId: string | null; kind: 'cancel' | 'approval'; file: string; reason: string }>
+  honoured: Array<{ threadId: string; kind: 'cancel' | 'approval' | 'resume'; file: string }>
+  refused: Array<{ threadId: string | null; kind: 'cancel' | 'approval' | 'resume'; file: string; reason: string }>
 }
 
 export interface RecoveryReport {
@@ -2039,6 +2040,10 @@ class RuntimeImpl implements Runtime {
         await this.handleCancelFile(paths, id, report)
         continue
       }
+      if (fs.existsSync(resumeFile(paths, id))) {
+        await this.handleResumeFile(paths, id, report)
+        continue
+      }
       if (requestId && fs.existsSync(approvalFiles(paths, id, requestId).response)) await this.handleResponse(paths, id, requestId, report)
     }
     return report
@@ -2110,6 +2115,36 @@ class RuntimeImpl implements Runtime {
     } catch (error) {
       this.report(error, id)
     }
+  }
+
+  /** A resume request from another process: nonce-checked, then `resume`. */
+  private async handleResumeFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
+    const file = resumeFile(paths, id)
+    const claimed = `${file}.${process.pid}.claimed`
+    if (!claim(file, claimed)) return
+    const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
+    const record = this.registry.get(id)
+    let refusal: string | null = read.ok ? (record?.nonce === read.value.nonce ? null : "the nonce does not match the thread's nonce") : read.problem.replace(claimed, file)
+    const at = new Date(this.clock.now()).toISOString()
+    if (!refusal) {
+      try {
+        await this.resume(id, { by: (read as { value: CancelRequest }).value.by ?? `file ${path.relative(paths.root, file)}` })
+      } catch (error) {
+        refusal = describeError(error).message
+      }
+    }
+    if (refusal) {
+      try {
+        fs.renameSync(claimed, path.join(path.dirname(file), 'resume.refused.json'))
+      } catch {}
+      report.refused.push({ threadId: id, kind: 'resume', file, reason: refusal })
+      logRequest(paths.root, { at, kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
+      this.report(new SpindleError('REQUEST_INVALID', `Refused the resume request ${file}: ${refusal}.`, { details: { threadId: id, file } }), id)
+      return
+    }
+    fs.rmSync(claimed, { force: true })
+    report.honoured.push({ threadId: id, kind: 'resume', file })
+    logRequest(paths.root, { at, kind: 'resume', threadId: id, file, outcome: 'honoured', reason: 'resumed' })
   }
 
   private async handleResponse(paths: ReturnType<typeof dataPaths>, id: string, requestId: string, report: RequestsReport): Promise<void> {

@@ -1,0 +1,133 @@
+/**
+ * What `spindle cancel | approve | deny | resume | tree` do. Decisions travel as request files
+ * (nonce-checked cancel and resume files, approval responses) that the runtime running the
+ * directory picks up within `requests.pollMs` — or the next runtime that opens it — because only
+ * that process has the model and tools the thread carries on with.
+ */
+import fs from 'node:fs'
+import type { Limits } from '../machines/thread.machine.js'
+import { dataPaths } from '../persistence/paths.js'
+import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
+import type { ThreadRecord } from '../persistence/types.js'
+import { SpindleError } from './errors.js'
+import { assertThreadId } from './ids.js'
+import { pendingApprovals, requestCancel, requestResume, respondToApproval } from './requests.js'
+
+export interface RequestWritten {
+  threadId: string
+  action: 'cancel' | 'approve' | 'deny' | 'resume'
+  file: string
+  /** What happens next, for a person. */
+  next: string
+}
+
+const NEXT = 'The runtime running this directory acts on it within its poll interval (1 s by default); if none runs, the next one that opens the directory does.'
+
+export function cancelThread(dir: string, id: string, reason: string | undefined, by: string): RequestWritten {
+  const file = requestCancel(dir, id, { ...(reason !== undefined ? { reason } : {}), by })
+  return { threadId: id, action: 'cancel', file, next: NEXT }
+}
+
+/** Throws THREAD_NOT_FOUND for a thread the directory does not have. */
+function assertKnown(dir: string, id: string): void {
+  assertThreadId(id)
+  const paths = dataPaths(dir)
+  if (!fs.existsSync(paths.registry)) {
+    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, { details: { dir: paths.root } })
+  }
+  const registry = openSqliteRegistry({ path: paths.registry, durability: 'process' })
+  try {
+    if (!registry.get(id)) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}. \`spindle ls\` lists the threads there.`, { details: { threadId: id } })
+  } finally {
+    registry.close()
+  }
+}
+
+export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string): RequestWritten {
+  assertKnown(dir, id)
+  const request = pendingApprovals(dir, id).at(-1)
+  if (request && Object.keys(limits).length === 0 && request.proposed === null) {
+    throw new SpindleError(
+      'APPROVAL_NEEDS_LIMITS',
+      `Thread ${id} hit its ${request.limit} limit and its policy proposes no new one: give one, e.g. --${request.limit === 'durationMs' ? 'duration-ms' : request.limit} ${request.max * 2}.`,
+      { details: { threadId: id } },
+    )
+  }
+  const file = respondToApproval(dir, id, { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(message ? { message } : {}), by })
+  return { threadId: id, action: 'approve', file, next: NEXT }
+}
+
+export function denyThread(dir: string, id: string, reason: string | undefined, by: string): RequestWritten {
+  assertKnown(dir, id)
+  const file = respondToApproval(dir, id, { approved: false, ...(reason ? { message: reason } : {}), by })
+  return { threadId: id, action: 'deny', file, next: NEXT }
+}
+
+export function resumeThread(dir: string, id: string, by: string): RequestWritten {
+  return { threadId: id, action: 'resume', file: requestResume(dir, id, { by }), next: NEXT }
+}
+
+export interface TreeNode {
+  id: string
+  directive: string
+  status: ThreadRecord['status']
+  spend: number
+  turns: number
+  /** The thread this one continues. */
+  previousThreadId: string | null
+  children: TreeNode[]
+}
+
+/**
+ * The thread tree from the registry: children under their parent, continuations after the
+ * thread they continue. With `root`, only that thread's tree (from the top of its chain).
+ */
+export function threadTree(dir: string, root?: string): TreeNode[] {
+  const paths = dataPaths(dir)
+  if (!fs.existsSync(paths.registry)) {
+    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
+      details: { dir: paths.root },
+    })
+  }
+  const registry = openSqliteRegistry({ path: paths.registry, durability: 'process' })
+  let records: ThreadRecord[]
+  try {
+    records = registry.list()
+  } finally {
+    registry.close()
+  }
+  const nodes = new Map<string, TreeNode>()
+  for (const r of records) {
+    nodes.set(r.id, {
+      id: r.id,
+      directive: r.directiveName,
+      status: r.status,
+      spend: r.cost?.spend ?? 0,
+      turns: r.cost?.turns ?? 0,
+      previousThreadId: r.previousThreadId,
+      children: [],
+    })
+  }
+  const tops: TreeNode[] = []
+  for (const r of records) {
+    const node = nodes.get(r.id)!
+    // A continuation hangs under the thread it continues; a child under its parent.
+    const above = (r.previousThreadId && nodes.get(r.previousThreadId)) || (r.parentId && nodes.get(r.parentId)) || null
+    if (above) above.children.push(node)
+    else tops.push(node)
+  }
+  if (root === undefined) return tops
+  assertThreadId(root)
+  let node = nodes.get(root)
+  if (!node) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${root} in ${paths.root}. \`spindle ls\` lists the threads there.`, { details: { threadId: root } })
+  // Start from the top of its continuation chain and its ancestors.
+  const byId = new Map(records.map((r) => [r.id, r]))
+  let current = byId.get(root)!
+  for (let guard = 0; guard < records.length; guard++) {
+    const up = current.previousThreadId ?? current.parentId
+    if (!up || !byId.has(up)) break
+    current = byId.get(up)!
+  }
+  node = nodes.get(current.id)!
+  return [node]
+}

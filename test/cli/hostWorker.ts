@@ -1,0 +1,40 @@
+/**
+ * A host program for the CLI decision tests: sets threads up in the states the operator commands
+ * act on, or opens the directory again (honouring request files) and runs what was decided.
+ *
+ * argv: <dir> limit|error|tree|run
+ */
+import { z } from 'zod'
+import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
+
+const [dir, mode] = process.argv.slice(2)
+if (!dir || !mode) throw new Error('usage: hostWorker <dir> limit|error|tree|run')
+const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })
+const model = scriptedModel((r) => {
+  if (mode === 'error' && r.directiveName === 'flaky' && r.attempt <= 4 && r.turn === 1 && !r.messages.some((m) => m.role === 'assistant')) {
+    return { faults: [{ fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }], reply: { text: 'recovered' } }
+  }
+  if (r.directiveName === 'parent' && r.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'kid', prompt: 'k' } }] }
+  return r.turn < 4 ? { text: `turn ${r.turn}`, toolCalls: [{ name: 'noop', input: {} }] } : { text: `${r.directiveName} done` }
+})
+const rt = await createRuntime({ dir, model, tools: [noop], retry: { baseMs: 1, capMs: 2, maxRetries: 3 } })
+if (mode === 'limit') {
+  const t = await rt.spawn({ directive: { name: 'capped', prompt: 'p' }, limits: { turns: 2 } })
+  await t.done
+  // The approval request is written once the suspension is durable.
+  await new Promise((r) => setTimeout(r, 200))
+  process.stdout.write(`${t.id}\n`)
+} else if (mode === 'error') {
+  const t = await rt.spawn({ directive: { name: 'flaky', prompt: 'p' } })
+  await t.done
+  process.stdout.write(`${t.id}\n`)
+} else if (mode === 'tree') {
+  const t = await rt.spawn({ directive: { name: 'parent', prompt: 'p' } })
+  await t.done
+  while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
+  process.stdout.write(`${t.id}\n`)
+} else {
+  while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
+  process.stdout.write(`${JSON.stringify(rt.list().map((r) => ({ id: r.id, status: r.status, result: r.result, error: r.error })))}\n`)
+}
+await rt.close()
