@@ -6,6 +6,7 @@ import './threadpool.js'
 import { Command, CommanderError, Option } from 'commander'
 import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './demo.js'
+import { runDirective } from './runCommand.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { locks } from './locks.js'
@@ -34,6 +35,8 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   THREAD_NOT_SUSPENDED: 6,
   THREAD_NOT_ACTIVE: 6,
   APPROVAL_NEEDS_LIMITS: 6,
+  DIRECTIVE_INVALID: 3,
+  DIRECTIVE_NOT_FOUND: 4,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
@@ -95,6 +98,16 @@ function program(setExit: (code: number) => void): Command {
           ...(o.latency !== undefined ? { latencyMs: o.latency } : {}),
         }),
       )
+    })
+
+  cli
+    .command('run <directive>')
+    .description('run a directive (a file, or a name found in <dir>/directives, the user and the system directories) on the built-in scripted model')
+    .addOption(dirOption())
+    .option('--input <name=value>', 'an input of the directive (repeatable)', (value: string, all: string[]) => [...all, value], [] as string[])
+    .option('--json', 'print the outcome as JSON')
+    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean }) => {
+      setExit(await runDirective({ dir: o.dir, directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty }))
     })
 
   cli

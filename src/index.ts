@@ -62,6 +62,10 @@ export { systemDefaults, readConfigLayer, mergeConfig, loadFileLayers, userConfi
 export type { Config, ConfigLayer } from '../config/schema.js'
 export type { RetryPolicy, Classified } from './policies/classifyError.js'
 
+export { loadDirectiveFile, findDirective, renderDirective, directiveDirs } from './directiveFile.js'
+export type { DirectiveFile } from './directiveFile.js'
+export type { DirectiveFrontMatter } from '../config/directiveSchema.js'
+
 export { SpindleError, isSpindleError } from './errors.js'
 export type { SpindleErrorCode } from './errors.js'
 

@@ -1,0 +1,33 @@
+/**
+ * The front matter of a directive file (markdown: YAML front matter, then the prompt). One zod
+ * schema is the shape and the TypeScript type.
+ */
+import { z } from 'zod'
+import { ConfigLayerSchema } from './schema.js'
+
+export const DirectiveInputSchema = z.strictObject({
+  type: z.enum(['string', 'number', 'boolean']).default('string'),
+  description: z.string().optional(),
+  required: z.boolean().default(true),
+  default: z.union([z.string(), z.number(), z.boolean()]).optional(),
+})
+
+export const DirectiveFrontMatterSchema = z.strictObject({
+  /** The directive's name: thread ids start with it. */
+  name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$/, 'letters, digits, "-" and "_", starting with a letter or digit'),
+  description: z.string().optional(),
+  /** Which model runs it: `scripted` (built in) in the CLI; host code passes its own adapter. */
+  model: z.string().min(1).optional(),
+  limits: ConfigLayerSchema.shape.limits,
+  retry: ConfigLayerSchema.shape.retry,
+  escalation: ConfigLayerSchema.shape.escalation,
+  hooks: ConfigLayerSchema.shape.hooks,
+  /** Names of tools the thread is meant to use (each must be known to the runtime that runs it). */
+  tools: z.array(z.string().min(1)).optional(),
+  /** What the thread may do besides its tools (recorded, for people and policies to read). */
+  permissions: z.record(z.string(), z.unknown()).optional(),
+  /** Inputs, filled into the prompt as {{name}}. */
+  input: z.record(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'a name of letters, digits and "_"'), DirectiveInputSchema).optional(),
+})
+
+export type DirectiveFrontMatter = z.infer<typeof DirectiveFrontMatterSchema>

@@ -1,0 +1,54 @@
+/**
+ * `spindle run <directive>`: one thread of a directive file on the built-in scripted model, with
+ * progress as it goes. Exit status: 0 completed, 7 error or cancelled, 8 suspended for a person.
+ */
+import type { Writable } from 'node:stream'
+import { scriptedModel } from '../actors/scriptedModel.js'
+import { findDirective, renderDirective } from './directiveFile.js'
+import { SpindleError } from './errors.js'
+import { createRuntime } from './runtime.js'
+
+/** The built-in model of `run`: it answers once, saying what it was asked. */
+const runModel = scriptedModel((request) => {
+  const prompt = request.messages[0]?.content ?? ''
+  return { text: `(scripted model) I was asked: ${prompt.length > 200 ? `${prompt.slice(0, 200)}…` : prompt}` }
+})
+
+export async function runDirective(options: { dir: string; directive: string; inputs: string[]; json: boolean; out: Writable; tty: boolean }): Promise<number> {
+  const file = findDirective(options.directive, options.dir)
+  const model = file.frontMatter.model ?? 'scripted'
+  if (model !== 'scripted') {
+    throw new SpindleError(
+      'INVALID_OPTIONS',
+      `${file.file}: model "${model}": the CLI runs directives on the built-in "scripted" model only. Run this directive from host code with your model adapter (e.g. spindle/ai-sdk).`,
+      { details: { file: file.file, field: 'model' } },
+    )
+  }
+  const inputs: Record<string, string> = {}
+  for (const pair of options.inputs) {
+    const at = pair.indexOf('=')
+    if (at <= 0) throw new SpindleError('INVALID_OPTIONS', `--input must be name=value (got ${JSON.stringify(pair)}).`, { details: { field: 'input' } })
+    inputs[pair.slice(0, at)] = pair.slice(at + 1)
+  }
+  const directive = renderDirective(file, inputs)
+  const rt = await createRuntime({ dir: options.dir, model: runModel })
+  const say = (text: string): void => {
+    if (!options.json) options.out.write(`${text}\n`)
+  }
+  try {
+    const thread = await rt.spawn({ directive })
+    say(`${thread.id}: started (${file.file})`)
+    let last = ''
+    thread.subscribe((view) => {
+      const line = `${thread.id}: ${view.status}${typeof view.state === 'object' ? ` (${Object.values(view.state)[0]})` : ''}  turns ${view.usage.turns}  $${view.usage.spend.toFixed(4)}`
+      if (line !== last) say(line)
+      last = line
+    })
+    const outcome = await thread.done
+    if (options.json) options.out.write(`${JSON.stringify({ threadId: thread.id, directive: file.file, ...outcome })}\n`)
+    else say(outcome.status === 'completed' ? `\n${outcome.result ?? ''}` : `\n${thread.id} ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ''}`)
+    return outcome.status === 'completed' ? 0 : outcome.status === 'suspended' ? 8 : 7
+  } finally {
+    await rt.close()
+  }
+}
