@@ -11,7 +11,9 @@ import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { locks } from './locks.js'
 import os from 'node:os'
-import { approveThread, cancelThread, denyThread, resumeThread, threadTree } from './operatorActions.js'
+import { approveThread, cancelThread, denyThread, resumeThread, scanOrphans, threadTree } from './operatorActions.js'
+import { createRuntime } from './runtime.js'
+import { scriptedModel } from '../actors/scriptedModel.js'
 import type { RequestWritten, TreeNode } from './operatorActions.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator.js'
 import { isActive } from './threadStatus.js'
@@ -297,6 +299,58 @@ function program(setExit: (code: number) => void): Command {
         node.children.forEach((child, i) => print(child, next, i === node.children.length - 1, false))
       }
       for (const tree of trees) print(tree, '', true, true)
+    })
+
+  const orphans = cli.command('orphans').description('threads no live runtime process holds: scan (default), recover one, or auto')
+  orphans
+    .command('scan', { isDefault: true })
+    .description('list created or running threads whose lease is missing, expired, or held by a process that is gone')
+    .addOption(dirOption())
+    .option('--json', 'print JSON')
+    .action((o: { dir: string; json?: boolean }) => {
+      const found = scanOrphans(o.dir)
+      if (o.json) return json(found)
+      if (found.length === 0) return out('No orphans: every unfinished thread is held by a live runtime process.')
+      table([['THREAD', 'DIRECTIVE', 'STATUS', 'WHY', 'LAST OWNER'], ...found.map((f) => [f.id, f.directive, colour(f.status), f.why, f.owner ?? '-'])])
+      out(`\n${found.length} orphans. A runtime on this directory takes them over by itself (orphans.autoTakeover), or: spindle orphans recover <id> --action resume|mark_error|mark_cancelled`)
+    })
+  orphans
+    .command('recover <id>')
+    .description('resume: free its lease so a runtime takes it over now; mark_error / mark_cancelled: end it here without running it')
+    .addOption(dirOption())
+    .addOption(new Option('--action <action>', 'what to do').choices(['resume', 'mark_error', 'mark_cancelled']).makeOptionMandatory())
+    .option('--reason <text>', 'recorded with the decision')
+    .option('--json', 'print JSON')
+    .action(async (id: string, o: { dir: string; action: 'resume' | 'mark_error' | 'mark_cancelled'; reason?: string; json?: boolean }) => {
+      const orphan = scanOrphans(o.dir).find((f) => f.id === id)
+      if (!orphan) {
+        throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is no orphan: it is finished, suspended, unknown, or a live runtime process holds it (\`spindle orphans\` lists orphans).`, { details: { threadId: id } })
+      }
+      if (o.action === 'resume') {
+        const freed = locks(o.dir, { apply: true, only: [id] }).reclaimed.length > 0
+        const result = { threadId: id, action: o.action, leaseFreed: freed, next: 'A runtime on this directory takes it over at its next heartbeat, or when it next opens the directory.' }
+        return o.json ? json(result) : out(`${id}: ${result.next}`)
+      }
+      const rt = await createRuntime({ dir: o.dir, model: scriptedModel([]), recover: false })
+      try {
+        const outcome = await rt.settleOrphan(id, o.action, o.reason)
+        if (o.json) return json({ threadId: id, action: o.action, ...outcome })
+        out(`${id}: ${colour(outcome.status)}${outcome.error ? ` — ${outcome.error.message}` : ''}`)
+      } finally {
+        await rt.close()
+      }
+    })
+  orphans
+    .command('auto')
+    .description('free the leases of every orphan so the runtimes on this directory take them over now')
+    .addOption(dirOption())
+    .option('--json', 'print JSON')
+    .action((o: { dir: string; json?: boolean }) => {
+      const found = new Set(scanOrphans(o.dir).map((f) => f.id))
+      const reclaimed = locks(o.dir, { apply: true, only: [...found] }).reclaimed.map((l) => l.threadId)
+      const result = { orphans: [...found], leasesFreed: reclaimed }
+      if (o.json) return json(result)
+      out(`${found.size} orphans; freed ${reclaimed.length} leases. Runtimes on this directory take them over at their next heartbeat or start.`)
     })
 
   cli

@@ -43,6 +43,7 @@ export type SpindleErrorCode =
   | 'RECOVERY_FAILED'
   | 'LEASE_LOST'
   | 'THREAD_LEASED'
+  | 'ORPHAN_MARKED'
 
 const BRAND = Symbol.for('spindle.error')
 

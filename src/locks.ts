@@ -70,13 +70,14 @@ export function locksLogFile(dir: string): string {
  * Lists the leases (dry run) or, with `apply`, reclaims the stale ones — and with `force` the live
  * ones too — appending each to `locks.log.jsonl`.
  */
-export function locks(dir: string, options: { apply?: boolean; force?: boolean; now?: number } = {}): LocksReport {
+export function locks(dir: string, options: { apply?: boolean; force?: boolean; now?: number; only?: readonly string[] } = {}): LocksReport {
   const now = options.now ?? Date.now()
   return withLeases(dir, (store) => {
     const views: LockView[] = store.list().map((lease) => ({ ...lease, state: lockState(lease, now), expiresInMs: lease.expiresAt - now }))
     const report: LocksReport = { locks: views, reclaimed: [], kept: [] }
     if (!options.apply) return report
     for (const view of views) {
+      if (options.only && !options.only.includes(view.threadId)) continue
       if (view.state === 'live' && !options.force) {
         report.kept.push(view)
         continue

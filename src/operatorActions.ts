@@ -11,6 +11,7 @@ import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import type { ThreadRecord } from '../persistence/types.js'
 import { SpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
+import { locks } from './locks.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from './requests.js'
 
 export interface RequestWritten {
@@ -130,4 +131,44 @@ export function threadTree(dir: string, root?: string): TreeNode[] {
   }
   node = nodes.get(current.id)!
   return [node]
+}
+
+export interface Orphan {
+  id: string
+  directive: string
+  status: ThreadRecord['status']
+  /** Why no live process holds it. */
+  why: 'no_lease' | 'expired' | 'dead_owner'
+  owner: string | null
+  updatedAt: number
+}
+
+/** Created or running threads that no live runtime process holds a lease on. */
+export function scanOrphans(dir: string, now = Date.now()): Orphan[] {
+  const paths = dataPaths(dir)
+  if (!fs.existsSync(paths.registry)) {
+    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, { details: { dir: paths.root } })
+  }
+  const registry = openSqliteRegistry({ path: paths.registry, durability: 'process' })
+  let active: ThreadRecord[]
+  try {
+    active = registry.listActive()
+  } finally {
+    registry.close()
+  }
+  const held = new Map(locks(dir, { now }).locks.map((l) => [l.threadId, l]))
+  const orphans: Orphan[] = []
+  for (const record of active) {
+    const lock = held.get(record.id)
+    if (lock?.state === 'live') continue
+    orphans.push({
+      id: record.id,
+      directive: record.directiveName,
+      status: record.status,
+      why: lock ? (lock.state === 'dead_owner' ? 'dead_owner' : 'expired') : 'no_lease',
+      owner: lock?.owner ?? null,
+      updatedAt: record.updatedAt,
+    })
+  }
+  return orphans
 }

@@ -249,6 +249,11 @@ export interface Runtime {
   chain(id: string): ThreadRecord[]
   /** Listens for one lifecycle event type (or '*' for all); returns the unsubscribe function. */
   on<T extends LifecycleEventType | '*'>(type: T, listener: (event: T extends '*' ? LifecycleEvent : Extract<LifecycleEvent, { type: T }>) => void): () => void
+  /**
+   * Ends an orphan — a created or running thread no live process holds — without running it:
+   * `error` (ORPHAN_MARKED) or `cancelled`. Takes its lease first; a thread a live process holds is refused.
+   */
+  settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason?: string): Promise<ThreadOutcome>
   /** The merged configuration this runtime runs with. */
   readonly config: Config
   /** Stops every live thread where it is (its checkpoint stays) and closes the stores. */
@@ -1954,6 +1959,44 @@ class RuntimeImpl implements Runtime {
     const outcome = await thread.done
     this.writeDecision(id, requestId, { decision: 'denied', by, at: new Date(at).toISOString(), message: reason ?? null })
     return outcome
+  }
+
+  async settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason = 'settled by an operator as an orphan'): Promise<ThreadOutcome> {
+    this.assertOpen()
+    assertThreadId(id)
+    if (this.live.has(id)) {
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} runs in this runtime: it is no orphan. Cancel it with rt.cancel.`, { details: { threadId: id } })
+    }
+    const record = this.registry.get(id)
+    if (!record) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.dir}.`, { details: { threadId: id } })
+    if (!isActive(record.status)) {
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is ${record.status}: only a created or running thread can be an orphan.`, { details: { threadId: id, status: record.status } })
+    }
+    this.takeLease(id)
+    let snapshot: unknown
+    let intents: string[]
+    try {
+      const read = this.readSnapshot(id, record.status)
+      snapshot = read.snapshot
+      intents = read.tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
+    } catch (error) {
+      this.releaseLease(id)
+      throw error
+    }
+    const thread = this.adopt(id, { intents })
+    thread.noteBeforeNext('orphan_settled', { at: this.clock.now(), action, reason, pid: process.pid })
+    thread.start(this.machine, { snapshot })
+    // Decided before any effect of the restored state can act: effects wait for the checkpoint.
+    const at = this.clock.now()
+    const event: ThreadEvent =
+      action === 'mark_error'
+        ? { type: 'FAIL', at, error: { code: 'ORPHAN_MARKED', message: `${reason}.` } }
+        : { type: 'CANCEL', at, reason, by: 'operator', ...(this.openChildren(id).length > 0 ? { awaitChildren: true } : {}) }
+    if (!thread.deliver(event)) {
+      thread.detach(new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} did not accept ${event.type}.`))
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} could not be settled from its state.`, { details: { threadId: id } })
+    }
+    return thread.done
   }
 
   async resume(id: string, options: { by?: string } = {}): Promise<ThreadHandle> {

@@ -103,3 +103,36 @@ describe('spindle doctor and the ledger', () => {
     expect(JSON.parse(doctor.stdout).findings).toEqual([expect.objectContaining({ kind: 'damage', code: 'LEDGER_MISMATCH' })])
   })
 })
+
+describe('spindle orphans', () => {
+  it('should list the threads of a killed process as orphans and settle each as the operator says', async () => {
+    const dir = tempDir('spindle-orphans')
+    const worker = await runtimeProcess(dir)
+    worker.child.kill('SIGKILL')
+    await worker.exited
+
+    const scan = spindle('orphans', '--dir', dir, '--json')
+    expect(scan.code, scan.stderr).toBe(0)
+    const orphans = JSON.parse(scan.stdout) as Array<{ id: string; why: string; status: string }>
+    expect(orphans).toHaveLength(3)
+    for (const o of orphans) expect(o).toMatchObject({ why: 'dead_owner', status: 'running' })
+    const [a, b, c] = orphans.map((o) => o.id)
+
+    const failed = spindle('orphans', 'recover', a!, '--action', 'mark_error', '--reason', 'its input was wrong', '--dir', dir, '--json')
+    expect(failed.code, failed.stderr).toBe(0)
+    expect(JSON.parse(failed.stdout)).toMatchObject({ status: 'error', error: { code: 'ORPHAN_MARKED', message: 'its input was wrong.' } })
+    const cancelled = JSON.parse(spindle('orphans', 'recover', b!, '--action', 'mark_cancelled', '--dir', dir, '--json').stdout)
+    expect(cancelled).toMatchObject({ status: 'cancelled' })
+    const resumed = JSON.parse(spindle('orphans', 'recover', c!, '--action', 'resume', '--dir', dir, '--json').stdout)
+    expect(resumed).toMatchObject({ threadId: c, leaseFreed: true })
+
+    const left = JSON.parse(spindle('orphans', '--dir', dir, '--json').stdout) as Array<{ id: string; why: string }>
+    expect(left).toEqual([expect.objectContaining({ id: c, why: 'no_lease' })])
+    // A thread that is no orphan any more is refused.
+    expect(spindle('orphans', 'recover', a!, '--action', 'mark_error', '--dir', dir).code).toBe(6)
+    for (const id of [a!, b!]) {
+      const replay = spawnSync(process.execPath, ['--input-type=module', '-e', `import { verifyReplay } from ${JSON.stringify(compiled('src/index.js'))}; process.stdout.write(String(verifyReplay(${JSON.stringify(dir)}, ${JSON.stringify(id)}).matches))`], { encoding: 'utf8' })
+      expect(replay.stdout, replay.stderr).toBe('true')
+    }
+  }, 60_000)
+})
