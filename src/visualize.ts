@@ -87,9 +87,38 @@ export function toMermaid(machine: AnyStateMachine): string {
   return `${lines.join('\n')}\n`
 }
 
-/** The diagrams `visualizations/` holds, by file name. */
+/**
+ * The machine as source Stately Studio imports ("Import from code"): its config with every
+ * implementation by name. Functions (context, inputs, output) are left out: Studio draws the
+ * states, transitions, guards, actions and invoked actors, which is what they are for.
+ */
+export function toStatelySource(machine: AnyStateMachine): string {
+  const config = JSON.stringify(
+    machine.config,
+    (key, value: unknown) => {
+      if (key === 'context' || key === 'output' || key === 'schemas' || key === 'input') return undefined
+      if (typeof value === 'function') return key === 'guard' ? guardText(value) : undefined
+      return value
+    },
+    2,
+  )
+  return [
+    `// Generated from machines/ by \`spindle viz\`; do not edit. Paste into Stately Studio (Import from code).`,
+    `import { createMachine } from 'xstate'`,
+    '',
+    `export const machine = createMachine(${config})`,
+    '',
+  ].join('\n')
+}
+
+/** What `visualizations/` holds, by file name: each machine as Mermaid and as Stately Studio source. */
 export function visualizations(): Record<string, string> {
-  return { 'thread.machine.mmd': toMermaid(threadMachine), 'orchestrator.machine.mmd': toMermaid(orchestratorMachine) }
+  return {
+    'thread.machine.mmd': toMermaid(threadMachine),
+    'thread.machine.stately.js': toStatelySource(threadMachine),
+    'orchestrator.machine.mmd': toMermaid(orchestratorMachine),
+    'orchestrator.machine.stately.js': toStatelySource(orchestratorMachine),
+  }
 }
 
 /** Writes the diagrams, or with `check` only lists the files that are missing or out of date. */

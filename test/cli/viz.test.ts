@@ -35,4 +35,20 @@ describe('visualizations', () => {
     execFileSync(process.execPath, [cli, 'viz', '--out', out, '--check'])
     expect(fs.readFileSync(path.join(out, 'thread.machine.mmd'), 'utf8')).toBe(visualizations()['thread.machine.mmd'])
   })
+
+  it('should write Stately Studio source that builds the same statechart as each machine', async () => {
+    const { threadMachine } = await import('../../machines/thread.machine.js')
+    const { orchestratorMachine } = await import('../../machines/orchestrator.machine.js')
+    const shape = (node: { key: string; states: Record<string, any>; on: Record<string, unknown>; always?: unknown[] }): unknown => ({
+      key: node.key,
+      events: Object.keys(node.on).sort(),
+      always: node.always?.length ?? 0,
+      states: Object.values(node.states).map(shape),
+    })
+    for (const [name, machine] of [['thread', threadMachine], ['orchestrator', orchestratorMachine]] as const) {
+      const file = path.join(checkedIn, `${name}.machine.stately.js`)
+      const { machine: imported } = await import(file)
+      expect(shape(imported.root), name).toEqual(shape((machine as any).root))
+    }
+  })
 })
