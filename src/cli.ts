@@ -10,6 +10,7 @@ import { runDirective } from './runCommand.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { locks } from './locks.js'
+import { compactThread } from './compact.js'
 import os from 'node:os'
 import { approveThread, cancelThread, denyThread, resumeThread, scanOrphans, threadTree } from './operatorActions.js'
 import { createRuntime } from './runtime.js'
@@ -194,8 +195,17 @@ function program(setExit: (code: number) => void): Command {
     .description("replay a thread's transcript and compare with its state.json; --apply writes the rebuilt one")
     .addOption(dirOption())
     .option('--apply', 'write the rebuilt state.json (atomically) and update the registry; not while a runtime runs the thread')
+    .option('--compact', 'with --apply: also write a deduplicated transcript (the old one is kept beside it); alone: say what it would drop')
     .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; apply?: boolean; json?: boolean }) => {
+    .action((id: string, o: { dir: string; apply?: boolean; compact?: boolean; json?: boolean }) => {
+      if (o.compact) {
+        const compacted = compactThread(o.dir, id, { apply: o.apply === true })
+        if (!o.apply) {
+          if (o.json) return json(compacted)
+          return out(`${id}: ${compacted.before} entries, ${compacted.after} after compaction (dropping ${JSON.stringify(compacted.dropped)}). Dry run: --apply writes it.`)
+        }
+        if (!o.json) out(compacted.applied ? `${id}: transcript compacted from ${compacted.before} to ${compacted.after} entries; the old one is ${compacted.keptAs}.` : `${id}: nothing to compact.`)
+      }
       const report = rebuildThread(o.dir, id, { apply: o.apply === true })
       if (!report.matches && !report.applied) setExit(5)
       if (o.json) return json(report)

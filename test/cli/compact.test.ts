@@ -1,0 +1,51 @@
+/**
+ * `spindle rebuild --compact`: a deduplicated transcript that replays to the same snapshot, with
+ * a fresh hash chain, the old file kept, and state.json pointing into the new one.
+ */
+import { spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
+import { dataPaths } from '../../persistence/paths.js'
+import { scriptedModel, verifyReplay } from '../../src/index.js'
+import { createTestRuntime } from '../../src/testing.js'
+import { compiled } from '../helpers/dirs.js'
+
+function spindle(...args: string[]) {
+  const run = spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8' })
+  return { code: run.status, stdout: run.stdout, stderr: run.stderr }
+}
+
+describe('spindle rebuild --compact', () => {
+  it('should drop repeated notes, keep every input, and leave a transcript that verifies and replays the same', async () => {
+    const rt = await createTestRuntime({ model: scriptedModel([{ text: 'done' }]) })
+    const thread = await rt.spawn({ directive: { name: 'noisy', prompt: 'p' } })
+    await thread.done
+    const dir = rt.dir
+    await rt.close()
+    // The same note written again and again (a reopened directory, a retried write).
+    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+    store.open(thread.id)
+    for (let i = 0; i < 5; i++) store.append(thread.id, 'operator_looked', { at: 1000 + i, by: 'ops' })
+    store.append(thread.id, 'operator_looked', { at: 2000, by: 'someone else' })
+    store.closeAll()
+    const before = fs.readFileSync(path.join(dir, 'threads', thread.id, 'transcript.jsonl'), 'utf8')
+
+    const dry = JSON.parse(spindle('rebuild', thread.id, '--compact', '--dir', dir, '--json').stdout)
+    expect(dry).toMatchObject({ dropped: { operator_looked: 4 }, applied: false })
+    expect(fs.readFileSync(path.join(dir, 'threads', thread.id, 'transcript.jsonl'), 'utf8')).toBe(before)
+
+    const applied = spindle('rebuild', thread.id, '--compact', '--apply', '--dir', dir)
+    expect(applied.code, applied.stderr).toBe(0)
+    expect(applied.stdout).toContain(`transcript compacted from ${dry.before} to ${dry.before - 4} entries`)
+    const kept = fs.readdirSync(path.join(dir, 'threads', thread.id)).find((f) => f.startsWith('transcript.jsonl.pre-compact-'))!
+    expect(fs.readFileSync(path.join(dir, 'threads', thread.id, kept), 'utf8')).toBe(before)
+    const lines = fs.readFileSync(path.join(dir, 'threads', thread.id, 'transcript.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l))
+    expect(lines.map((l) => l.seq)).toEqual(lines.map((_, i) => i + 1))
+    expect(lines.filter((l) => l.type === 'operator_looked').map((l) => l.data.by)).toEqual(['ops', 'someone else'])
+    expect(verifyReplay(dir, thread.id).matches).toBe(true)
+    expect(spindle('doctor', '--dir', dir).code).toBe(0)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+})
