@@ -4,6 +4,7 @@
  */
 import './threadpool.js'
 import { Command, CommanderError, Option } from 'commander'
+import type { InspectionEvent } from 'xstate'
 import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './demo.js'
 import { runDirective } from './runCommand.js'
@@ -77,6 +78,14 @@ function parseStatuses(value: string | undefined): ThreadStatus[] | undefined {
 
 const dirOption = (): Option => new Option('--dir <dir>', 'data directory of the runtime').default('.spindle')
 
+/** The Stately inspector (@statelyai/inspect, loaded only when asked for): it prints the link to open. */
+async function statelyInspector(): Promise<{ inspect: (event: InspectionEvent) => void; stop(): void }> {
+  const { createSkyInspector } = await import('@statelyai/inspect')
+  const inspector = createSkyInspector({ onerror: (error: Error) => process.stderr.write(`inspector: ${error.message}\n`) })
+  const observer = inspector.inspect as { next?: (event: InspectionEvent) => void }
+  return { inspect: (event) => observer.next?.(event), stop: () => inspector.stop() }
+}
+
 function program(setExit: (code: number) => void): Command {
   const cli = new Command('spindle')
     .description('A durable actor runtime for LLM agent threads.')
@@ -92,15 +101,22 @@ function program(setExit: (code: number) => void): Command {
     .addOption(dirOption())
     .addOption(new Option('--durability <mode>', 'fsync or process').choices(['fsync', 'process']).default('fsync'))
     .option('--latency <ms>', 'simulated model latency in ms', (v) => Number(v))
-    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number }) => {
-      setExit(
-        await runDemo({
-          dir: o.dir,
-          durability: o.durability,
-          out: process.stdout,
-          ...(o.latency !== undefined ? { latencyMs: o.latency } : {}),
-        }),
-      )
+    .option('--inspect', 'watch every actor live in the Stately inspector (stately.ai; prints the link)')
+    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean }) => {
+      const inspector = o.inspect ? await statelyInspector() : null
+      try {
+        setExit(
+          await runDemo({
+            dir: o.dir,
+            durability: o.durability,
+            out: process.stdout,
+            ...(o.latency !== undefined ? { latencyMs: o.latency } : {}),
+            ...(inspector ? { inspect: inspector.inspect } : {}),
+          }),
+        )
+      } finally {
+        inspector?.stop()
+      }
     })
 
   cli

@@ -11,6 +11,7 @@ import { scriptedModel } from '../actors/scriptedModel.js'
 import { defineTool } from '../actors/tools.js'
 import type { ThreadView } from './liveThread.js'
 import type { Durability } from '../persistence/types.js'
+import type { RuntimeOptions } from './runtime.js'
 import { createRuntime } from './runtime.js'
 
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
@@ -63,6 +64,8 @@ export interface DemoOptions {
   durability: Durability
   out: NodeJS.WriteStream
   latencyMs?: number
+  /** XState inspection of every actor (`--inspect`). */
+  inspect?: RuntimeOptions['inspect']
 }
 
 export async function runDemo(options: DemoOptions): Promise<number> {
@@ -75,6 +78,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     model: scriptedModel(demoScript, { latencyMs: (r) => (options.latencyMs ?? 250) + ((r.turn * 37) % 200) }),
     tools: [lookupTool(), saveNoteTool(options.dir)],
     defaultLimits: { turns: 10 },
+    ...(options.inspect ? { inspect: options.inspect } : {}),
     onProblem: (p) => out.write(`problem${p.threadId ? ` in ${p.threadId}` : ''}: [${p.code}] ${p.message}\n`),
   })
   const report = rt.lastRecovery

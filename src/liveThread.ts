@@ -3,7 +3,7 @@
  * transition, notifies subscribers, and settles `done` once the thread stops.
  */
 import { createActor } from 'xstate'
-import type { Actor, AnyStateMachine, SnapshotFrom, StateValue } from 'xstate'
+import type { Actor, AnyStateMachine, InspectionEvent, SnapshotFrom, StateValue } from 'xstate'
 import type { Message } from '../actors/model.js'
 import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../machines/thread.machine.js'
 import { outcomeOf } from '../machines/thread.machine.js'
@@ -62,6 +62,8 @@ export interface ThreadServices {
    * null. Checked before every transcript append: a process that lost a thread stops writing it.
    */
   fenced?(threadId: string): SpindleError | null
+  /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
+  inspect?: (event: InspectionEvent) => void
 }
 
 export function viewOf(id: string, snapshot: { value: StateValue; context: ThreadContext }): ThreadView {
@@ -127,8 +129,8 @@ export class LiveThread implements ThreadHandle {
   start(machine: AnyStateMachine, init: { input: unknown } | { snapshot: unknown }): void {
     const actor = (
       'snapshot' in init
-        ? createActorFrom(machine, { snapshot: init.snapshot })
-        : createActorFrom(machine, { input: init.input })
+        ? createActorFrom(machine, { snapshot: init.snapshot }, this.id, this.services.inspect)
+        : createActorFrom(machine, { input: init.input }, this.id, this.services.inspect)
     ) as ThreadActor
     this.actor = actor
     this.restoring = 'snapshot' in init
@@ -414,7 +416,9 @@ export class LiveThread implements ThreadHandle {
   }
 }
 
-function createActorFrom(machine: AnyStateMachine, options: { input: unknown } | { snapshot: unknown }) {
-  if ('snapshot' in options) return createActor(machine, { snapshot: options.snapshot as never })
-  return createActor(machine, { input: options.input })
+function createActorFrom(machine: AnyStateMachine, options: { input: unknown } | { snapshot: unknown }, id: string, inspect: ThreadServices['inspect']) {
+  // The thread id as the actor's id and system id: what the Stately inspector shows.
+  const common = { id, systemId: id, ...(inspect ? { inspect } : {}) }
+  if ('snapshot' in options) return createActor(machine, { ...common, snapshot: options.snapshot as never })
+  return createActor(machine, { ...common, input: options.input })
 }

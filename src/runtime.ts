@@ -70,7 +70,7 @@ import {
 } from './requests.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
 import { createActor } from 'xstate'
-import type { Actor } from 'xstate'
+import type { Actor, InspectionEvent } from 'xstate'
 import { orchestratorMachine } from '../machines/orchestrator.machine.js'
 import type { OrchestratorEmitted, RestartType, SupervisedThread, SupervisionStrategy } from '../machines/orchestrator.machine.js'
 import type { Message } from '../actors/model.js'
@@ -128,6 +128,11 @@ export interface RuntimeOptions {
   onLifecycle?: (event: LifecycleEvent) => void
   /** Give every thread the built-in `spawn_thread` and `wait_threads` tools (default true). */
   builtinTools?: boolean
+  /**
+   * XState inspection of every thread actor and the orchestrator — pass `inspector.inspect` of
+   * @statelyai/inspect to watch them live in the Stately inspector (`spindle demo --inspect`).
+   */
+  inspect?: (event: InspectionEvent) => void
 }
 
 /** What the orchestrator tells host code, so a UI never shows a dead thread as alive. */
@@ -499,6 +504,9 @@ class RuntimeImpl implements Runtime {
     }
     this.machine = threadMachine.provide({ actors: createThreadEffects(host) })
     this.orchestrator = createActor(orchestratorMachine, {
+      id: 'orchestrator',
+      systemId: 'orchestrator',
+      ...(options.inspect ? { inspect: options.inspect } : {}),
       input: {
         defaultStrategy: this.config.supervision.strategy,
         intensity: { maxRestarts: this.config.supervision.maxRestarts, withinMs: this.config.supervision.withinMs },
@@ -2336,6 +2344,7 @@ class RuntimeImpl implements Runtime {
         },
         observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),
         fenced: () => this.fenced(),
+        ...(this.options.inspect ? { inspect: this.options.inspect } : {}),
       },
       options,
     )

@@ -479,6 +479,25 @@ describe('tool calls left without results', () => {
   })
 })
 
+describe('inspection', () => {
+  it('should show every thread actor and the orchestrator to an XState inspector, by thread id', async () => {
+    const seen: Array<{ type: string; id: string; state?: unknown }> = []
+    const rt = await runtime({
+      model: scriptedModel([{ text: 'done' }]),
+      inspect: (event) => {
+        if (event.type === '@xstate.actor' || event.type === '@xstate.snapshot') {
+          seen.push({ type: event.type, id: (event.actorRef as unknown as { id: string }).id, ...(event.type === '@xstate.snapshot' ? { state: (event.snapshot as { value?: unknown }).value } : {}) })
+        }
+      },
+    })
+    const thread = await rt.spawn({ directive: { name: 'watched', prompt: 'p' } })
+    await thread.done
+    expect(seen).toContainEqual({ type: '@xstate.actor', id: 'orchestrator' })
+    expect(seen).toContainEqual({ type: '@xstate.actor', id: thread.id })
+    expect(seen).toContainEqual({ type: '@xstate.snapshot', id: thread.id, state: 'completed' })
+  })
+})
+
 describe('waiting', () => {
   it('should report threads still running as pending when the wait times out, on the runtime clock', async () => {
     const rt = await runtime({ model: scriptedModel(() => ({ faults: [{ fault: 'hang' }], reply: {} })) })
