@@ -11,6 +11,7 @@ import { runDirective } from './runCommand.js'
 import { SpindleError, isSpindleError } from './errors.js'
 import type { SpindleErrorCode } from './errors.js'
 import { locks } from './locks.js'
+import { startInspector } from './inspector.js'
 import { compactThread } from './compact.js'
 import os from 'node:os'
 import { approveThread, cancelThread, denyThread, resumeThread, scanOrphans, threadTree } from './operatorActions.js'
@@ -377,6 +378,18 @@ function program(setExit: (code: number) => void): Command {
       const result = { orphans: [...found], leasesFreed: reclaimed }
       if (o.json) return json(result)
       out(`${found.size} orphans; freed ${reclaimed.length} leases. Runtimes on this directory take them over at their next heartbeat or start.`)
+    })
+
+  cli
+    .command('inspect')
+    .description('serve a local page on 127.0.0.1: thread tree, statecharts, cost against limits, transcripts, approvals with Approve / Deny')
+    .addOption(dirOption())
+    .option('--port <port>', 'port to listen on (default: any free one)', (v) => Number(v))
+    .action(async (o: { dir: string; port?: number }) => {
+      const inspector = await startInspector({ dir: o.dir, ...(o.port !== undefined ? { port: o.port } : {}) })
+      out(`spindle inspect: open ${inspector.url}\n(127.0.0.1 only; the token in the link is this session's key. Ctrl-C stops.)`)
+      await new Promise<void>((resolve) => process.once('SIGINT', () => resolve()))
+      await inspector.close()
     })
 
   cli

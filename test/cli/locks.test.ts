@@ -115,7 +115,8 @@ describe('spindle orphans', () => {
     expect(scan.code, scan.stderr).toBe(0)
     const orphans = JSON.parse(scan.stdout) as Array<{ id: string; why: string; status: string }>
     expect(orphans).toHaveLength(3)
-    for (const o of orphans) expect(o).toMatchObject({ why: 'dead_owner', status: 'running' })
+    // The registry may still say `created` for the last one: its `running` was not yet committed when the kill came.
+    for (const o of orphans) expect(o).toMatchObject({ why: 'dead_owner', status: expect.stringMatching(/^(created|running)$/) })
     const [a, b, c] = orphans.map((o) => o.id)
 
     const failed = spindle('orphans', 'recover', a!, '--action', 'mark_error', '--reason', 'its input was wrong', '--dir', dir, '--json')

@@ -1,0 +1,147 @@
+/**
+ * `spindle inspect`: a local page over a data directory — the thread tree, each thread's state,
+ * cost against limits, its transcript, and pending approvals with Approve and Deny buttons. It
+ * listens on 127.0.0.1 only, and every request must carry the session token printed with the
+ * URL, so other sites in the same browser cannot act through it. Decisions are written as
+ * approval response files, which the runtime running the directory carries out.
+ */
+import { randomBytes, timingSafeEqual } from 'node:crypto'
+import http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { describeError, isSpindleError } from './errors.js'
+import { showThread, threadLog } from './operator.js'
+import { approveThread, denyThread, threadTree } from './operatorActions.js'
+import type { TreeNode } from './operatorActions.js'
+import { pendingApprovals } from './requests.js'
+import { visualizations } from './visualize.js'
+
+export interface Inspector {
+  url: string
+  token: string
+  close(): Promise<void>
+}
+
+function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
+  for (const node of nodes) {
+    out.push(node)
+    flatten(node.children, out)
+  }
+  return out
+}
+
+/** What the page shows, as JSON. */
+function overview(dir: string) {
+  const tree = threadTree(dir)
+  const threads = flatten(tree).map((node) => {
+    const report = showThread(dir, node.id)
+    const context = report.state?.context
+    return {
+      id: node.id,
+      directive: node.directive,
+      status: node.status,
+      state: report.state?.value ?? null,
+      usage: context?.usage ?? null,
+      limits: context?.limits ?? null,
+      suspendReason: context?.suspendReason ?? null,
+      result: context?.result ?? null,
+      error: context?.error ?? null,
+      approvals: node.status === 'suspended' ? pendingApprovals(dir, node.id) : [],
+      problems: report.problems,
+    }
+  })
+  return { tree, threads }
+}
+
+async function body(request: http.IncomingMessage): Promise<unknown> {
+  let text = ''
+  for await (const chunk of request) {
+    text += chunk
+    if (text.length > 65536) throw new Error('request body too large')
+  }
+  return text === '' ? {} : JSON.parse(text)
+}
+
+export async function startInspector(options: { dir: string; port?: number }): Promise<Inspector> {
+  const token = randomBytes(16).toString('hex')
+  const expected = Buffer.from(token)
+  const authorised = (request: http.IncomingMessage, url: URL): boolean => {
+    const given = Buffer.from(url.searchParams.get('token') ?? String(request.headers['x-spindle-token'] ?? ''))
+    return given.length === expected.length && timingSafeEqual(given, expected)
+  }
+  const server = http.createServer(async (request, response) => {
+    const url = new URL(request.url ?? '/', 'http://127.0.0.1')
+    const send = (status: number, value: unknown, type = 'application/json'): void => {
+      response.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' })
+      response.end(type === 'application/json' ? JSON.stringify(value) : String(value))
+    }
+    if (!authorised(request, url)) return send(403, { error: 'FORBIDDEN', message: 'Open the URL spindle inspect printed: it carries the session token.' })
+    try {
+      if (request.method === 'GET' && url.pathname === '/') return send(200, PAGE.replace('__TOKEN__', token), 'text/html; charset=utf-8')
+      if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(options.dir))
+      if (request.method === 'GET' && url.pathname === '/api/statechart') return send(200, { mermaid: visualizations()['thread.machine.mmd'] })
+      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|approve|deny)$/.exec(url.pathname)
+      if (match) {
+        const [, id, what] = match as unknown as [string, string, string]
+        if (request.method === 'GET' && what === 'transcript') return send(200, threadLog(options.dir, id).entries.slice(-200))
+        if (request.method === 'POST' && what === 'approve') {
+          const { limits, message } = (await body(request)) as { limits?: Record<string, number>; message?: string }
+          return send(200, approveThread(options.dir, id, limits ?? {}, message, 'spindle inspect'))
+        }
+        if (request.method === 'POST' && what === 'deny') {
+          const { reason } = (await body(request)) as { reason?: string }
+          return send(200, denyThread(options.dir, id, reason, 'spindle inspect'))
+        }
+      }
+      send(404, { error: 'NOT_FOUND', message: `${request.method} ${url.pathname} is not part of the inspector.` })
+    } catch (error) {
+      const { code, message } = describeError(error)
+      send(isSpindleError(error) && code === 'THREAD_NOT_FOUND' ? 404 : 400, { error: code, message })
+    }
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(options.port ?? 0, '127.0.0.1', () => resolve())
+  })
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}/?token=${token}`,
+    token,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  }
+}
+
+const PAGE = `<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>spindle inspect</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:0;display:grid;grid-template-columns:360px 1fr;height:100vh}
+#tree{overflow:auto;border-right:1px solid #ddd;padding:8px}#detail{overflow:auto;padding:12px}
+.node{cursor:pointer;padding:2px 4px;border-radius:4px;white-space:nowrap}.node:hover{background:#eef}
+.sel{background:#dde}.st{font-weight:600}.completed{color:#080}.running,.created{color:#06c}.suspended{color:#b70}.error{color:#c00}.cancelled{color:#777}.continued{color:#909}
+.state{display:inline-block;margin:2px;padding:2px 6px;border:1px solid #ccc;border-radius:10px}.state.current{background:#fd0;border-color:#a80;font-weight:600}
+table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
+pre{white-space:pre-wrap;margin:0}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}
+</style></head><body>
+<div id="tree"><h3>threads</h3><div id="nodes">loading…</div></div>
+<div id="detail"><p>Select a thread.</p></div>
+<script>
+const token='__TOKEN__';let selected=null;let data=null
+const api=(path,opts={})=>fetch(path,{...opts,headers:{'x-spindle-token':token,'content-type':'application/json'}}).then(r=>r.json())
+const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]))
+const STATES=['created','running.checkingLimits','running.callingModel','running.runningTools','running.waitingToRetry','running.limitReached','cancelling','suspended','completed','error','cancelled','continued']
+const flat=v=>typeof v==='string'?v:Object.entries(v).map(([k,s])=>k+'.'+flat(s)).join()
+function renderTree(nodes,depth){return nodes.map(n=>'<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+n.id+'" style="padding-left:'+(depth*14+4)+'px">'+(n.previousThreadId?'↪ ':'')+esc(n.directive)+' <span class="st '+n.status+'">'+n.status+'</span> $'+n.spend.toFixed(4)+'</div>'+renderTree(n.children,depth+1)).join('')}
+async function refresh(){data=await api('/api/overview');document.getElementById('nodes').innerHTML=renderTree(data.tree,0)||'no threads';
+for(const el of document.querySelectorAll('.node'))el.onclick=()=>{selected=el.dataset.id;refresh()};if(selected)await renderDetail()}
+async function renderDetail(){const t=data.threads.find(x=>x.id===selected);if(!t)return;const current=t.state?flat(t.state):'';
+const chart=STATES.map(s=>'<span class="state'+(s===current?' current':'')+'">'+s+'</span>').join('')
+const lim=k=>t.limits&&t.limits[k]!==null?t.limits[k]:'∞';const u=t.usage||{turns:0,inputTokens:0,outputTokens:0,spend:0}
+const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' <button class="approve">Approve</button> <button class="deny">Deny</button></div>').join('')
+const log=await api('/api/threads/'+t.id+'/transcript')
+document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+approvals+'<h3>statechart</h3>'+chart+
+'<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
+(t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
+'<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+esc(JSON.stringify(e.data)).slice(0,400)+'</pre></td></tr>').join('')+'</table>'
+for(const b of document.querySelectorAll('.approve'))b.onclick=async()=>{await api('/api/threads/'+t.id+'/approve',{method:'POST',body:'{}'});b.parentElement.textContent='approved: the runtime carries the thread on'}
+for(const b of document.querySelectorAll('.deny'))b.onclick=async()=>{await api('/api/threads/'+t.id+'/deny',{method:'POST',body:'{}'});b.parentElement.textContent='denied'}}
+refresh();setInterval(refresh,1000)
+</script></body></html>`

@@ -1,0 +1,56 @@
+/**
+ * The local inspector over a real HTTP server on 127.0.0.1: what it shows, that it refuses
+ * requests without the session token, and that Approve reaches the thread (the next host process
+ * carries it to the end). The headless-browser test of the page is not here: this machine has no
+ * Chromium.
+ */
+import { spawnSync } from 'node:child_process'
+import { afterEach, describe, expect, it } from 'vitest'
+import { startInspector } from '../../src/inspector.js'
+import type { Inspector } from '../../src/inspector.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+let inspector: Inspector | null = null
+afterEach(async () => {
+  await inspector?.close()
+  inspector = null
+})
+
+function host(dir: string, mode: 'limit' | 'run'): string {
+  const run = spawnSync(process.execPath, [compiled('test/cli/hostWorker.js'), dir, mode], { encoding: 'utf8' })
+  expect(run.status, run.stderr).toBe(0)
+  return run.stdout.trim()
+}
+
+describe('spindle inspect', () => {
+  it('should show a suspended thread with its pending approval, and approve it with one POST', async () => {
+    const dir = tempDir('spindle-inspect')
+    const id = host(dir, 'limit')
+    inspector = await startInspector({ dir })
+    expect(inspector.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/\?token=[0-9a-f]{32}$/)
+    const base = inspector.url.split('?')[0]!
+    const headers = { 'x-spindle-token': inspector.token, 'content-type': 'application/json' }
+
+    expect((await fetch(`${base}api/overview`)).status).toBe(403)
+    const page = await fetch(inspector.url)
+    expect(page.status).toBe(200)
+    expect(await page.text()).toContain('<title>spindle inspect</title>')
+
+    const overview = (await (await fetch(`${base}api/overview`, { headers })).json()) as { threads: Array<Record<string, any>> }
+    const thread = overview.threads.find((t) => t.id === id)!
+    expect(thread).toMatchObject({ status: 'suspended', suspendReason: 'limit', usage: { turns: 2 }, limits: { turns: 2 } })
+    expect(thread.approvals).toEqual([expect.objectContaining({ limit: 'turns', proposed: 4 })])
+    const transcript = (await (await fetch(`${base}api/threads/${id}/transcript`, { headers })).json()) as Array<{ type: string }>
+    expect(transcript[0]!.type).toBe('thread_spawned')
+
+    const approved = await fetch(`${base}api/threads/${id}/approve`, { method: 'POST', headers, body: '{}' })
+    expect(approved.status).toBe(200)
+    expect(await approved.json()).toMatchObject({ threadId: id, action: 'approve' })
+    const finished = JSON.parse(host(dir, 'run')) as Array<{ id: string; status: string }>
+    expect(finished).toEqual([expect.objectContaining({ id, status: 'completed' })])
+
+    const again = await fetch(`${base}api/overview`, { headers })
+    expect(((await again.json()) as { threads: Array<{ id: string; status: string }> }).threads[0]).toMatchObject({ id, status: 'completed' })
+    expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/approve`, { method: 'POST', headers, body: '{}' })).status).toBe(404)
+  })
+})
