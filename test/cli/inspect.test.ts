@@ -1,8 +1,7 @@
 /**
  * The local inspector over a real HTTP server on 127.0.0.1: what it shows, that it refuses
  * requests without the session token, and that Approve reaches the thread (the next host process
- * carries it to the end). The headless-browser test of the page is not here: this machine has no
- * Chromium.
+ * carries it to the end). The page itself is tested in headless Chromium in inspectBrowser.test.ts.
  */
 import { spawnSync } from 'node:child_process'
 import { afterEach, describe, expect, it } from 'vitest'

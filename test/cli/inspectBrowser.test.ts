@@ -1,0 +1,51 @@
+/**
+ * The inspector page end to end in headless Chromium (Debian's package, driven by playwright-core):
+ * a suspended thread shows with its pending approval, one click on Approve, and the page shows the
+ * thread completed once the host's runtime has carried it on. Skipped, saying so, on a machine
+ * without /usr/bin/chromium (`.ci/run` installs it when it can).
+ */
+import { spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import { chromium } from 'playwright-core'
+import { describe, expect, it } from 'vitest'
+import { startInspector } from '../../src/inspector.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+const CHROMIUM = process.env.SPINDLE_CHROMIUM ?? '/usr/bin/chromium'
+
+function host(dir: string, mode: 'limit' | 'run'): string {
+  const run = spawnSync(process.execPath, [compiled('test/cli/hostWorker.js'), dir, mode], { encoding: 'utf8' })
+  expect(run.status, run.stderr).toBe(0)
+  return run.stdout.trim()
+}
+
+describe.skipIf(!fs.existsSync(CHROMIUM))(`spindle inspect in headless Chromium (${CHROMIUM})`, () => {
+  it('should approve a suspended thread with one click and then show it completed', async () => {
+    const dir = tempDir('spindle-browser')
+    const id = host(dir, 'limit')
+    const inspector = await startInspector({ dir })
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] })
+    try {
+      const page = await browser.newPage()
+      await page.goto(inspector.url)
+      const node = page.locator(`.node[data-id="${id}"]`)
+      await node.waitFor()
+      await expect(node.locator('.st').textContent()).resolves.toBe('suspended')
+      await node.click()
+      const approve = page.locator('button.approve')
+      await approve.waitFor()
+      await expect(page.locator('.approval b').textContent()).resolves.toContain("has reached its tur")
+      await expect(page.locator('.state.current').textContent()).resolves.toBe('suspended')
+      await approve.click()
+      await page.getByText('approved: the runtime carries the thread on').waitFor()
+
+      // The host's runtime opens the directory, honours the response file and finishes the thread.
+      expect(JSON.parse(host(dir, 'run'))).toEqual([expect.objectContaining({ id, status: 'completed' })])
+      await page.locator(`.node[data-id="${id}"] .st.completed`).waitFor({ timeout: 10_000 })
+      await page.locator('.state.current', { hasText: 'completed' }).waitFor()
+    } finally {
+      await browser.close()
+      await inspector.close()
+    }
+  }, 60_000)
+})
