@@ -126,8 +126,16 @@ function program(setExit: (code: number) => void): Command {
     .addOption(dirOption())
     .option('--input <name=value>', 'an input of the directive (repeatable)', (value: string, all: string[]) => [...all, value], [] as string[])
     .option('--json', 'print the outcome as JSON')
-    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean }) => {
-      setExit(await runDirective({ dir: o.dir, directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty }))
+    .option('--inspect', 'watch the thread live in the Stately inspector (stately.ai; prints the link)')
+    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean; inspect?: boolean }) => {
+      const inspector = o.inspect ? await statelyInspector() : null
+      try {
+        setExit(
+          await runDirective({ dir: o.dir, directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty, ...(inspector ? { inspect: inspector.inspect } : {}) }),
+        )
+      } finally {
+        inspector?.stop()
+      }
     })
 
   cli

@@ -7,6 +7,7 @@ import { scriptedModel } from '../actors/scriptedModel.js'
 import { findDirective, renderDirective } from './directiveFile.js'
 import { SpindleError } from './errors.js'
 import { createRuntime } from './runtime.js'
+import type { RuntimeOptions } from './runtime.js'
 
 /** The built-in model of `run`: it answers once, saying what it was asked. */
 const runModel = scriptedModel((request) => {
@@ -14,7 +15,15 @@ const runModel = scriptedModel((request) => {
   return { text: `(scripted model) I was asked: ${prompt.length > 200 ? `${prompt.slice(0, 200)}…` : prompt}` }
 })
 
-export async function runDirective(options: { dir: string; directive: string; inputs: string[]; json: boolean; out: Writable; tty: boolean }): Promise<number> {
+export async function runDirective(options: {
+  dir: string
+  directive: string
+  inputs: string[]
+  json: boolean
+  out: Writable
+  tty: boolean
+  inspect?: RuntimeOptions['inspect']
+}): Promise<number> {
   const file = findDirective(options.directive, options.dir)
   const model = file.frontMatter.model ?? 'scripted'
   if (model !== 'scripted') {
@@ -31,7 +40,7 @@ export async function runDirective(options: { dir: string; directive: string; in
     inputs[pair.slice(0, at)] = pair.slice(at + 1)
   }
   const directive = renderDirective(file, inputs)
-  const rt = await createRuntime({ dir: options.dir, model: runModel })
+  const rt = await createRuntime({ dir: options.dir, model: runModel, ...(options.inspect ? { inspect: options.inspect } : {}) })
   const say = (text: string): void => {
     if (!options.json) options.out.write(`${text}\n`)
   }
