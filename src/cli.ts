@@ -233,7 +233,9 @@ function program(setExit: (code: number) => void): Command {
       }
       const report = rebuildThread(o.dir, id, { apply: o.apply === true })
       if (!report.matches && !report.applied) setExit(5)
+      if (report.findings.some((f) => f.kind !== 'unknown_type')) setExit(5)
       if (o.json) return json(report)
+      for (const f of report.findings) out(`${f.kind === 'unknown_type' ? 'note' : 'damage'}  [${f.kind}] ${f.message}`)
       out(`rebuilt     ${colour(report.rebuilt.status)} ${JSON.stringify(report.rebuilt.value)} replayed through transcript seq ${report.rebuilt.appliedSeq}`)
       const stored = report.stored
       if (stored === null) out('state.json  missing')

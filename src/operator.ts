@@ -18,6 +18,8 @@ import type { Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEnt
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
 import { replayTranscript } from './replay.js'
+import { checkTranscript } from './transcriptCheck.js'
+import type { TranscriptFinding } from './transcriptCheck.js'
 import { isActive } from './threadStatus.js'
 
 function openRegistry(dir: string): Registry {
@@ -105,6 +107,8 @@ export interface RebuildReport {
   /** Transcript entries after the position state.json records (a crash leaves some; recovery replays them). */
   behind: number
   applied: boolean
+  /** What the transcript check found besides the chain: unknown types, invalid transitions, unknown threads. */
+  findings: TranscriptFinding[]
 }
 
 /**
@@ -133,6 +137,19 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       if (!isSpindleError(error)) throw error
       stored = { problem: describeError(error) }
     }
+    const findings = checkTranscript(entries, (other) => registry.get(other) !== null)
+    const invalid = findings.find((f) => f.kind === 'invalid_transition')
+    if (invalid) {
+      return {
+        threadId: id,
+        rebuilt: { status: stored && 'status' in stored ? stored.status : 'error', value: null, appliedSeq: 0 },
+        stored,
+        matches: false,
+        behind: 0,
+        applied: false,
+        findings,
+      }
+    }
     const full = replayTranscript(entries)
     const upTo = envelope?.transcript.seq ?? Number.POSITIVE_INFINITY
     const comparable = envelope ? replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot : null
@@ -143,6 +160,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       matches: envelope !== null && isDeepStrictEqual(comparable, envelope.snapshot),
       behind: envelope ? entries.filter((e) => e.seq > upTo).length : entries.length,
       applied: false,
+      findings,
     }
     if (options.apply) {
       // open() (unlike read()) cuts a torn last line, so the position written matches the file.

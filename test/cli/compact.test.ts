@@ -48,4 +48,26 @@ describe('spindle rebuild --compact', () => {
     expect(spindle('doctor', '--dir', dir).code).toBe(0)
     fs.rmSync(dir, { recursive: true, force: true })
   })
+
+  it('should report entries of unknown types, unknown threads and inputs the machine would not accept, and exit 5', async () => {
+    const rt = await createTestRuntime({ model: scriptedModel([{ text: 'done' }]) })
+    const thread = await rt.spawn({ directive: { name: 'checked', prompt: 'p' } })
+    await thread.done
+    const dir = rt.dir
+    await rt.close()
+    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+    store.open(thread.id)
+    store.append(thread.id, 'mystery', { x: 1 })
+    store.append(thread.id, 'child_thread_failed', { childId: 'ghost-aaaaaaaaaaaa', error: { code: 'x', message: 'y' } })
+    store.append(thread.id, 'MODEL_REPLIED', { at: 1, turn: 7, attempt: 1, text: 'late', toolCalls: [], usage: { inputTokens: 1, outputTokens: 1 } })
+    store.closeAll()
+    const run = spindle('rebuild', thread.id, '--dir', dir, '--json')
+    expect(run.code).toBe(5)
+    const report = JSON.parse(run.stdout)
+    expect(report.findings.map((f: { kind: string }) => f.kind)).toEqual(['unknown_type', 'unknown_thread', 'invalid_transition'])
+    expect(report.findings[2].message).toContain('MODEL_REPLIED')
+    // --apply refuses to write what does not replay.
+    expect(spindle('rebuild', thread.id, '--dir', dir, '--apply', '--json').code).toBe(5)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
 })
