@@ -42,6 +42,8 @@ export interface EffectHost {
   readonly model: ModelAdapter
   readonly tools: ReadonlyMap<string, Tool>
   readonly toolDefinitions: readonly ToolDefinition[]
+  /** The tools a thread may use (its directive's `tools`), or null for every tool of the runtime. */
+  allowedTools(threadId: string): ReadonlySet<string> | null
   readonly modelTimeoutMs: number
   readonly toolTimeoutMs: number
   /** Resolves once the thread's latest checkpoint (and transcript) is durable. */
@@ -101,6 +103,11 @@ function uniqueCallIds(calls: Array<{ id: string }>): void {
   }
 }
 
+function visibleTools(host: EffectHost, threadId: string): readonly ToolDefinition[] {
+  const allowed = host.allowedTools(threadId)
+  return allowed ? host.toolDefinitions.filter((t) => allowed.has(t.name)) : host.toolDefinitions
+}
+
 export function toolIdempotencyKey(threadId: string, turn: number, callId: string): string {
   return `${threadId}:${turn}:${callId}`
 }
@@ -129,7 +136,7 @@ export function callModelLogic(host: EffectHost) {
           turn: input.turn,
           attempt: input.attempt,
           messages: host.messages(input.threadId),
-          tools: host.toolDefinitions,
+          tools: visibleTools(host, input.threadId),
           signal: controller.signal,
         })
         const checked = ModelResponseSchema.safeParse(raw)
@@ -211,7 +218,14 @@ export function runToolLogic(host: EffectHost) {
       } else {
         await host.recordToolIntent(threadId, key, call)
         if (controller.signal.aborted) return
-        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs)
+        const allowed = host.allowedTools(threadId)
+        outcome =
+          allowed && !allowed.has(call.name)
+            ? {
+                ok: false,
+                output: { error: 'TOOL_NOT_ALLOWED', message: `The tool "${call.name}" is not among this directive's tools (${[...allowed].join(', ') || 'none'}).` },
+              }
+            : await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs)
       }
       if (controller.signal.aborted) return
       settled = true

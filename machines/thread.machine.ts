@@ -35,6 +35,8 @@ export interface ThreadPolicy {
   escalation: Config['escalation']
   /** Hooks from the thread's directive and spawn call, as data (runtime-wide hooks are not copied here). */
   hooks: Array<Record<string, unknown>>
+  /** The tools this thread may use (its directive's `tools`); absent: every tool of its runtime. */
+  tools?: string[]
   /** How the supervisor restarts this thread after a crash, and the strategy for its own children. */
   supervision?: {
     restart: 'permanent' | 'transient' | 'temporary'

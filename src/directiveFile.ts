@@ -120,5 +120,6 @@ export function renderDirective(directive: DirectiveFile, inputs: Record<string,
     ...(fm.retry ? { retry: fm.retry } : {}),
     ...(fm.escalation ? { escalation: fm.escalation } : {}),
     ...(fm.hooks ? { hooks: fm.hooks } : {}),
+    ...(fm.tools ? { tools: fm.tools } : {}),
   }
 }

@@ -165,6 +165,8 @@ export interface Problem {
 export interface DirectiveSpec {
   name: string
   prompt: string
+  /** The tools the thread may use, by name (each must be a tool of the runtime); absent: all of them. */
+  tools?: string[]
   limits?: Partial<Limits>
   retry?: Partial<RetryPolicy>
   escalation?: ConfigLayer['escalation']
@@ -412,6 +414,7 @@ class RuntimeImpl implements Runtime {
   /** Threads waited on that are not live here: looked up in the registry every `waits.remotePollMs`. */
   private readonly remoteWatches = new Map<string, Set<() => void>>()
   private remoteTimer: unknown = null
+  private readonly toolNames: ReadonlySet<string>
   /** Live threads' parents (null: host code) and start order, for supervision groups. */
   private readonly groups = new Map<string, string | null>()
   private readonly startSeq = new Map<string, number>()
@@ -484,6 +487,10 @@ class RuntimeImpl implements Runtime {
       model: options.model,
       tools,
       toolDefinitions: [...tools.values()].map(toolDefinition),
+      allowedTools: (id) => {
+        const allowed = this.live.get(id)?.context().policy.tools
+        return allowed ? new Set(allowed) : null
+      },
       modelTimeoutMs: this.config.timeouts.modelMs,
       toolTimeoutMs: this.config.timeouts.toolMs,
       checkpointed: () => this.commit.whenLogged(),
@@ -502,6 +509,7 @@ class RuntimeImpl implements Runtime {
       handOffOnContextLength: (id) => this.handOffOnContextLength(id),
       settleChildren: (id, reason, signal) => this.settleChildren(id, reason, signal),
     }
+    this.toolNames = new Set(tools.keys())
     this.machine = threadMachine.provide({ actors: createThreadEffects(host) })
     this.orchestrator = createActor(orchestratorMachine, {
       id: 'orchestrator',
@@ -529,7 +537,17 @@ class RuntimeImpl implements Runtime {
   }
 
   private async spawnResolved(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
-    const { name, prompt, ...directiveLayer } = options.directive
+    const { name, prompt, tools: allowedTools, ...directiveLayer } = options.directive
+    if (allowedTools !== undefined) {
+      const unknown = allowedTools.filter((tool) => !this.toolNames.has(tool))
+      if (!Array.isArray(allowedTools) || unknown.length > 0) {
+        throw new SpindleError(
+          'INVALID_OPTIONS',
+          `directive "${name}": tools names ${unknown.map((t) => JSON.stringify(t)).join(', ')}, which this runtime does not have (it has ${[...this.toolNames].join(', ') || 'none'}).`,
+          { details: { field: 'directive.tools' } },
+        )
+      }
+    }
     const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
     const fromSpawn = validateLayer(
       { limits: options.limits, retry: options.retry, escalation: options.escalation, hooks: options.hooks },
@@ -541,6 +559,7 @@ class RuntimeImpl implements Runtime {
       retry: resolved.retry,
       escalation: resolved.escalation,
       hooks: dataHooks as ThreadPolicy['hooks'],
+      ...(allowedTools !== undefined ? { tools: [...allowedTools] } : {}),
       supervision: {
         restart: options.restart ?? resolved.supervision.restart,
         childStrategy: options.childStrategy ?? resolved.supervision.strategy,
@@ -899,9 +918,11 @@ class RuntimeImpl implements Runtime {
       const limits = this.live.get(id)?.context().limits ?? this.storedContext(id)?.limits ?? null
       return { threadId: id, status: existing.status, limits, existing: true }
     }
+    // A child may use no tool its parent may not.
+    const parentTools = this.live.get(parentId)?.context().policy.tools
     const thread = await this.spawnResolved(
       {
-        directive: { name: spec.name, prompt: spec.prompt },
+        directive: { name: spec.name, prompt: spec.prompt, ...(parentTools ? { tools: parentTools } : {}) },
         ...(spec.limits ? { limits: spec.limits } : {}),
         parentId,
       },

@@ -479,6 +479,28 @@ describe('tool calls left without results', () => {
   })
 })
 
+describe("a directive's tools", () => {
+  it('should show a thread only its directive\'s tools and refuse a call to any other', async () => {
+    const seen: string[][] = []
+    const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => 'ran' })
+    const secret = defineTool({ name: 'secret', description: 's', input: z.object({}), idempotent: true, execute: () => 'leaked' })
+    const rt = await runtime({
+      model: scriptedModel((r) => {
+        seen.push(r.tools.map((t) => t.name))
+        return r.turn === 1 ? { toolCalls: [{ name: 'secret', input: {} }, { name: 'noop', input: {} }] } : { text: 'done' }
+      }),
+      tools: [noop, secret],
+    })
+    const thread = await rt.spawn({ directive: { name: 'narrow', prompt: 'p', tools: ['noop', 'spawn_thread'] } })
+    expect((await thread.done).status).toBe('completed')
+    expect(seen[0]).toEqual(['spawn_thread', 'noop'])
+    const results = entries(rt, thread.id, 'TOOL_DONE').map((e) => e.data)
+    expect(results[0]).toMatchObject({ ok: false, output: { error: 'TOOL_NOT_ALLOWED' } })
+    expect(results[1]).toMatchObject({ ok: true, output: 'ran' })
+    await expect(rt.spawn({ directive: { name: 'bad', prompt: 'p', tools: ['nope'] } })).rejects.toMatchObject({ code: 'INVALID_OPTIONS', message: expect.stringContaining('"nope"') })
+  })
+})
+
 describe('inspection', () => {
   it('should show every thread actor and the orchestrator to an XState inspector, by thread id', async () => {
     const seen: Array<{ type: string; id: string; state?: unknown }> = []
