@@ -2,8 +2,8 @@
  * Thread leases on SQLite (`leases.db` in the data directory): which runtime process runs which
  * thread, until when, with a fencing token that grows at every change of hands. Side effects.
  */
-import Database from 'better-sqlite3'
-import { SpindleError } from '../src/errors.js'
+import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
+import type { SqliteStore } from './sqliteFile.js'
 import type { Durability, Lease, LeaseStore } from './types.js'
 
 const MIGRATIONS: readonly string[] = [
@@ -44,25 +44,12 @@ function toLease(row: Row): Lease {
 }
 
 export function openSqliteLeases(options: { path: string; durability: Durability }): LeaseStore {
-  const file = options.path
-  let db: Database.Database
-  try {
-    db = new Database(file)
-    db.pragma('busy_timeout = 5000')
-    if (file !== ':memory:') db.pragma('journal_mode = WAL')
-    // Leases only say which live process runs a thread: after a power loss no process is alive,
-    // so a lease lost with it frees nothing that should stay held. No fsync per lease, whatever
-    // the durability setting.
-    void options.durability
-    db.pragma('synchronous = NORMAL')
-    const version = db.pragma('user_version', { simple: true }) as number
-    db.transaction(() => {
-      for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
-      db.pragma(`user_version = ${MIGRATIONS.length}`)
-    }).immediate()
-  } catch (error) {
-    throw new SpindleError('REGISTRY_FAILED', `Cannot open the lease store ${file}: ${(error as Error).message}. Check that the data directory is writable; \`spindle doctor\` checks it.`, { cause: error })
-  }
+  // Leases only say which live process runs a thread: after a power loss no process is alive,
+  // so a lease lost with it frees nothing that should stay held. No fsync per lease, whatever
+  // the durability setting.
+  void options.durability
+  const store: SqliteStore = { code: 'REGISTRY_FAILED', what: 'the lease store', file: options.path }
+  const db = openSqliteFile(store, { synchronous: 'NORMAL', migrations: MIGRATIONS })
   const get = db.prepare<[string], Row>('SELECT * FROM leases WHERE thread_id = ?')
   const lastToken = db.prepare<[string], { token: number }>('SELECT token FROM tokens WHERE thread_id = ?')
   const upsertToken = db.prepare('INSERT INTO tokens (thread_id, token) VALUES (?, ?) ON CONFLICT(thread_id) DO UPDATE SET token = excluded.token')
@@ -76,14 +63,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
   const delAny = db.prepare<[string]>('DELETE FROM leases WHERE thread_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
 
-  const guard = <T>(action: string, fn: () => T): T => {
-    try {
-      return fn()
-    } catch (error) {
-      if (error instanceof SpindleError) throw error
-      throw new SpindleError('REGISTRY_FAILED', `Lease store ${file}: could not ${action}: ${(error as Error).message}.`, { cause: error })
-    }
-  }
+  const guard = sqliteGuard(store)
 
   const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
     const current = get.get(threadId)

@@ -4,7 +4,8 @@
  * number of processes on one data directory are serialized and never oversubscribe a parent.
  * Side effects. Knows nothing about machines.
  */
-import Database from 'better-sqlite3'
+import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
+import type { SqliteStore } from './sqliteFile.js'
 import { SpindleError } from '../src/errors.js'
 import type { BudgetAmounts, BudgetUsage, Durability, Ledger, LedgerAccount, LedgerProblem } from './types.js'
 
@@ -64,27 +65,8 @@ function money(amount: Amount, value: number): string {
 }
 
 export function openSqliteLedger(options: { path: string; durability: Durability }): Ledger {
-  const file = options.path
-  const failed = (action: string, error: unknown): SpindleError =>
-    error instanceof SpindleError
-      ? error
-      : new SpindleError('LEDGER_FAILED', `Budget ledger ${file}: could not ${action}: ${(error as Error).message}. Check the data directory with \`spindle doctor\`.`, {
-          cause: error,
-        })
-  let db: Database.Database
-  try {
-    db = new Database(file)
-    db.pragma('busy_timeout = 5000')
-    if (file !== ':memory:') db.pragma('journal_mode = WAL')
-    db.pragma(`synchronous = ${options.durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
-    const version = db.pragma('user_version', { simple: true }) as number
-    db.transaction(() => {
-      for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
-      db.pragma(`user_version = ${MIGRATIONS.length}`)
-    }).immediate()
-  } catch (error) {
-    throw failed('open', error)
-  }
+  const store: SqliteStore = { code: 'LEDGER_FAILED', what: 'the budget ledger', file: options.path }
+  const db = openSqliteFile(store, { synchronous: options.durability === 'fsync' ? 'FULL' : 'NORMAL', migrations: MIGRATIONS })
   const get = db.prepare<[string], Row>('SELECT * FROM accounts WHERE thread_id = ?')
   const children = db.prepare<[string], Row>('SELECT * FROM accounts WHERE parent_id = ? ORDER BY created_at, thread_id')
   const all = db.prepare<[], Row>('SELECT * FROM accounts')
@@ -225,13 +207,7 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     return toAccount(get.get(threadId)!)
   })
 
-  const guard = <T>(action: string, fn: () => T): T => {
-    try {
-      return fn()
-    } catch (error) {
-      throw failed(action, error)
-    }
-  }
+  const guard = sqliteGuard(store)
 
   return {
     openRoot: (threadId, limit, at) => guard(`open the account of ${threadId}`, () => openRootTx.immediate(threadId, limit, at)),

@@ -2,8 +2,8 @@
  * Recovery escalation and budget-governance state on SQLite (`recovery.db`): the last decision
  * per task and reason code, and how often governance degraded each task. Side effects.
  */
-import Database from 'better-sqlite3'
-import { SpindleError } from '../src/errors.js'
+import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
+import type { SqliteStore } from './sqliteFile.js'
 import type { Durability, RecoveryRecord, RecoveryStore } from './types.js'
 
 const MIGRATIONS: readonly string[] = [
@@ -52,23 +52,8 @@ function toRecord(row: Row): RecoveryRecord {
 }
 
 export function openSqliteRecovery(options: { path: string; durability: Durability }): RecoveryStore {
-  const file = options.path
-  const failed = (action: string, error: unknown) =>
-    new SpindleError('RECOVERY_FAILED', `Recovery state ${file}: could not ${action}: ${(error as Error).message}. Check the data directory with \`spindle doctor\`.`, { cause: error })
-  let db: Database.Database
-  try {
-    db = new Database(file)
-    db.pragma('busy_timeout = 5000')
-    if (file !== ':memory:') db.pragma('journal_mode = WAL')
-    db.pragma(`synchronous = ${options.durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
-    const version = db.pragma('user_version', { simple: true }) as number
-    db.transaction(() => {
-      for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
-      db.pragma(`user_version = ${MIGRATIONS.length}`)
-    }).immediate()
-  } catch (error) {
-    throw failed('open', error)
-  }
+  const store: SqliteStore = { code: 'RECOVERY_FAILED', what: 'the recovery state', file: options.path }
+  const db = openSqliteFile(store, { synchronous: options.durability === 'fsync' ? 'FULL' : 'NORMAL', migrations: MIGRATIONS })
   const get = db.prepare<[string, string], Row>('SELECT * FROM decisions WHERE task_key = ? AND reason_code = ?')
   const put = db.prepare(
     `INSERT INTO decisions VALUES (@taskKey, @reasonCode, @handler, @attempt, @action, @recoveryState, @cooldownUntil, @failedThreadId, @nextThreadId, @updatedAt)
@@ -81,13 +66,7 @@ export function openSqliteRecovery(options: { path: string; durability: Durabili
   const bump = db.prepare<[string, number]>(
     'INSERT INTO degrade (task_key, step, updated_at) VALUES (?, 1, ?) ON CONFLICT(task_key) DO UPDATE SET step = step + 1, updated_at = excluded.updated_at',
   )
-  const guard = <T>(action: string, fn: () => T): T => {
-    try {
-      return fn()
-    } catch (error) {
-      throw failed(action, error)
-    }
-  }
+  const guard = sqliteGuard(store)
   return {
     get: (taskKey, reasonCode) => guard('read a decision', () => {
       const row = get.get(taskKey, reasonCode)

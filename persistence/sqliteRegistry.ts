@@ -4,6 +4,7 @@
  */
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/errors.js'
+import { openSqliteFile, sqliteFailure } from './sqliteFile.js'
 import type { Cost, Durability, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 /**
@@ -32,8 +33,6 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX threads_previous ON threads(previous_thread_id);`,
 ]
 
-/** How long a statement waits for another connection's lock before failing with SQLITE_BUSY. */
-const BUSY_TIMEOUT_MS = 5000
 
 /** A `threads` row as SQLite returns it (JSON columns still text). */
 interface Row {
@@ -125,28 +124,8 @@ function threadNotFound(id: string, file: string): SpindleError {
   })
 }
 
-/** What the user can do about a SQLite failure, by its result code. */
-function hintFor(code: string): string {
-  if (code.startsWith('SQLITE_BUSY')) {
-    return `Another connection held the registry's lock for more than ${BUSY_TIMEOUT_MS} ms; run one spindle runtime per data directory.`
-  }
-  if (code === 'SQLITE_FULL') return 'The disk is full; free some space and retry.'
-  if (code.startsWith('SQLITE_READONLY') || code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_PERM') {
-    return 'Check that the file and its directory exist and are writable by this user.'
-  }
-  if (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB') {
-    return "The file is damaged: move it aside and start again; the threads' own files are not affected."
-  }
-  return 'Check the file and the disk it is on.'
-}
-
-/** A SQLite failure becomes REGISTRY_FAILED naming the file; anything else propagates unchanged. */
 function registryFailed(file: string, action: string, error: unknown): unknown {
-  if (!(error instanceof Database.SqliteError)) return error
-  return new SpindleError('REGISTRY_FAILED', `Could not ${action} in the registry ${file}: ${error.message}. ${hintFor(error.code)}`, {
-    cause: error,
-    details: { path: file, sqliteCode: error.code },
-  })
+  return sqliteFailure({ code: 'REGISTRY_FAILED', what: 'the registry', file }, action, error)
 }
 
 class SqliteRegistry implements Registry {
@@ -157,25 +136,17 @@ class SqliteRegistry implements Registry {
     private readonly file: string,
     durability: Durability,
   ) {
-    let db: Database.Database | undefined
+    // WAL + NORMAL survives a process crash but may lose the last commits on power loss; FULL survives both.
+    const db = openSqliteFile(
+      { code: 'REGISTRY_FAILED', what: 'the registry', file },
+      { synchronous: durability === 'fsync' ? 'FULL' : 'NORMAL', migrations: MIGRATIONS },
+    )
     try {
-      db = new Database(file)
-      // An in-memory database cannot use WAL (it has no file to keep a log beside).
-      if (file !== ':memory:') db.pragma('journal_mode = WAL')
-      // WAL + NORMAL survives a process crash but may lose the last commits on power loss; FULL survives both.
-      db.pragma(`synchronous = ${durability === 'fsync' ? 'FULL' : 'NORMAL'}`)
       db.pragma('foreign_keys = ON')
-      db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
-      migrate(db, file)
       this.statements = prepareStatements(db)
     } catch (error) {
-      db?.close()
-      if (error instanceof SpindleError) throw error
-      const hint = error instanceof Database.SqliteError ? hintFor(error.code) : 'Check the path and its permissions.'
-      throw new SpindleError('REGISTRY_FAILED', `Could not open the registry ${file}: ${(error as Error).message}. ${hint}`, {
-        cause: error,
-        details: { path: file },
-      })
+      db.close()
+      throw registryFailed(file, 'prepare its statements', error)
     }
     this.db = db
   }
@@ -291,22 +262,6 @@ class SqliteRegistry implements Registry {
 }
 
 /** Brings the schema up to MIGRATIONS.length, in one transaction; refuses a newer schema. */
-function migrate(db: Database.Database, file: string): void {
-  const version = db.pragma('user_version', { simple: true }) as number
-  if (version > MIGRATIONS.length) {
-    throw new SpindleError(
-      'REGISTRY_FAILED',
-      `The registry ${file} has schema version ${version}, newer than this spindle knows (${MIGRATIONS.length}); upgrade spindle to open it.`,
-      { details: { path: file, version, known: MIGRATIONS.length } },
-    )
-  }
-  if (version === MIGRATIONS.length) return
-  db.transaction(() => {
-    for (let i = version; i < MIGRATIONS.length; i++) db.exec(MIGRATIONS[i]!)
-    db.pragma(`user_version = ${MIGRATIONS.length}`)
-  })()
-}
-
 /**
  * Opens the registry database at `path`, creating and migrating it as needed, and returns it as a
  * {@link Registry}. Every write is one synchronous SQLite transaction, committed when the call returns.

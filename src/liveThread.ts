@@ -92,6 +92,8 @@ export class LiveThread implements ThreadHandle {
   private unsubscribeActor: (() => void) | null = null
   private readonly listeners = new Set<(view: ThreadView) => void>()
   private messageLog: Message[] | null = null
+  /** Whether the conversation came from outside this object and was not yet checked for tool calls left without results. */
+  private unchecked: boolean
   private readonly toolNames = new Map<string, string>()
   private readonly intents: Set<string>
   private lastGood: unknown = null
@@ -106,9 +108,10 @@ export class LiveThread implements ThreadHandle {
   constructor(
     readonly id: string,
     private readonly services: ThreadServices,
-    options: { messages?: Message[]; intents?: Iterable<string> } = {},
+    options: { messages?: Message[]; intents?: Iterable<string>; seeded?: boolean } = {},
   ) {
     this.messageLog = options.messages ?? null
+    this.unchecked = options.seeded ?? false
     this.intents = new Set(options.intents ?? [])
     this.done = new Promise<ThreadOutcome>((resolve, reject) => {
       this.resolveDone = resolve
@@ -175,9 +178,22 @@ export class LiveThread implements ThreadHandle {
     this.append(type, data)
   }
 
+  /**
+   * The conversation when it may hold tool calls left without results — just loaded from the
+   * transcript (recovery, restart) or seeded (continuation) — once; null otherwise. A conversation
+   * built here reply by reply has a result for every call by the time the model is called again.
+   */
+  messagesToCheck(): readonly Message[] | null {
+    const messages = this.messages()
+    if (!this.unchecked) return null
+    this.unchecked = false
+    return messages
+  }
+
   /** The conversation so far; rebuilt from the transcript the first time it is needed after recovery. */
   messages(): readonly Message[] {
     if (this.messageLog === null) {
+      this.unchecked = true
       const { entries } = this.services.transcripts.read(this.id)
       this.messageLog = messagesFromTranscript(entries)
       for (const entry of entries) this.learnToolNames(entry)

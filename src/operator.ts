@@ -32,7 +32,8 @@ function openRegistry(dir: string): Registry {
   return openSqliteRegistry({ path: paths.registry, durability: 'process' })
 }
 
-function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
+/** Runs `fn` with the data directory's registry open (THREAD_NOT_FOUND when it has none). */
+export function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
   const registry = openRegistry(dir)
   try {
     return fn(registry)
@@ -41,7 +42,8 @@ function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
   }
 }
 
-function recordOf(registry: Registry, dir: string, id: string): ThreadRecord {
+/** A thread's registry row; INVALID_THREAD_ID or THREAD_NOT_FOUND otherwise. */
+export function recordOf(registry: Registry, dir: string, id: string): ThreadRecord {
   assertThreadId(id)
   const record = registry.get(id)
   if (!record) {

@@ -4,14 +4,13 @@
  * directory picks up within `requests.pollMs` — or the next runtime that opens it — because only
  * that process has the model and tools the thread carries on with.
  */
-import fs from 'node:fs'
 import type { Limits } from '../machines/thread.machine.js'
 import { dataPaths } from '../persistence/paths.js'
-import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import type { ThreadRecord } from '../persistence/types.js'
 import { SpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
 import { locks } from './locks.js'
+import { recordOf, withRegistry } from './operator.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from './requests.js'
 
 export interface RequestWritten {
@@ -31,17 +30,7 @@ export function cancelThread(dir: string, id: string, reason: string | undefined
 
 /** Throws THREAD_NOT_FOUND for a thread the directory does not have. */
 function assertKnown(dir: string, id: string): void {
-  assertThreadId(id)
-  const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, { details: { dir: paths.root } })
-  }
-  const registry = openSqliteRegistry({ path: paths.registry, durability: 'process' })
-  try {
-    if (!registry.get(id)) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}. \`spindle ls\` lists the threads there.`, { details: { threadId: id } })
-  } finally {
-    registry.close()
-  }
+  withRegistry(dir, (registry) => recordOf(registry, dir, id))
 }
 
 export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string): RequestWritten {
@@ -85,18 +74,7 @@ export interface TreeNode {
  */
 export function threadTree(dir: string, root?: string): TreeNode[] {
   const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
-      details: { dir: paths.root },
-    })
-  }
-  const registry = openSqliteRegistry({ path: paths.registry, durability: 'process' })
-  let records: ThreadRecord[]
-  try {
-    records = registry.list()
-  } finally {
-    registry.close()
-  }
+  const records = withRegistry(dir, (registry) => registry.list())
   const nodes = new Map<string, TreeNode>()
   for (const r of records) {
     nodes.set(r.id, {
@@ -145,17 +123,7 @@ export interface Orphan {
 
 /** Created or running threads that no live runtime process holds a lease on. */
 export function scanOrphans(dir: string, now = Date.now()): Orphan[] {
-  const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, { details: { dir: paths.root } })
-  }
-  const registry = openSqliteRegistry({ path: paths.registry, durability: 'process' })
-  let active: ThreadRecord[]
-  try {
-    active = registry.listActive()
-  } finally {
-    registry.close()
-  }
+  const active = withRegistry(dir, (registry) => registry.listActive())
   const held = new Map(locks(dir, { now }).locks.map((l) => [l.threadId, l]))
   const orphans: Orphan[] = []
   for (const record of active) {

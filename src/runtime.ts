@@ -883,9 +883,12 @@ class RuntimeImpl implements Runtime {
       ...(init.previousThreadId ? { previousThreadId: init.previousThreadId } : {}),
       ...(init.messages ? { messages: init.messages } : {}),
     })
-    const thread = this.adopt(id, { messages: init.messages ? [...init.messages] : [{ role: 'user', content: input.directive.prompt }] })
+    const thread = this.adopt(id, {
+      messages: init.messages ? [...init.messages] : [{ role: 'user', content: input.directive.prompt }],
+      seeded: init.messages !== null,
+    })
     thread.start(this.machine, { input })
-    this.supervise(id, init.parentId, input.policy)
+    this.supervise(id, init.parentId)
     // The row commits in the round that makes the first state.json durable: a thread exists once
     // it is registered, and a registered thread always has files. Files without a row are a spawn
     // that never returned; recovery leaves them alone.
@@ -1097,7 +1100,7 @@ class RuntimeImpl implements Runtime {
   }
 
   /** Supervision bookkeeping of a live thread: its group and start order (the orchestrator keeps no copy). */
-  private supervise(id: string, parentId: string | null, _policy: ThreadPolicy): void {
+  private supervise(id: string, parentId: string | null): void {
     this.groups.set(id, parentId)
     if (!this.startSeq.has(id)) this.startSeq.set(id, ++this.seq)
   }
@@ -1336,7 +1339,8 @@ class RuntimeImpl implements Runtime {
   private async beforeModelCall(id: string, at: { turn: number; attempt: number }): Promise<'proceed' | 'stop'> {
     const thread = this.live.get(id)
     if (!thread || thread.stopped) return 'stop'
-    const repairs = findDanglingToolCalls(thread.messages())
+    const toCheck = thread.messagesToCheck()
+    const repairs = toCheck ? findDanglingToolCalls(toCheck) : []
     if (repairs.length > 0) {
       // Recorded like any input, so the conversation rebuilt from the transcript has them too.
       thread.note(TOOL_CALLS_REPAIRED, { at: this.clock.now(), turn: at.turn, repairs })
@@ -1868,7 +1872,7 @@ class RuntimeImpl implements Runtime {
     this.suspended.delete(id)
     const thread = this.adopt(id, { intents: stored.intents })
     thread.start(this.machine, { snapshot: stored.snapshot })
-    this.supervise(id, this.registry.get(id)?.parentId ?? null, (stored.snapshot as { context: ThreadContext }).context.policy)
+    this.supervise(id, this.registry.get(id)?.parentId ?? null)
     this.wakeWatchers(id)
     if (note) thread.note(note[0], note[1])
     if (!thread.deliver(event)) {
@@ -2166,24 +2170,40 @@ class RuntimeImpl implements Runtime {
     this.report(new SpindleError('CANCEL_REFUSED', `Refused the cancel request ${file}: ${reason}.`, { details: { threadId: id, file } }), id ?? undefined)
   }
 
+  /**
+   * Claims a request file carrying a thread's nonce (cancel, resume) so no other process acts on it
+   * too, and reads it. `refusal` says why it must be refused (unreadable, or `check` failed).
+   */
+  private claimNonceRequest(
+    file: string,
+    check: (request: CancelRequest) => string | null,
+  ): { claimed: string; request: CancelRequest | null; refusal: string | null } | null {
+    const claimed = `${file}.${process.pid}.claimed`
+    if (!claim(file, claimed)) return null
+    const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
+    if (!read.ok) return { claimed, request: null, refusal: read.problem.replace(claimed, file) }
+    return { claimed, request: read.value, refusal: check(read.value) }
+  }
+
+  /** A claimed request that was honoured: its file goes, the report and the request log say so. */
+  private honourRequest(paths: ReturnType<typeof dataPaths>, kind: 'cancel' | 'resume', id: string, file: string, claimed: string, reason: string, report: RequestsReport): void {
+    fs.rmSync(claimed, { force: true })
+    report.honoured.push({ threadId: id, kind, file })
+    logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind, threadId: id, file, outcome: 'honoured', reason })
+  }
+
   private async handleCancelFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
     const file = cancelFile(paths, id)
-    const claimed = `${file}.${process.pid}.claimed`
-    if (!claim(file, claimed)) return
-    const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
-    const record = this.registry.get(id)
-    const refusal = read.ok ? cancelRefusal(record, read.value) : read.problem.replace(claimed, file)
-    if (refusal) {
-      this.refuseCancel(paths, id, claimed, refusal, report)
+    const claimed = this.claimNonceRequest(file, (request) => cancelRefusal(this.registry.get(id), request))
+    if (!claimed) return
+    if (claimed.refusal !== null || !claimed.request) {
+      this.refuseCancel(paths, id, claimed.claimed, claimed.refusal ?? 'unreadable', report)
       return
     }
-    const request = (read as { value: CancelRequest }).value
-    fs.rmSync(claimed, { force: true })
-    report.honoured.push({ threadId: id, kind: 'cancel', file })
-    const reason = request.reason ?? 'cancelled by request file'
-    logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'cancel', threadId: id, file, outcome: 'honoured', reason })
+    const reason = claimed.request.reason ?? 'cancelled by request file'
+    this.honourRequest(paths, 'cancel', id, file, claimed.claimed, reason, report)
     try {
-      await this.cancelAs(id, reason, request.by ?? `file ${path.relative(paths.root, file)}`)
+      await this.cancelAs(id, reason, claimed.request.by ?? `file ${path.relative(paths.root, file)}`)
     } catch (error) {
       this.report(error, id)
     }
@@ -2192,31 +2212,26 @@ class RuntimeImpl implements Runtime {
   /** A resume request from another process: nonce-checked, then `resume`. */
   private async handleResumeFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
     const file = resumeFile(paths, id)
-    const claimed = `${file}.${process.pid}.claimed`
-    if (!claim(file, claimed)) return
-    const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
-    const record = this.registry.get(id)
-    let refusal: string | null = read.ok ? (record?.nonce === read.value.nonce ? null : "the nonce does not match the thread's nonce") : read.problem.replace(claimed, file)
-    const at = new Date(this.clock.now()).toISOString()
-    if (!refusal) {
+    const claimed = this.claimNonceRequest(file, (request) => (this.registry.get(id)?.nonce === request.nonce ? null : "the nonce does not match the thread's nonce"))
+    if (!claimed) return
+    let refusal = claimed.refusal
+    if (refusal === null && claimed.request) {
       try {
-        await this.resume(id, { by: (read as { value: CancelRequest }).value.by ?? `file ${path.relative(paths.root, file)}` })
+        await this.resume(id, { by: claimed.request.by ?? `file ${path.relative(paths.root, file)}` })
       } catch (error) {
         refusal = describeError(error).message
       }
     }
-    if (refusal) {
+    if (refusal !== null) {
       try {
-        fs.renameSync(claimed, path.join(path.dirname(file), 'resume.refused.json'))
+        fs.renameSync(claimed.claimed, path.join(path.dirname(file), 'resume.refused.json'))
       } catch {}
       report.refused.push({ threadId: id, kind: 'resume', file, reason: refusal })
-      logRequest(paths.root, { at, kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
+      logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
       this.report(new SpindleError('REQUEST_INVALID', `Refused the resume request ${file}: ${refusal}.`, { details: { threadId: id, file } }), id)
       return
     }
-    fs.rmSync(claimed, { force: true })
-    report.honoured.push({ threadId: id, kind: 'resume', file })
-    logRequest(paths.root, { at, kind: 'resume', threadId: id, file, outcome: 'honoured', reason: 'resumed' })
+    this.honourRequest(paths, 'resume', id, file, claimed.claimed, 'resumed', report)
   }
 
   private async handleResponse(paths: ReturnType<typeof dataPaths>, id: string, requestId: string, report: RequestsReport): Promise<void> {
@@ -2326,7 +2341,7 @@ class RuntimeImpl implements Runtime {
     thread.noteBeforeNext('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
     // `snapshot` is private to this call: freshly parsed from state.json or rebuilt by replay.
     thread.start(this.machine, { snapshot })
-    this.supervise(id, record.parentId ?? null, context.policy)
+    this.supervise(id, record.parentId ?? null)
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })
     report.resumed.push(id)
     this.emitLifecycle({ type: 'thread_recovered', at: this.clock.now(), threadId: id, state: value })

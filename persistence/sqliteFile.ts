@@ -1,0 +1,91 @@
+/**
+ * Opening one of spindle's SQLite files (registry, ledger, leases, recovery) the same way: WAL,
+ * a busy timeout so other processes wait instead of failing, the synchronous level the store
+ * needs, numbered migrations — and SQLite failures turned into errors that name the file and say
+ * what to do. Side effects.
+ */
+import Database from 'better-sqlite3'
+import { SpindleError } from '../src/errors.js'
+import type { SpindleErrorCode } from '../src/errors.js'
+
+/** How long a statement waits for another connection's lock before failing with SQLITE_BUSY. */
+export const BUSY_TIMEOUT_MS = 5000
+
+export interface SqliteStore {
+  /** The error code of this store's failures (REGISTRY_FAILED, LEDGER_FAILED …). */
+  code: SpindleErrorCode
+  /** What the file is, for messages: "the registry", "the budget ledger" … */
+  what: string
+  file: string
+}
+
+/** What the user can do about a SQLite failure, by its result code. */
+export function sqliteHint(what: string, code: string): string {
+  if (code.startsWith('SQLITE_BUSY')) {
+    return `Another connection held the lock of ${what} for more than ${BUSY_TIMEOUT_MS} ms; check for a stuck spindle process on this data directory.`
+  }
+  if (code === 'SQLITE_FULL') return 'The disk is full; free some space and retry.'
+  if (code.startsWith('SQLITE_READONLY') || code.startsWith('SQLITE_CANTOPEN') || code === 'SQLITE_PERM') {
+    return 'Check that the file and its directory exist and are writable by this user.'
+  }
+  if (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB') {
+    return "The file is damaged: move it aside and start again; the threads' own files are not affected."
+  }
+  return 'Check the file and the disk it is on.'
+}
+
+/** A SQLite failure of `action` as the store's error naming the file; anything else unchanged. */
+export function sqliteFailure(store: SqliteStore, action: string, error: unknown): unknown {
+  if (!(error instanceof Database.SqliteError)) return error
+  return new SpindleError(store.code, `Could not ${action} in ${store.what} ${store.file}: ${error.message}. ${sqliteHint(store.what, error.code)}`, {
+    cause: error,
+    details: { path: store.file, sqliteCode: error.code },
+  })
+}
+
+/** Runs `fn`, turning a SQLite failure into the store's error. */
+export function sqliteGuard(store: SqliteStore): <T>(action: string, fn: () => T) => T {
+  return (action, fn) => {
+    try {
+      return fn()
+    } catch (error) {
+      throw sqliteFailure(store, action, error)
+    }
+  }
+}
+
+/**
+ * Opens `store.file` (or ':memory:'), then runs the migrations it has not run yet in one
+ * transaction (`PRAGMA user_version` counts them). Refuses a file migrated by a newer spindle.
+ */
+export function openSqliteFile(store: SqliteStore, options: { synchronous: 'FULL' | 'NORMAL'; migrations: readonly string[] }): Database.Database {
+  const { file } = store
+  let db: Database.Database | undefined
+  try {
+    db = new Database(file)
+    // An in-memory database cannot use WAL (it has no file to keep a log beside).
+    if (file !== ':memory:') db.pragma('journal_mode = WAL')
+    db.pragma(`synchronous = ${options.synchronous}`)
+    db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    const version = db.pragma('user_version', { simple: true }) as number
+    const known = options.migrations.length
+    if (version > known) {
+      throw new SpindleError(store.code, `${store.what} ${file} has schema version ${version}, newer than this spindle knows (${known}); upgrade spindle to open it.`, {
+        details: { path: file, version, known },
+      })
+    }
+    if (version < known) {
+      const target = db
+      target.transaction(() => {
+        for (let i = version; i < known; i++) target.exec(options.migrations[i]!)
+        target.pragma(`user_version = ${known}`)
+      }).immediate()
+    }
+    return db
+  } catch (error) {
+    db?.close()
+    if (error instanceof SpindleError) throw error
+    const hint = error instanceof Database.SqliteError ? sqliteHint(store.what, error.code) : 'Check the path and its permissions.'
+    throw new SpindleError(store.code, `Could not open ${store.what} ${file}: ${(error as Error).message}. ${hint}`, { cause: error, details: { path: file } })
+  }
+}
