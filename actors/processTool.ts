@@ -343,6 +343,8 @@ export interface CommandToolSpec<S extends z.ZodType> {
   maxOutputBytes?: number
   /** @default 2000 */
   killGraceMs?: number
+  /** Capabilities a call needs. @default ['process'] */
+  permissions?: readonly string[]
 }
 
 /**
@@ -364,6 +366,8 @@ export function commandTool<S extends z.ZodType>(spec: CommandToolSpec<S>): Tool
     input: spec.input,
     idempotent: spec.idempotent,
     timeoutMs: spec.timeoutMs,
+    // Starting a program is a capability of its own; a spec may name more (`network`, `fs.write`).
+    permissions: spec.permissions ?? ['process'],
     execute: async (input: z.infer<S>, context: ToolContext): Promise<ProcessResult> => {
       const run = spec.command(input)
       const { exitCode, signal, stdout, stderr, truncated } = await runProcess(run.command, run.args, {

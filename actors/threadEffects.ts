@@ -16,12 +16,15 @@ import type {
   RunToolInput,
   SettleChildrenInput,
   ThreadEvent,
+  ToolCall,
   WaitUntilInput,
 } from '../machines/thread.machine.js'
 import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
 import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
 import type { Tool, ToolOutcome } from './tools.js'
 import { executeToolCall } from './tools.js'
+import type { Permissions } from '../src/policies/permissions.js'
+import { deniedCapability, describePermissions } from '../src/policies/permissions.js'
 
 /** The clock effects use. `now()` stamps events; timers wait for deadlines. */
 export interface Clock {
@@ -44,6 +47,8 @@ export interface EffectHost {
   readonly toolDefinitions: readonly ToolDefinition[]
   /** The tools a thread may use (its directive's `tools`), or null for every tool of the runtime. */
   allowedTools(threadId: string): ReadonlySet<string> | null
+  /** The thread's permissions (capability → granted, `*` for the rest), or undefined for everything. */
+  permissions(threadId: string): Permissions | undefined
   readonly modelTimeoutMs: number
   readonly toolTimeoutMs: number
   /** Resolves once the thread's latest checkpoint (and transcript) is durable. */
@@ -103,9 +108,35 @@ function uniqueCallIds(calls: Array<{ id: string }>): void {
   }
 }
 
+/** The tools the model is shown: its directive's, less those needing a capability the thread lacks. */
 function visibleTools(host: EffectHost, threadId: string): readonly ToolDefinition[] {
   const allowed = host.allowedTools(threadId)
-  return allowed ? host.toolDefinitions.filter((t) => allowed.has(t.name)) : host.toolDefinitions
+  const permissions = host.permissions(threadId)
+  if (!allowed && !permissions) return host.toolDefinitions
+  return host.toolDefinitions.filter(
+    (t) => (!allowed || allowed.has(t.name)) && deniedCapability(permissions, host.tools.get(t.name)?.permissions ?? []) === null,
+  )
+}
+
+/** Why a call may not run (the tool is not the directive's, or needs a capability it lacks), or null. */
+function refusal(host: EffectHost, threadId: string, call: ToolCall): ToolOutcome | null {
+  const allowed = host.allowedTools(threadId)
+  if (allowed && !allowed.has(call.name)) {
+    return { ok: false, output: { error: 'TOOL_NOT_ALLOWED', message: `The tool "${call.name}" is not among this directive's tools (${[...allowed].join(', ') || 'none'}).` } }
+  }
+  const permissions = host.permissions(threadId)
+  const needs = host.tools.get(call.name)?.permissions ?? []
+  const denied = deniedCapability(permissions, needs)
+  if (denied !== null) {
+    return {
+      ok: false,
+      output: {
+        error: 'PERMISSION_DENIED',
+        message: `The tool "${call.name}" needs the permission "${denied}", which this thread does not have (its permissions: ${describePermissions(permissions!)}). Do the task without it, or say that you cannot.`,
+      },
+    }
+  }
+  return null
 }
 
 export function toolIdempotencyKey(threadId: string, turn: number, callId: string): string {
@@ -218,14 +249,7 @@ export function runToolLogic(host: EffectHost) {
       } else {
         await host.recordToolIntent(threadId, key, call)
         if (controller.signal.aborted) return
-        const allowed = host.allowedTools(threadId)
-        outcome =
-          allowed && !allowed.has(call.name)
-            ? {
-                ok: false,
-                output: { error: 'TOOL_NOT_ALLOWED', message: `The tool "${call.name}" is not among this directive's tools (${[...allowed].join(', ') || 'none'}).` },
-              }
-            : await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs)
+        outcome = refusal(host, threadId, call) ?? (await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs))
       }
       if (controller.signal.aborted) return
       settled = true

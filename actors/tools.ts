@@ -5,6 +5,7 @@
 import { z } from 'zod'
 import type { ToolCall } from '../machines/thread.machine.js'
 import { describeError } from '../src/errors.js'
+import { CAPABILITY } from '../src/policies/permissions.js'
 import type { ToolDefinition } from './model.js'
 
 export interface ToolContext {
@@ -30,6 +31,11 @@ export interface Tool<Input = unknown> {
   readonly idempotent: boolean
   /** Its own timeout in ms; when absent the runtime's configured default (timeouts.toolMs) applies. */
   readonly timeoutMs: number | undefined
+  /**
+   * The capabilities a call needs (`network`, `process`, `fs.write` …): a thread whose directive's
+   * `permissions` do not grant one of them gets PERMISSION_DENIED and the tool does not run.
+   */
+  readonly permissions: readonly string[]
   execute(input: Input, context: ToolContext): unknown
 }
 
@@ -41,6 +47,8 @@ export interface ToolSpec<S extends z.ZodType> {
   idempotent?: boolean
   /** @default the runtime's `timeouts.toolMs` (120 000 in the shipped defaults) */
   timeoutMs?: number
+  /** Capabilities a call needs, checked against the thread's `permissions`. @default [] */
+  permissions?: readonly string[]
   execute(input: z.infer<S>, context: ToolContext): unknown
 }
 
@@ -64,12 +72,18 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool<z.infer
   if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs <= 0)) {
     throw new TypeError(`defineTool: timeoutMs of "${spec.name}" must be a positive number of ms (got ${timeoutMs})`)
   }
+  const permissions = spec.permissions ?? []
+  const badCapability = permissions.find((c) => typeof c !== 'string' || !CAPABILITY.test(c))
+  if (badCapability !== undefined) {
+    throw new TypeError(`defineTool: permissions of "${spec.name}" must be capability names like "network" or "fs.write" (got ${JSON.stringify(badCapability)})`)
+  }
   return {
     name: spec.name,
     description: spec.description,
     input: spec.input as z.ZodType<z.infer<S>>,
     idempotent: spec.idempotent ?? false,
     timeoutMs,
+    permissions: [...new Set(permissions)],
     execute: spec.execute,
   }
 }

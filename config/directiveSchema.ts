@@ -4,6 +4,7 @@
  */
 import { z } from 'zod'
 import { ConfigLayerSchema } from './schema.js'
+import { PermissionsSchema } from '../src/policies/permissions.js'
 
 export const DirectiveInputSchema = z.strictObject({
   type: z.enum(['string', 'number', 'boolean']).default('string'),
@@ -24,8 +25,11 @@ export const DirectiveFrontMatterSchema = z.strictObject({
   hooks: ConfigLayerSchema.shape.hooks,
   /** Names of tools the thread is meant to use (each must be known to the runtime that runs it). */
   tools: z.array(z.string().min(1)).optional(),
-  /** What the thread may do besides its tools (recorded, for people and policies to read). */
-  permissions: z.record(z.string(), z.unknown()).optional(),
+  /**
+   * Capabilities the thread's tools may use (`network: false`, `'*': false` to deny all not named);
+   * a tool needing a denied one is hidden and its calls are refused with PERMISSION_DENIED.
+   */
+  permissions: PermissionsSchema.optional(),
   /** Inputs, filled into the prompt as {{name}}. */
   input: z.record(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'a name of letters, digits and "_"'), DirectiveInputSchema).optional(),
 })

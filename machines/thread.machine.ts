@@ -37,6 +37,11 @@ export interface ThreadPolicy {
   hooks: Array<Record<string, unknown>>
   /** The tools this thread may use (its directive's `tools`); absent: every tool of its runtime. */
   tools?: string[]
+  /**
+   * Capability → granted (`*` for the rest), already capped by the parent's: what the thread's
+   * tools may do. Absent: everything.
+   */
+  permissions?: Record<string, boolean>
   /** How the supervisor restarts this thread after a crash, and the strategy for its own children. */
   supervision?: {
     restart: 'permanent' | 'transient' | 'temporary'

@@ -53,6 +53,8 @@ export function childTools(host: ChildToolsHost): Tool<any>[] {
       'use wait_threads to get its result. Its budget is reserved from yours.',
     input: SpawnThreadInput,
     idempotent: true,
+    // Starting threads spends the tree's budget: a directive may withhold it (`spawn: false`).
+    permissions: ['spawn'],
     execute: async (input, context) => host.spawnChild(context.threadId, context.idempotencyKey, input),
   })
   const waitThreadsTool = defineTool({

@@ -121,5 +121,6 @@ export function renderDirective(directive: DirectiveFile, inputs: Record<string,
     ...(fm.escalation ? { escalation: fm.escalation } : {}),
     ...(fm.hooks ? { hooks: fm.hooks } : {}),
     ...(fm.tools ? { tools: fm.tools } : {}),
+    ...(fm.permissions ? { permissions: fm.permissions } : {}),
   }
 }

@@ -78,6 +78,7 @@ import { childTools } from './childTools.js'
 import type { SpawnThreadInput } from './childTools.js'
 import { continuationMessages, findDanglingToolCalls } from './continuation.js'
 import { TOOL_CALLS_REPAIRED } from './messages.js'
+import { capPermissions, PermissionsSchema } from './policies/permissions.js'
 import { waitThreads } from './waits.js'
 import { decideRecovery, describeRecovery } from './policies/recovery.js'
 import type { RecoveryDecision } from './policies/recovery.js'
@@ -167,6 +168,12 @@ export interface DirectiveSpec {
   prompt: string
   /** The tools the thread may use, by name (each must be a tool of the runtime); absent: all of them. */
   tools?: string[]
+  /**
+   * What its tools may do: capability → granted, `*` for every capability not named (default:
+   * granted). A tool that needs a capability the thread lacks is hidden from the model and a call
+   * to it gets PERMISSION_DENIED. A child's are capped by its parent's.
+   */
+  permissions?: Record<string, boolean>
   limits?: Partial<Limits>
   retry?: Partial<RetryPolicy>
   escalation?: ConfigLayer['escalation']
@@ -491,6 +498,7 @@ class RuntimeImpl implements Runtime {
         const allowed = this.live.get(id)?.context().policy.tools
         return allowed ? new Set(allowed) : null
       },
+      permissions: (id) => this.live.get(id)?.context().policy.permissions,
       modelTimeoutMs: this.config.timeouts.modelMs,
       toolTimeoutMs: this.config.timeouts.toolMs,
       checkpointed: () => this.commit.whenLogged(),
@@ -537,7 +545,7 @@ class RuntimeImpl implements Runtime {
   }
 
   private async spawnResolved(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
-    const { name, prompt, tools: allowedTools, ...directiveLayer } = options.directive
+    const { name, prompt, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
     if (allowedTools !== undefined) {
       const unknown = allowedTools.filter((tool) => !this.toolNames.has(tool))
       if (!Array.isArray(allowedTools) || unknown.length > 0) {
@@ -546,6 +554,15 @@ class RuntimeImpl implements Runtime {
           `directive "${name}": tools names ${unknown.map((t) => JSON.stringify(t)).join(', ')}, which this runtime does not have (it has ${[...this.toolNames].join(', ') || 'none'}).`,
           { details: { field: 'directive.tools' } },
         )
+      }
+    }
+    if (ownPermissions !== undefined) {
+      const checked = PermissionsSchema.safeParse(ownPermissions)
+      if (!checked.success) {
+        const issue = checked.error.issues[0]!
+        throw new SpindleError('INVALID_OPTIONS', `directive "${name}": permissions${issue.path.length ? `.${issue.path.join('.')}` : ''}: ${issue.message}.`, {
+          details: { field: 'directive.permissions' },
+        })
       }
     }
     const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
@@ -560,6 +577,7 @@ class RuntimeImpl implements Runtime {
       escalation: resolved.escalation,
       hooks: dataHooks as ThreadPolicy['hooks'],
       ...(allowedTools !== undefined ? { tools: [...allowedTools] } : {}),
+      ...(ownPermissions !== undefined ? { permissions: { ...ownPermissions } } : {}),
       supervision: {
         restart: options.restart ?? resolved.supervision.restart,
         childStrategy: options.childStrategy ?? resolved.supervision.strategy,
@@ -572,6 +590,10 @@ class RuntimeImpl implements Runtime {
     if (options.parentId !== undefined) {
       assertThreadId(options.parentId)
       ;({ limits, depth } = this.capByParent(options.parentId, limits))
+      // A child never has a capability its parent lacks.
+      const parentPermissions = (this.live.get(options.parentId)?.context() ?? this.storedContext(options.parentId))?.policy.permissions
+      const capped = capPermissions(parentPermissions, policy.permissions)
+      if (capped) policy.permissions = { ...capped }
     }
     const directive = { name, prompt }
     const threadId = id ?? newThreadId(directive.name)
