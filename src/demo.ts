@@ -13,6 +13,7 @@ import type { ThreadView } from './liveThread.js'
 import type { Durability } from '../persistence/types.js'
 import type { RuntimeOptions } from './runtime.js'
 import { createRuntime } from './runtime.js'
+import { showRecovery, statusLine } from './progress.js'
 
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
 const TURNS = 6
@@ -79,6 +80,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     tools: [lookupTool(), saveNoteTool(options.dir)],
     defaultLimits: { turns: 10 },
     ...(options.inspect ? { inspect: options.inspect } : {}),
+    onLifecycle: showRecovery(out, tty),
     onProblem: (p) => out.write(`problem${p.threadId ? ` in ${p.threadId}` : ''}: [${p.code}] ${p.message}\n`),
   })
   const report = rt.lastRecovery
@@ -105,10 +107,12 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     )
   }
   let lastLines = 0
+  const summary = (): string => statusLine([...views.values()].map((v) => ({ status: v.status, spend: v.usage.spend })))
   const render = (): void => {
     const rows = [...views.values()].map(
       (v) => `  ${v.id.padEnd(32)} ${stateLabel(v).padEnd(24)} turn ${String(v.usage.turns).padStart(2)}  $${v.usage.spend.toFixed(5)}`,
     )
+    rows.push(`  ${summary()}`)
     if (tty) {
       if (lastLines > 0) out.write(`\x1b[${lastLines}A`)
       out.write(rows.map((r) => `\x1b[2K${r}\n`).join(''))
@@ -121,6 +125,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       views.set(view.id, view)
       if (!tty && (previous?.status !== view.status || previous?.usage.turns !== view.usage.turns)) {
         out.write(`${view.id} ${stateLabel(view)} turn=${view.usage.turns} spend=$${view.usage.spend.toFixed(5)}\n`)
+        if (previous?.status !== view.status) out.write(`threads: ${summary()}\n`)
       }
     })
   }

@@ -67,6 +67,8 @@ export type { DirectiveFile } from './directiveFile.js'
 export type { DirectiveFrontMatter } from '../config/directiveSchema.js'
 
 export { SpindleError, isSpindleError } from './errors.js'
+export { showRecovery } from './progress.js'
+export type { ProgressOut } from './progress.js'
 export type { SpindleErrorCode } from './errors.js'
 
 export type { ThreadStatus, ThreadRecord, Cost, StateEnvelope, TranscriptEntry, Durability } from '../persistence/types.js'

@@ -8,6 +8,7 @@ import { findDirective, renderDirective } from './directiveFile.js'
 import { SpindleError } from './errors.js'
 import { createRuntime } from './runtime.js'
 import type { RuntimeOptions } from './runtime.js'
+import { showRecovery } from './progress.js'
 
 /** The built-in model of `run`: it answers once, saying what it was asked. */
 const runModel = scriptedModel((request) => {
@@ -40,7 +41,13 @@ export async function runDirective(options: {
     inputs[pair.slice(0, at)] = pair.slice(at + 1)
   }
   const directive = renderDirective(file, inputs)
-  const rt = await createRuntime({ dir: options.dir, model: runModel, ...(options.inspect ? { inspect: options.inspect } : {}) })
+  const rt = await createRuntime({
+    dir: options.dir,
+    model: runModel,
+    // Unfinished threads of the directory are recovered first; a person sees how far that is.
+    ...(options.json ? {} : { onLifecycle: showRecovery(options.out, options.tty) }),
+    ...(options.inspect ? { inspect: options.inspect } : {}),
+  })
   const say = (text: string): void => {
     if (!options.json) options.out.write(`${text}\n`)
   }

@@ -151,10 +151,19 @@ export type LifecycleEvent =
   | { type: 'recovery_decided'; at: number; threadId: string; taskKey: string; decision: RecoveryDecision; message: string }
   /** A thread recovery escalation started to try a failed task again. */
   | { type: 'recovery_started'; at: number; threadId: string; taskKey: string; handler: string; attempt: number; retryOf: string }
+  /**
+   * Recovery at open (or `rt.recover()`) is under way: `done` of `total` unfinished threads looked
+   * at, by outcome, and what the recovered ones had spent. Sent first with done 0, then at most
+   * every 100 ms, and last with done = total.
+   */
+  | { type: 'recovery_progress'; at: number; done: number; total: number; resumed: number; settled: number; rebuilt: number; failed: number; elsewhere: number; spend: number }
   /** Budget governance acted on a thread (design 003 §7). */
   | { type: 'governance_applied'; at: number; threadId: string; exceededKeys: string[]; action: string; degradeStep: number }
 
 export type LifecycleEventType = LifecycleEvent['type']
+
+/** How often recovery tells its progress while it works through many threads. */
+const RECOVERY_PROGRESS_EVERY_MS = 100
 
 export interface Problem {
   threadId?: string
@@ -1052,16 +1061,38 @@ class RuntimeImpl implements Runtime {
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
     const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
     const leased = this.leaseAll(candidates.map((r) => r.id))
+    const progress = { total: candidates.length, done: 0, spend: 0, lastAt: 0 }
+    // The loop holds the event loop; a host shows progress from these events (synchronous writes).
+    const tell = (final: boolean): void => {
+      const now = performance.now()
+      if (!final && now - progress.lastAt < RECOVERY_PROGRESS_EVERY_MS) return
+      progress.lastAt = now
+      this.emitLifecycle({
+        type: 'recovery_progress',
+        at: this.clock.now(),
+        done: progress.done,
+        total: progress.total,
+        resumed: report.resumed.length,
+        settled: report.settled.length,
+        rebuilt: report.rebuilt.length,
+        failed: report.failed.length,
+        elsewhere: report.elsewhere.length,
+        spend: progress.spend,
+      })
+    }
+    if (candidates.length > 0) tell(true)
     for (const record of candidates) {
+      progress.done++
       if (!leased.has(record.id)) {
         report.elsewhere.push(record.id)
-        continue
+      } else {
+        try {
+          progress.spend += this.rehydrate(record, report)
+        } catch (error) {
+          this.markUnrecoverable(record.id, error, report)
+        }
       }
-      try {
-        this.rehydrate(record, report)
-      } catch (error) {
-        this.markUnrecoverable(record.id, error, report)
-      }
+      tell(progress.done === progress.total)
     }
     // Settled and failed threads changed stored status: make that durable before reporting it.
     // Resumed threads need no wait here; their first effect waits for their transcript anyway.
@@ -2326,7 +2357,8 @@ class RuntimeImpl implements Runtime {
     return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
   }
 
-  private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport): void {
+  /** Carries one thread on from its checkpoint (or settles it); returns what it has spent. */
+  private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport): number {
     const id = record.id
     const { snapshot, tail } = this.readSnapshot(id, record.status, report)
     const value = (snapshot as { value: unknown }).value
@@ -2355,7 +2387,7 @@ class RuntimeImpl implements Runtime {
           this.commit.whenDurable().then(() => this.writeApprovalRequest(id, request), () => {})
         }
       }
-      return
+      return context.usage.spend
     }
     if (record.status !== status) this.commit.stageRegistry(id, { status, at: this.clock.now() })
     const intents = tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
@@ -2367,6 +2399,7 @@ class RuntimeImpl implements Runtime {
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })
     report.resumed.push(id)
     this.emitLifecycle({ type: 'thread_recovered', at: this.clock.now(), threadId: id, state: value })
+    return context.usage.spend
   }
 
   private markUnrecoverable(id: string, error: unknown, report: RecoveryReport): void {

@@ -8,7 +8,8 @@ import path from 'node:path'
 import { SimulatedClock, createActor } from 'xstate'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import type { Message, Runtime, RuntimeOptions } from '../../src/index.js'
+import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
+import { showRecovery, statusLine } from '../../src/progress.js'
 import { createRuntime, defineTool, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
@@ -52,6 +53,36 @@ describe('process restart', () => {
     expect(outcomes.map((o) => o.cost.turns)).toEqual([2, 2])
     expect(verifyReplay(dir, a).matches).toBe(true)
     expect(rt.list({ status: ['created', 'running'] })).toEqual([])
+  })
+
+  it('should tell its progress while it recovers: first nothing done, last every thread, with the spend so far', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const seen: Array<Extract<LifecycleEvent, { type: 'recovery_progress' }>> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onLifecycle: (e) => e.type === 'recovery_progress' && seen.push(e) })
+    expect(seen[0]).toMatchObject({ done: 0, total: 2, resumed: 0, spend: 0 })
+    const spent = rt.list().filter((r) => r.id === a || r.id === b).reduce((n, r) => n + (r.cost?.spend ?? 0), 0)
+    expect(seen.at(-1)).toMatchObject({ done: 2, total: 2, resumed: 2, settled: 0, failed: 0, elsewhere: 0 })
+    expect(spent).toBeGreaterThan(0)
+    expect(seen.at(-1)!.spend).toBeCloseTo(spent, 9)
+    for (let i = 1; i < seen.length; i++) expect(seen[i]!.done).toBeGreaterThanOrEqual(seen[i - 1]!.done)
+    await Promise.all(rt.active().map((t) => t.done))
+  })
+
+  it('should show recovery on a terminal as one line rewritten, and elsewhere as a few plain lines', () => {
+    const event = (done: number) => ({ type: 'recovery_progress' as const, at: 0, done, total: 3, resumed: done, settled: 0, rebuilt: 0, failed: 0, elsewhere: 0, spend: done * 0.5 })
+    const tty: string[] = []
+    const onTty = showRecovery({ write: (t) => tty.push(t) }, true)
+    for (const n of [0, 1, 2, 3]) onTty(event(n))
+    expect(tty).toHaveLength(4)
+    expect(tty.every((t) => t.startsWith('\r\x1b[2K'))).toBe(true)
+    expect(tty.at(-1)).toBe('\r\x1b[2Krecovering 3/3 unfinished threads: 3 resumed; $1.5000 spent so far\n')
+    const plain: string[] = []
+    const onPlain = showRecovery({ write: (t) => plain.push(t) }, false)
+    for (const n of [0, 1, 2, 3]) onPlain(event(n))
+    // The first line, then none until a second has passed, and always the last.
+    expect(plain).toEqual(['recovering 0/3 unfinished threads; $0.0000 spent so far\n', 'recovering 3/3 unfinished threads: 3 resumed; $1.5000 spent so far\n'])
+    expect(statusLine([{ status: 'running', spend: 0.25 }, { status: 'completed', spend: 1 }, { status: 'running', spend: 0 }])).toBe('2 running, 1 completed; $1.2500 spent')
   })
 
   it('should resume on demand with rt.recover() when opened with recover: false', async () => {
