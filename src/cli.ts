@@ -42,6 +42,7 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   APPROVAL_NEEDS_LIMITS: 6,
   DIRECTIVE_INVALID: 3,
   DIRECTIVE_NOT_FOUND: 4,
+  THREAD_LEASED: 9,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
@@ -92,7 +93,7 @@ function program(setExit: (code: number) => void): Command {
     .description('A durable actor runtime for LLM agent threads.')
     .addHelpText(
       'after',
-      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 6 not in a state for that, 130 interrupted.',
+      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 6 not in a state for that, 7 thread ended in error or cancelled (run), 8 thread suspended for a person (run), 9 threads run by another live process (demo), 130 interrupted.',
     )
     .showHelpAfterError()
 

@@ -13,6 +13,7 @@ import type { ThreadView } from './liveThread.js'
 import type { Durability } from '../persistence/types.js'
 import type { RuntimeOptions } from './runtime.js'
 import { createRuntime } from './runtime.js'
+import { SpindleError } from './errors.js'
 import { showRecovery, statusLine } from './progress.js'
 
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
@@ -92,6 +93,16 @@ export async function runDemo(options: DemoOptions): Promise<number> {
         (report.rebuilt.length ? `; ${report.rebuilt.length} rebuilt from transcript` : '') +
         (report.failed.length ? `; ${report.failed.length} could not be recovered` : '') +
         '.\n',
+    )
+  }
+  if (threads.length === 0 && report.elsewhere.length > 0) {
+    // Starting six more threads beside ones a live demo runs would only confuse both.
+    await rt.close()
+    throw new SpindleError(
+      'THREAD_LEASED',
+      `${report.elsewhere.length} unfinished thread(s) in ${rt.dir} are run by another live spindle process. ` +
+        'Stop that demo (or wait for it), or pass another --dir; `spindle locks --dir ' + rt.dir + '` shows who holds them.',
+      { details: { threadIds: report.elsewhere } },
     )
   }
   if (threads.length === 0) {

@@ -31,12 +31,24 @@ export interface LocksReport {
   kept: LockView[]
 }
 
-function pidAlive(pid: number): boolean {
+/**
+ * Whether process `pid` on this host still runs. A zombie — killed, but not yet reaped by a parent
+ * that never waits (a container's PID 1 often) — answers signal 0 like a live one; on Linux its
+ * /proc state says it is dead.
+ */
+export function pidAlive(pid: number): boolean {
   try {
     process.kill(pid, 0)
-    return true
   } catch (error) {
+    // ESRCH: no such process. EPERM: it exists (another user's), so it is alive.
     return (error as NodeJS.ErrnoException).code !== 'ESRCH'
+  }
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1')
+    // The state follows the command name in parentheses, which may itself hold ')'.
+    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'
+  } catch {
+    return true
   }
 }
 

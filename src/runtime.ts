@@ -79,6 +79,7 @@ import type { SpawnThreadInput } from './childTools.js'
 import { continuationMessages, findDanglingToolCalls } from './continuation.js'
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { capPermissions, PermissionsSchema } from './policies/permissions.js'
+import { pidAlive } from './locks.js'
 import { waitThreads } from './waits.js'
 import { decideRecovery, describeRecovery } from './policies/recovery.js'
 import type { RecoveryDecision } from './policies/recovery.js'
@@ -630,13 +631,7 @@ class RuntimeImpl implements Runtime {
     if (lease.owner === this.owner.id) return false
     if (lease.expiresAt <= now) return true
     if (lease.host !== this.owner.host) return false
-    try {
-      process.kill(lease.pid, 0)
-      return false
-    } catch (error) {
-      // ESRCH: no such process. EPERM: it exists (another user's), so it is alive.
-      return (error as NodeJS.ErrnoException).code === 'ESRCH'
-    }
+    return !pidAlive(lease.pid)
   }
 
   /** Takes a thread's lease, or says which live process holds it. */

@@ -36,4 +36,21 @@ describe('spindle demo', () => {
     expect(done.match(/ completed /g)).toHaveLength(5)
     expect(done).toContain('suspended (limit)')
   })
+
+  it('should refuse to start beside a live demo on the same directory, naming what holds it', async () => {
+    const dir = tempDir('spindle-demo-twice')
+    const cli = compiled('src/cli.js')
+    const first = spawn(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '2000'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    try {
+      let printed = ''
+      await new Promise<void>((resolve) => first.stdout.on('data', (d: Buffer) => (printed += d) && /turn=0/.test(printed) && resolve()))
+      const second = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
+      expect(second.status).toBe(9)
+      expect(second.stderr).toContain('THREAD_LEASED')
+      expect(second.stderr).toContain('run by another live spindle process')
+      expect(second.stdout).not.toContain('Starting')
+    } finally {
+      first.kill('SIGKILL')
+    }
+  })
 })

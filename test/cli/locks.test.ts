@@ -8,6 +8,7 @@ import path from 'node:path'
 import Database from 'better-sqlite3'
 import { describe, expect, it } from 'vitest'
 import { compiled, tempDir } from '../helpers/dirs.js'
+import { pidAlive } from '../../src/locks.js'
 
 function spindle(...args: string[]): { code: number | null; stdout: string; stderr: string } {
   const run = spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8' })
@@ -25,6 +26,24 @@ async function runtimeProcess(dir: string) {
   expect(out).toContain('spawned')
   return { child, exited }
 }
+
+describe('a dead lease holder', () => {
+  it('should count a killed process that nobody reaped (a zombie) as dead', async () => {
+    // `sh` starts a short sleep, then becomes a long sleep that never waits for it: once the short
+    // one exits it stays a zombie, which still answers signal 0.
+    const parent = spawn('sh', ['-c', 'sleep 0.1 & echo $!; exec sleep 10'], { stdio: ['ignore', 'pipe', 'ignore'] })
+    try {
+      const pid = Number(await new Promise<string>((resolve) => parent.stdout.once('data', (d: Buffer) => resolve(String(d).trim()))))
+      expect(pidAlive(pid)).toBe(true)
+      for (let i = 0; i < 100 && fs.readFileSync(`/proc/${pid}/stat`, 'latin1').split(') ')[1]![0] !== 'Z'; i++) await new Promise((r) => setTimeout(r, 20))
+      expect(() => process.kill(pid, 0)).not.toThrow()
+      expect(pidAlive(pid)).toBe(false)
+      expect(pidAlive(process.pid)).toBe(true)
+    } finally {
+      parent.kill('SIGKILL')
+    }
+  })
+})
 
 describe('spindle locks', () => {
   it('should list the leases of a process killed with SIGKILL as stale, and reclaim them with --apply, logging each', async () => {
