@@ -4,26 +4,18 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { ModelRequest } from '../../src/index.js'
 import { commandTool, defineTool, scriptedModel } from '../../src/index.js'
-import { createTestRuntime } from '../../src/testing.js'
-import type { TestRuntime, TestRuntimeOptions } from '../../src/testing.js'
+import type { TestRuntime } from '../../src/testing.js'
 import { loadDirectiveFile, renderDirective } from '../../src/directiveFile.js'
 import { capPermissions, deniedCapability, permits } from '../../src/policies/permissions.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
+import { testRuntimes } from '../helpers/testRuntimes.js'
 
-const open: TestRuntime[] = []
-async function runtime(options: TestRuntimeOptions): Promise<TestRuntime> {
-  const rt = await createTestRuntime(options)
-  open.push(rt)
-  return rt
-}
-afterEach(async () => {
-  while (open.length) await open.pop()!.cleanup()
-})
+const runtime = testRuntimes()
 
 function toolResults(rt: TestRuntime, id: string): Array<{ ok: boolean; output: any }> {
   return fs

@@ -6,26 +6,18 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { LifecycleEvent, Message, ModelRequest, ScriptedTurn } from '../../src/index.js'
 import { defineTool, scriptedModel } from '../../src/index.js'
-import { createTestRuntime } from '../../src/testing.js'
-import type { TestRuntime, TestRuntimeOptions } from '../../src/testing.js'
+import type { TestRuntime } from '../../src/testing.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { SPAWN_ENTRY } from '../../src/replay.js'
 import { inState, until } from '../helpers/threads.js'
+import { testRuntimes } from '../helpers/testRuntimes.js'
 
-const open: TestRuntime[] = []
-async function runtime(options: TestRuntimeOptions): Promise<TestRuntime> {
-  const rt = await createTestRuntime(options)
-  open.push(rt)
-  return rt
-}
-afterEach(async () => {
-  while (open.length) await open.pop()!.cleanup()
-})
+const runtime = testRuntimes()
 
 function entries(rt: TestRuntime, id: string, type?: string): Array<{ type: string; data: any }> {
   const all = fs

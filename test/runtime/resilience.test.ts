@@ -4,25 +4,18 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { ThreadHandle } from '../../src/index.js'
 import { defineTool, scriptedModel } from '../../src/index.js'
 import { createTestRuntime } from '../../src/testing.js'
-import type { TestRuntime, TestRuntimeOptions } from '../../src/testing.js'
+import type { TestRuntime } from '../../src/testing.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { readRequestLog, requestCancel, respondToApproval } from '../../src/requests.js'
 import { inState, until } from '../helpers/threads.js'
+import { testRuntimes } from '../helpers/testRuntimes.js'
 
-const open: TestRuntime[] = []
-async function runtime(options: TestRuntimeOptions): Promise<TestRuntime> {
-  const rt = await createTestRuntime(options)
-  open.push(rt)
-  return rt
-}
-afterEach(async () => {
-  while (open.length) await open.pop()!.cleanup()
-})
+const runtime = testRuntimes()
 
 const noop = defineTool({ name: 'noop', description: 'does nothing', input: z.object({}), idempotent: true, execute: () => null })
 /** Calls `noop` every turn, saying where it is, and never finishes on its own. */
