@@ -428,11 +428,11 @@ function program(setExit: (code: number) => void): Command {
 
   cli
     .command('viz')
-    .description('write Mermaid diagrams of the machines to visualizations/')
+    .description('write the machines to visualizations/: Mermaid, SVG statecharts and Stately Studio source')
     .option('--out <dir>', 'where to write', 'visualizations')
     .option('--check', 'write nothing; exit 1 if a diagram is missing or stale')
-    .action((o: { out: string; check?: boolean }) => {
-      const stale = writeVisualizations(o.out, { check: o.check === true })
+    .action(async (o: { out: string; check?: boolean }) => {
+      const stale = await writeVisualizations(o.out, { check: o.check === true })
       for (const file of stale) out(`${o.check ? 'out of date' : 'wrote'}: ${file}`)
       if (o.check && stale.length > 0) {
         process.stderr.write('The machines changed since the diagrams were generated: run `spindle viz` and commit the result.\n')

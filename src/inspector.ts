@@ -10,7 +10,10 @@ import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describeError, isSpindleError } from './errors.js'
 import { showThread, threadLog } from './operator.js'
-import { approveThread, denyThread, threadTree } from './operatorActions.js'
+import { approveThread, denyThread, scanOrphans, threadTree } from './operatorActions.js'
+import { locks } from './locks.js'
+import { statechartSvg } from './statechartSvg.js'
+import { threadMachine } from '../machines/thread.machine.js'
 import type { TreeNode } from './operatorActions.js'
 import { pendingApprovals } from './requests.js'
 import { visualizations } from './visualize.js'
@@ -32,6 +35,9 @@ function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
 /** What the page shows, as JSON. */
 function overview(dir: string) {
   const tree = threadTree(dir)
+  // A thread the registry calls running that no live process holds must not look alive.
+  const orphans = new Map(scanOrphans(dir).map((o) => [o.id, o.why]))
+  const held = new Map(locks(dir).locks.filter((l) => l.state === 'live').map((l) => [l.threadId, { owner: l.owner, pid: l.pid, host: l.host }]))
   const threads = flatten(tree).map((node) => {
     const report = showThread(dir, node.id)
     const context = report.state?.context
@@ -45,11 +51,15 @@ function overview(dir: string) {
       suspendReason: context?.suspendReason ?? null,
       result: context?.result ?? null,
       error: context?.error ?? null,
+      tools: context?.policy.tools ?? null,
+      permissions: context?.policy.permissions ?? null,
+      orphan: orphans.get(node.id) ?? null,
+      heldBy: held.get(node.id) ?? null,
       approvals: node.status === 'suspended' ? pendingApprovals(dir, node.id) : [],
       problems: report.problems,
     }
   })
-  return { tree, threads }
+  return { tree, threads, orphans: Object.fromEntries(orphans) }
 }
 
 async function body(request: http.IncomingMessage): Promise<unknown> {
@@ -68,6 +78,8 @@ export async function startInspector(options: { dir: string; port?: number }): P
     const given = Buffer.from(url.searchParams.get('token') ?? String(request.headers['x-spindle-token'] ?? ''))
     return given.length === expected.length && timingSafeEqual(given, expected)
   }
+  // Laid out once per inspector, on first use: the machine does not change while it runs.
+  let chart: Promise<string> | undefined
   const server = http.createServer(async (request, response) => {
     const url = new URL(request.url ?? '/', 'http://127.0.0.1')
     const send = (status: number, value: unknown, type = 'application/json'): void => {
@@ -78,7 +90,10 @@ export async function startInspector(options: { dir: string; port?: number }): P
     try {
       if (request.method === 'GET' && url.pathname === '/') return send(200, PAGE.replace('__TOKEN__', token), 'text/html; charset=utf-8')
       if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(options.dir))
-      if (request.method === 'GET' && url.pathname === '/api/statechart') return send(200, { mermaid: visualizations()['thread.machine.mmd'] })
+      if (request.method === 'GET' && url.pathname === '/api/statechart') {
+        chart ??= statechartSvg(threadMachine)
+        return send(200, { svg: await chart, mermaid: visualizations()['thread.machine.mmd'] })
+      }
       const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|approve|deny)$/.exec(url.pathname)
       if (match) {
         const [, id, what] = match as unknown as [string, string, string]
@@ -117,7 +132,7 @@ body{font:14px system-ui,sans-serif;margin:0;display:grid;grid-template-columns:
 #tree{overflow:auto;border-right:1px solid #ddd;padding:8px}#detail{overflow:auto;padding:12px}
 .node{cursor:pointer;padding:2px 4px;border-radius:4px;white-space:nowrap}.node:hover{background:#eef}
 .sel{background:#dde}.st{font-weight:600}.completed{color:#080}.running,.created{color:#06c}.suspended{color:#b70}.error{color:#c00}.cancelled{color:#777}.continued{color:#909}
-.state{display:inline-block;margin:2px;padding:2px 6px;border:1px solid #ccc;border-radius:10px}.state.current{background:#fd0;border-color:#a80;font-weight:600}
+#chart svg{max-width:100%;height:auto}.id{color:#888;font-size:12px}.orphan{color:#c00;font-size:12px}.who{color:#555}
 table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 pre{white-space:pre-wrap;margin:0}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}
 </style></head><body>
@@ -127,20 +142,23 @@ pre{white-space:pre-wrap;margin:0}.approval{border:1px solid #b70;padding:8px;ma
 const token='__TOKEN__';let selected=null;let data=null
 const api=(path,opts={})=>fetch(path,{...opts,headers:{'x-spindle-token':token,'content-type':'application/json'}}).then(r=>r.json())
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]))
-const STATES=['created','running.checkingLimits','running.callingModel','running.runningTools','running.waitingToRetry','running.limitReached','cancelling','suspended','completed','error','cancelled','continued']
+let chart='';api('/api/statechart').then(c=>{chart=c.svg;if(selected)renderDetail()})
 const flat=v=>typeof v==='string'?v:Object.entries(v).map(([k,s])=>k+'.'+flat(s)).join()
-function renderTree(nodes,depth){return nodes.map(n=>'<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+n.id+'" style="padding-left:'+(depth*14+4)+'px">'+(n.previousThreadId?'↪ ':'')+esc(n.directive)+' <span class="st '+n.status+'">'+n.status+'</span> $'+n.spend.toFixed(4)+'</div>'+renderTree(n.children,depth+1)).join('')}
+function renderTree(nodes,depth){return nodes.map(n=>'<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+n.id+'" title="'+n.id+'" style="padding-left:'+(depth*14+4)+'px">'+(n.previousThreadId?'↪ ':'')+esc(n.directive)+' <span class="id">'+esc(n.id.slice(-4))+'</span> <span class="st '+n.status+'">'+n.status+'</span> $'+n.spend.toFixed(4)+(data.orphans[n.id]?' <span class="orphan" title="no live runtime process holds it">⚠ orphan</span>':'')+'</div>'+renderTree(n.children,depth+1)).join('')}
 async function refresh(){data=await api('/api/overview');document.getElementById('nodes').innerHTML=renderTree(data.tree,0)||'no threads';
 for(const el of document.querySelectorAll('.node'))el.onclick=()=>{selected=el.dataset.id;refresh()};if(selected)await renderDetail()}
 async function renderDetail(){const t=data.threads.find(x=>x.id===selected);if(!t)return;const current=t.state?flat(t.state):'';
-const chart=STATES.map(s=>'<span class="state'+(s===current?' current':'')+'">'+s+'</span>').join('')
+const WHY={dead_owner:'the process that ran it is gone',expired:'its lease expired unrenewed',no_lease:'no process has taken it'}
+const who=t.orphan?'<p class="orphan">⚠ No live runtime process holds this thread ('+esc(WHY[t.orphan]||t.orphan)+'): it will not move until a runtime opens this directory or <code>spindle orphans recover '+esc(t.id)+'</code> settles it.</p>':t.heldBy?'<p class="who">run by pid '+esc(t.heldBy.pid)+' on '+esc(t.heldBy.host)+'</p>':''
+const policy=(t.tools?'<p class="who">tools: '+esc(t.tools.join(', ')||'none')+'</p>':'')+(t.permissions?'<p class="who">permissions: '+esc(Object.entries(t.permissions).map(([k,v])=>k+': '+v).join(', '))+'</p>':'')
 const lim=k=>t.limits&&t.limits[k]!==null?t.limits[k]:'∞';const u=t.usage||{turns:0,inputTokens:0,outputTokens:0,spend:0}
 const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' <button class="approve">Approve</button> <button class="deny">Deny</button></div>').join('')
 const log=await api('/api/threads/'+t.id+'/transcript')
-document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+approvals+'<h3>statechart</h3>'+chart+
+document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+who+approvals+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
 '<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
 (t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
 '<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+esc(JSON.stringify(e.data)).slice(0,400)+'</pre></td></tr>').join('')+'</table>'
+for(const el of document.querySelectorAll('#chart [data-state]')){const s=el.dataset.state;el.classList.toggle('current',s===current);el.classList.toggle('within',current.startsWith(s+'.'))}
 for(const b of document.querySelectorAll('.approve'))b.onclick=async()=>{await api('/api/threads/'+t.id+'/approve',{method:'POST',body:'{}'});b.parentElement.textContent='approved: the runtime carries the thread on'}
 for(const b of document.querySelectorAll('.deny'))b.onclick=async()=>{await api('/api/threads/'+t.id+'/deny',{method:'POST',body:'{}'});b.parentElement.textContent='denied'}}
 refresh();setInterval(refresh,1000)

@@ -1,30 +1,15 @@
 /**
- * Mermaid state diagrams generated from the machines, so `visualizations/` never drifts from the
- * code. Eventless transitions, guards and actions are drawn too: they carry the decisions.
+ * Diagrams generated from the machines (Mermaid, Stately Studio source, SVG), so `visualizations/`
+ * never drifts from the code. Eventless transitions, guards and actions are drawn too: they carry the decisions.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import type { AnyStateMachine } from 'xstate'
 import { orchestratorMachine } from '../machines/orchestrator.machine.js'
 import { threadMachine } from '../machines/thread.machine.js'
-
-interface NodeLike {
-  key: string
-  id: string
-  type: string
-  initial?: { target: ReadonlyArray<{ id: string }> }
-  states: Record<string, NodeLike>
-  transitions: Map<string, ReadonlyArray<TransitionLike>>
-  always?: ReadonlyArray<TransitionLike>
-}
-
-interface TransitionLike {
-  eventType: string
-  target?: ReadonlyArray<{ id: string }>
-  guard?: unknown
-  actions: ReadonlyArray<unknown>
-  reenter?: boolean
-}
+import type { NodeLike, TransitionLike } from './machineShape.js'
+import { transitionsOf } from './machineShape.js'
+import { statechartSvg } from './statechartSvg.js'
 
 function mermaidId(id: string): string {
   return id.replace(/[^a-zA-Z0-9_]/g, '_')
@@ -68,14 +53,7 @@ function renderNode(node: NodeLike, indent: string, lines: string[]): void {
   }
   for (const child of children) {
     const from = mermaidId(child.id)
-    for (const t of child.always ?? []) {
-      for (const target of t.target ?? []) lines.push(`${indent}${from} --> ${mermaidId(target.id)}: ${label(t, 'always')}`)
-    }
-    for (const [event, transitions] of child.transitions) {
-      for (const t of transitions) {
-        for (const target of t.target ?? []) lines.push(`${indent}${from} --> ${mermaidId(target.id)}: ${label(t, event)}`)
-      }
-    }
+    for (const { event, transition, target } of transitionsOf(child)) lines.push(`${indent}${from} --> ${mermaidId(target)}: ${label(transition, event)}`)
   }
 }
 
@@ -121,10 +99,18 @@ export function visualizations(): Record<string, string> {
   }
 }
 
+/** Each machine drawn as an SVG statechart (laid out by ELK, so it takes a moment). */
+export async function svgVisualizations(): Promise<Record<string, string>> {
+  return {
+    'thread.machine.svg': await statechartSvg(threadMachine),
+    'orchestrator.machine.svg': await statechartSvg(orchestratorMachine),
+  }
+}
+
 /** Writes the diagrams, or with `check` only lists the files that are missing or out of date. */
-export function writeVisualizations(dir: string, options: { check?: boolean } = {}): string[] {
+export async function writeVisualizations(dir: string, options: { check?: boolean } = {}): Promise<string[]> {
   const stale: string[] = []
-  for (const [name, text] of Object.entries(visualizations())) {
+  for (const [name, text] of Object.entries({ ...visualizations(), ...(await svgVisualizations()) })) {
     const file = path.join(dir, name)
     const current = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null
     if (current === text) continue

@@ -3,7 +3,7 @@
  * requests without the session token, and that Approve reaches the thread (the next host process
  * carries it to the end). The page itself is tested in headless Chromium in inspectBrowser.test.ts.
  */
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { afterEach, describe, expect, it } from 'vitest'
 import { startInspector } from '../../src/inspector.js'
 import type { Inspector } from '../../src/inspector.js'
@@ -51,5 +51,33 @@ describe('spindle inspect', () => {
     const again = await fetch(`${base}api/overview`, { headers })
     expect(((await again.json()) as { threads: Array<{ id: string; status: string }> }).threads[0]).toMatchObject({ id, status: 'completed' })
     expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/approve`, { method: 'POST', headers, body: '{}' })).status).toBe(404)
+  })
+
+  it('should flag a running thread whose process was killed as having no live process, and one alive as run by its pid', async () => {
+    const dir = tempDir('spindle-inspect-orphans')
+    const child = spawn(process.execPath, [compiled('test/crash/leaseWorker.js'), dir, 'spawn', '2', '100000', '600000'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let printed = ''
+    child.stdout.on('data', (d: Buffer) => (printed += d))
+    for (let i = 0; i < 400 && !printed.includes('spawned'); i++) await new Promise((r) => setTimeout(r, 25))
+    inspector = await startInspector({ dir })
+    const headers = { 'x-spindle-token': inspector.token }
+    const base = inspector.url.split('?')[0]!
+    const overview = async () => (await (await fetch(`${base}api/overview`, { headers })).json()) as { threads: Array<Record<string, any>>; orphans: Record<string, string> }
+    // The registry row says running once the background round after START commits.
+    let alive = await overview()
+    for (let i = 0; i < 200 && !(alive.threads.length === 2 && alive.threads.every((t) => t.status === 'running')); i++) {
+      await new Promise((r) => setTimeout(r, 25))
+      alive = await overview()
+    }
+    expect(alive.threads).toHaveLength(2)
+    for (const t of alive.threads) expect(t).toMatchObject({ status: 'running', orphan: null, heldBy: { pid: child.pid } })
+    child.kill('SIGKILL')
+    await new Promise((resolve) => child.on('exit', resolve))
+    const dead = await overview()
+    for (const t of dead.threads) expect(t).toMatchObject({ status: 'running', orphan: 'dead_owner', heldBy: null })
+    expect(Object.keys(dead.orphans).sort()).toEqual(dead.threads.map((t) => t.id).sort())
+    const chart = (await (await fetch(`${base}api/statechart`, { headers })).json()) as { svg: string }
+    expect(chart.svg).toMatch(/^<svg /)
+    expect(chart.svg).toContain('data-state="running.callingModel"')
   })
 })

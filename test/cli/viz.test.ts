@@ -5,14 +5,35 @@ import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { visualizations, writeVisualizations } from '../../src/visualize.js'
+import { svgVisualizations, visualizations, writeVisualizations } from '../../src/visualize.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 const checkedIn = path.resolve(import.meta.dirname, '../../visualizations')
 
 describe('visualizations', () => {
-  it('should be up to date with machines/ (run `spindle viz` after changing a machine)', () => {
-    expect(writeVisualizations(checkedIn, { check: true })).toEqual([])
+  it('should be up to date with machines/ (run `spindle viz` after changing a machine)', async () => {
+    expect(await writeVisualizations(checkedIn, { check: true })).toEqual([])
+  })
+
+  it('should draw each state of the thread machine as an SVG group a page can highlight, inside its parent', async () => {
+    const svg = (await svgVisualizations())['thread.machine.svg']!
+    for (const state of ['created', 'running', 'running.checkingLimits', 'running.callingModel', 'running.runningTools', 'running.waitingToRetry', 'running.limitReached', 'cancelling', 'suspended', 'completed', 'error', 'cancelled', 'continued']) {
+      expect(svg).toContain(`data-state="${state}"`)
+    }
+    // callingModel is drawn inside the running box.
+    const box = (state: string) => {
+      const m = new RegExp(`data-state="${state.replace('.', '\\.')}"><rect x="([\\d.]+)" y="([\\d.]+)" width="([\\d.]+)" height="([\\d.]+)"`).exec(svg)!
+      const [x, y, w, h] = m.slice(1).map(Number) as [number, number, number, number]
+      return { x, y, w, h }
+    }
+    const outer = box('running')
+    const inner = box('running.callingModel')
+    expect(inner.x).toBeGreaterThan(outer.x)
+    expect(inner.y).toBeGreaterThan(outer.y)
+    expect(inner.x + inner.w).toBeLessThan(outer.x + outer.w)
+    expect(inner.y + inner.h).toBeLessThan(outer.y + outer.h)
+    expect(svg).toContain('MODEL_REPLIED')
+    expect(svg).toContain('class="state final"')
   })
 
   it('should draw every state, eventless decision and guard of the thread machine', () => {
