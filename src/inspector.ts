@@ -9,7 +9,10 @@ import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describeError, isSpindleError } from './errors.js'
-import { showThread, threadLog } from './operator.js'
+import { threadLog } from './operator.js'
+import type { ThreadContext } from '../machines/thread.machine.js'
+import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
+import { dataPaths } from '../persistence/paths.js'
 import { approveThread, denyThread, scanOrphans, threadTree } from './operatorActions.js'
 import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
@@ -38,8 +41,17 @@ function overview(dir: string) {
   // A thread the registry calls running that no live process holds must not look alive.
   const orphans = new Map(scanOrphans(dir).map((o) => [o.id, o.why]))
   const held = new Map(locks(dir).locks.filter((l) => l.state === 'live').map((l) => [l.threadId, { owner: l.owner, pid: l.pid, host: l.host }]))
+  // Once a second for every thread: the registry (read once, above) and each state.json, never the
+  // transcripts — the selected thread's own is fetched and verified by its detail view.
+  const checkpoints = createFileCheckpointStore({ paths: dataPaths(dir), durability: 'process' })
   const threads = flatten(tree).map((node) => {
-    const report = showThread(dir, node.id)
+    const report: { state: { value: unknown; context: ThreadContext } | null; problems: Array<{ code: string; message: string }> } = { state: null, problems: [] }
+    try {
+      const envelope = checkpoints.load(node.id)
+      if (envelope) report.state = envelope.snapshot as { value: unknown; context: ThreadContext }
+    } catch (error) {
+      report.problems.push(describeError(error))
+    }
     const context = report.state?.context
     return {
       id: node.id,
