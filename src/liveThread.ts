@@ -9,7 +9,7 @@ import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine }
 import { outcomeOf } from '../machines/thread.machine.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import type { GroupCommit } from '../persistence/groupCommit.js'
-import type { CheckpointStore, Cost, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
+import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
 import { SpindleError, describeError } from './errors.js'
 import { applyRepairs } from './continuation.js'
 import type { RepairedCall } from './continuation.js'
@@ -96,7 +96,10 @@ export class LiveThread implements ThreadHandle {
   private unchecked: boolean
   private readonly toolNames = new Map<string, string>()
   private readonly intents: Set<string>
+  /** The last good snapshot as state.json holds it; null while only `lastGoodRaw` is known. */
   private lastGood: unknown = null
+  /** The last good snapshot as the actor made it, persisted on demand (see `persist`). */
+  private lastGoodRaw: ThreadSnapshot | null = null
   private lastStatus: ThreadStatus | null = null
   private lastValue: StateValue | null = null
   private lastTurns = -1
@@ -137,7 +140,10 @@ export class LiveThread implements ThreadHandle {
     ) as ThreadActor
     this.actor = actor
     this.restoring = 'snapshot' in init
-    if ('snapshot' in init) this.lastGood = init.snapshot
+    if ('snapshot' in init) {
+      this.lastGood = init.snapshot
+      this.lastGoodRaw = null
+    }
     const subscription = actor.subscribe({
       next: (snapshot) => this.onSnapshot(snapshot),
       error: (error) => this.onActorError(error),
@@ -289,9 +295,9 @@ export class LiveThread implements ThreadHandle {
    * Subscribers and `done` carry over. False when there is nothing to restart.
    */
   restart(machine: AnyStateMachine): boolean {
-    if (this.finished || !this.actor || this.lastGood === null) return false
+    if (this.finished || !this.actor || this.lastGoodPersisted() === null) return false
     // The checkpoint as state.json holds it: plain JSON, private to the new actor.
-    const source = this.actor.getSnapshot().status === 'active' ? this.actor.getPersistedSnapshot() : this.lastGood
+    const source = this.actor.getSnapshot().status === 'active' ? this.actor.getPersistedSnapshot() : this.lastGoodPersisted()
     const snapshot = JSON.parse(JSON.stringify(source)) as unknown
     this.unsubscribeActor?.()
     this.actor.stop()
@@ -320,6 +326,29 @@ export class LiveThread implements ThreadHandle {
     }
   }
 
+  private lastGoodPersisted(): unknown {
+    if (this.lastGood === null && this.lastGoodRaw !== null) this.lastGood = this.persist(this.lastGoodRaw)
+    return this.lastGood
+  }
+
+  /**
+   * `snapshot` as state.json holds it, built any time after the actor made it. XState persists a
+   * snapshot's children from their current state; every child of a snapshot was running when the
+   * snapshot was made (a transition that stops one removes it), so one stopped since then (by a
+   * later stop, crash or close of the actor) is recorded as it was: active.
+   */
+  private persist(snapshot: ThreadSnapshot): unknown {
+    const persisted = this.actor!.logic.getPersistedSnapshot(snapshot) as { children?: Record<string, { snapshot?: { status?: string } }> }
+    const children = persisted.children
+    if (children) {
+      for (const key of Object.keys(children)) {
+        const child = children[key]!
+        if (child.snapshot?.status === 'stopped') children[key] = { ...child, snapshot: { ...child.snapshot, status: 'active' } }
+      }
+    }
+    return persisted
+  }
+
   private onSnapshot(snapshot: ThreadSnapshot): void {
     if (this.finished) return
     const status = statusOfValue(snapshot.value)
@@ -333,10 +362,15 @@ export class LiveThread implements ThreadHandle {
     }
     const previous = { status: this.lastStatus, value: this.lastValue }
     this.lastValue = snapshot.value
-    const persisted = this.actor!.getPersistedSnapshot()
-    this.lastGood = persisted
+    this.lastGoodRaw = snapshot
+    this.lastGood = null
     const { transcripts, checkpoints, commit } = this.services
-    checkpoints.stage(this.id, makeEnvelope(this.id, status, transcripts.position(this.id), persisted, this.services.now()))
+    // Built only if a round writes it: most are replaced by the thread's next transition first.
+    // The snapshot is immutable and the position a copy, so it says what it says now whenever built.
+    const position = transcripts.position(this.id)
+    const savedAt = this.services.now()
+    let envelope: StateEnvelope | null = null
+    checkpoints.stage(this.id, () => (envelope ??= makeEnvelope(this.id, status, position, this.persist(snapshot), savedAt)))
     commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
     const stopped = !isActive(status)
@@ -409,7 +443,7 @@ export class LiveThread implements ThreadHandle {
       error: { code: 'THREAD_CRASHED', message: describeError(error).message },
     })
     try {
-      const replayed = replayTranscript([entry], { from: this.lastGood })
+      const replayed = replayTranscript([entry], { from: this.lastGoodPersisted() })
       this.services.checkpoints.stage(
         this.id,
         makeEnvelope(this.id, replayed.status, this.services.transcripts.position(this.id), replayed.snapshot, this.services.now()),
