@@ -6,7 +6,8 @@
  * The actors registered here are inert placeholders: the runtime provides the real ones with
  * `threadMachine.provide({ actors })`. Replay uses the placeholders, so it never causes effects.
  */
-import { and, assign, fromCallback, setup } from 'xstate'
+import { and, fromCallback, setup } from 'xstate'
+import { assign } from './assign.js'
 import type { Config } from '../config/schema.js'
 
 /** A limit that is null is unlimited (JSON has no Infinity). */
