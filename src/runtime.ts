@@ -815,6 +815,9 @@ class RuntimeImpl implements Runtime {
    */
   private recordUsage(id: string, usage: ThreadContext['usage'], continuation = true): void {
     if (this.recordedTurns.get(id) === usage.turns) return
+    // Nothing spent yet (a thread recovered before its first reply): nothing the ledger could lack,
+    // and no need to look its account up.
+    if (usage.spend === 0 && usage.inputTokens === 0 && usage.outputTokens === 0) return
     try {
       const key = this.budgetKey(id, continuation)
       if (!this.hasAccount(key)) return
