@@ -81,10 +81,11 @@ function fdatasync(fd: number): Promise<void> {
  * The line that ends at `from.bytes`, which must be the entry `from` names. Reads backwards in
  * growing windows, so a long last line costs a few reads, not the whole file.
  */
-function lineEndingAt(fd: number, end: number): Buffer | null {
+function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Buffer }): Buffer | null {
   for (let window = 4096; ; window *= 4) {
     const start = Math.max(0, end - window)
-    const chunk = readRange(fd, start, end)
+    // Bytes already read from `read.start` on (the tail that `open` reads anyway) serve the first window.
+    const chunk = read && read.start <= start ? read.chunk.subarray(start - read.start, end - read.start) : readRange(fd, start, end)
     if (chunk.length !== end - start || chunk[chunk.length - 1] !== 0x0a) return null
     // (lastIndexOf counts a negative offset from the end, so a one-byte chunk needs the guard.)
     const newline = chunk.length >= 2 ? chunk.lastIndexOf(0x0a, chunk.length - 2) : -1
@@ -148,10 +149,10 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     return fd
   }
 
-  function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition): void {
+  function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition, read?: { start: number; chunk: Buffer }): void {
     // Appends chain to from.hash; if the file does not hold that entry where state.json says it
     // ends, the next append would write a chain nobody can verify. Stop here instead.
-    const line = lineEndingAt(fd, from.bytes)
+    const line = lineEndingAt(fd, from.bytes, read)
     let entry: { seq?: unknown; hash?: unknown } | null = null
     try {
       if (line) entry = JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null
@@ -277,8 +278,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
             { bytes: start.bytes, size },
           )
         }
-        if (start.seq > 0) checkAnchor(fd, file, threadId, start)
-        const parsed = parseTranscriptBytes(readRange(fd, start.bytes, size), start, file)
+        // One read for the anchor's line (it ends at start.bytes, usually within 4 KiB) and the tail after it.
+        const readFrom = start.seq > 0 ? Math.max(0, start.bytes - 4096) : start.bytes
+        const bytes = readRange(fd, readFrom, size)
+        if (start.seq > 0) checkAnchor(fd, file, threadId, start, { start: readFrom, chunk: bytes })
+        const parsed = parseTranscriptBytes(bytes.subarray(start.bytes - readFrom), start, file)
         let torn: TranscriptOpenResult['torn'] = null
         if (parsed.torn) {
           // Move the fragment aside before cutting it, so the next append starts a clean line and
