@@ -65,7 +65,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
 
   const guard = sqliteGuard(store)
 
-  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
+  function acquireOne(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean): { acquired: boolean; lease: Lease } {
     const current = get.get(threadId)
     if (current && current.owner !== owner.id && current.expires_at > now && !stale?.(toLease(current))) return { acquired: false, lease: toLease(current) }
     if (current && current.owner === owner.id) {
@@ -77,13 +77,17 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     put.run(lease)
     upsertToken.run(threadId, token)
     return { acquired: true, lease }
-  })
+  }
+
+  const acquireTx = db.transaction(acquireOne)
 
   const acquireManyTx = db.transaction((threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
     const acquired: string[] = []
     const held: Lease[] = []
+    // acquireOne, not acquireTx: a nested transaction is a savepoint per thread, and the whole
+    // batch commits or rolls back together anyway.
     for (const id of threadIds) {
-      const result = acquireTx(id, owner, ttlMs, now, stale)
+      const result = acquireOne(id, owner, ttlMs, now, stale)
       if (result.acquired) acquired.push(id)
       else held.push(result.lease)
     }
