@@ -194,7 +194,10 @@ export function callModelLogic(host: EffectHost) {
  */
 export function runToolLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, RunToolInput>(({ input }) => {
+    // The tool's own controller: aborted when this step stops, and by executeToolCall on timeout
+    // (so `stopped`, not the signal, says whether this step was stopped).
     const controller = new AbortController()
+    let stopped = false
     let settled = false
     const { threadId, turn, call } = input
     const key = toolIdempotencyKey(threadId, turn, call.id)
@@ -202,7 +205,7 @@ export function runToolLogic(host: EffectHost) {
       // No separate checkpoint wait: the intent is appended after the records that started this
       // step, so the one wait for the intent covers them too.
       await Promise.resolve()
-      if (controller.signal.aborted) return
+      if (stopped) return
       const tool = host.tools.get(call.name)
       let outcome: ToolOutcome
       if (host.hasToolIntent(threadId, key) && !tool?.idempotent) {
@@ -217,7 +220,7 @@ export function runToolLogic(host: EffectHost) {
         }
       } else {
         await host.recordToolIntent(threadId, key, call)
-        if (controller.signal.aborted) return
+        if (stopped) return
         const allowed = host.allowedTools(threadId)
         outcome =
           allowed && !allowed.has(call.name)
@@ -225,14 +228,16 @@ export function runToolLogic(host: EffectHost) {
                 ok: false,
                 output: { error: 'TOOL_NOT_ALLOWED', message: `The tool "${call.name}" is not among this directive's tools (${[...allowed].join(', ') || 'none'}).` },
               }
-            : await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs)
+            : await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
       }
-      if (controller.signal.aborted) return
+      if (stopped) return
       settled = true
       host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
     })
     return () => {
-      if (!settled) controller.abort(new Error('tool call stopped'))
+      if (settled) return
+      stopped = true
+      controller.abort(new Error('tool call stopped'))
     }
   })
 }

@@ -8,7 +8,7 @@ import type { Message } from '../actors/model.js'
 import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../machines/thread.machine.js'
 import { outcomeOf } from '../machines/thread.machine.js'
 import { makeEnvelope } from '../persistence/envelope.js'
-import type { GroupCommit } from '../persistence/groupCommit.js'
+import type { GroupCommit, RegistryPatch } from '../persistence/groupCommit.js'
 import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
 import { SpindleError, describeError } from './errors.js'
 import { applyRepairs } from './continuation.js'
@@ -375,13 +375,14 @@ export class LiveThread implements ThreadHandle {
     const usage = snapshot.context.usage
     const stopped = !isActive(status)
     if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
-      commit.stageRegistry(this.id, {
-        ...(status !== this.lastStatus ? { status, at: this.services.now() } : {}),
-        cost: { ...usage },
-        ...(stopped
-          ? { outcome: { result: snapshot.context.result ?? undefined, error: snapshot.context.error } }
-          : {}),
-      })
+      // Built field by field: a literal of spreads and fields is a slow path in V8.
+      const patch: RegistryPatch = { cost: { ...usage } }
+      if (status !== this.lastStatus) {
+        patch.status = status
+        patch.at = this.services.now()
+      }
+      if (stopped) patch.outcome = { result: snapshot.context.result ?? undefined, error: snapshot.context.error }
+      commit.stageRegistry(this.id, patch)
       this.lastStatus = status
       this.lastTurns = usage.turns
     }
