@@ -312,9 +312,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
-      const line = Buffer.from(encoded.line, 'utf8')
+      // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
+      const length = Buffer.byteLength(encoded.line, 'utf8')
       try {
-        writeAll(open.fd, line)
+        const written = fs.writeSync(open.fd, encoded.line)
+        if (written < length) writeAll(open.fd, Buffer.from(encoded.line, 'utf8').subarray(written))
       } catch (error) {
         // A partial write (ENOSPC, EIO) would leave half a line that the next append lands after,
         // which reads back as real damage rather than a torn tail. Cut it off now.
@@ -325,7 +327,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         }
         throw error
       }
-      open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + line.length }
+      open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
       if (durability === 'fsync') dirty.add(open)
       return entry
     },
