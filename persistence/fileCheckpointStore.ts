@@ -50,7 +50,7 @@ async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) 
  * changed because of a mkdir here: they need an fsync before the new directory is durable.
  */
 async function writeTemp(dir: string, data: string, fsync: boolean, onMkdir: (changedParents: string[]) => void): Promise<void> {
-  const temp = path.join(dir, TEMP)
+  const temp = dir + path.sep + TEMP
   let fd: number
   try {
     fd = await call<number>((cb) => fs.open(temp, 'w', cb))
@@ -136,7 +136,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     const published: typeof written = []
     await eachLimited(written, CONCURRENCY, async (w) => {
       try {
-        await call((cb) => fs.rename(path.join(w.dir, TEMP), path.join(w.dir, STATE), cb))
+        await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE, cb))
         published.push(w)
       } catch (error) {
         failures.push({ threadId: w.id, file: path.join(w.dir, STATE), error })
@@ -205,7 +205,8 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     },
 
     load(threadId) {
-      const file = path.join(threadDir(paths, threadId), STATE)
+      // threadDir's result is normalised: joining is concatenating.
+      const file = threadDir(paths, threadId) + path.sep + STATE
       let text: string
       try {
         text = fs.readFileSync(file, 'utf8')

@@ -120,7 +120,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
 
-  const fileOf = (threadId: string): string => path.join(threadDir(paths, threadId), TRANSCRIPT_FILE)
+  // threadDir's result is normalised: joining is concatenating.
+  const fileOf = (threadId: string): string => threadDir(paths, threadId) + path.sep + TRANSCRIPT_FILE
 
   function openOrNull(file: string): number | null {
     try {
