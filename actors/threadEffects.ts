@@ -118,12 +118,16 @@ export function toolIdempotencyKey(threadId: string, turn: number, callId: strin
  */
 export function callModelLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, CallModelInput>(({ input }) => {
-    const controller = new AbortController()
+    // Made when the call starts: a thread waiting for its records to be durable needs none yet.
+    let started: AbortController | null = null
+    let stopped = false
     let settled = false
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
-      if (controller.signal.aborted) return
-      if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || controller.signal.aborted) return
+      if (stopped) return
+      if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || stopped) return
+      const controller = new AbortController()
+      started = controller
       const timer = host.clock.setTimeout(
         () => controller.abort(Object.assign(new Error(`model call timed out after ${host.modelTimeoutMs} ms`), { name: 'TimeoutError' })),
         host.modelTimeoutMs,
@@ -182,7 +186,9 @@ export function callModelLogic(host: EffectHost) {
     })
     // A call that already delivered has nothing to stop (and aborting costs an Error and an event).
     return () => {
-      if (!settled) controller.abort(new Error('model call stopped'))
+      if (settled) return
+      stopped = true
+      started?.abort(new Error('model call stopped'))
     }
   })
 }
