@@ -54,7 +54,8 @@ export interface ThreadServices {
   commit: GroupCommit
   now(): number
   report(error: unknown, threadId: string): void
-  forget(threadId: string): void
+  /** `thread` stopped here; its id's runtime state goes unless another object holds the id now. */
+  forget(threadId: string, thread: LiveThread): void
   /** Sees every checkpointed transition after it is staged (hooks, approval requests). */
   observe?(thread: LiveThread, snapshot: { value: StateValue; context: ThreadContext }, previous: { status: ThreadStatus | null; value: StateValue | null }): void
   /**
@@ -314,7 +315,7 @@ export class LiveThread implements ThreadHandle {
     this.unsubscribeActor?.()
     this.actor?.stop()
     this.services.transcripts.close(this.id)
-    this.services.forget(this.id)
+    this.services.forget(this.id, this)
     this.rejectDone(reason)
   }
 
@@ -421,11 +422,11 @@ export class LiveThread implements ThreadHandle {
     this.services.commit.whenDurable().then(
       () => {
         this.services.transcripts.close(this.id)
-        this.services.forget(this.id)
+        this.services.forget(this.id, this)
         this.resolveDone(outcome)
       },
       (error: unknown) => {
-        this.services.forget(this.id)
+        this.services.forget(this.id, this)
         this.rejectDone(error)
       },
     )
@@ -461,7 +462,7 @@ export class LiveThread implements ThreadHandle {
       this.finish(outcomeOf('error', context))
     } catch (replayError) {
       this.finished = true
-      this.services.forget(this.id)
+      this.services.forget(this.id, this)
       this.rejectDone(replayError)
     }
   }
