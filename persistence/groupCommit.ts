@@ -93,6 +93,8 @@ class Rounds {
   private schedule(): void {
     if (this.inFlight >= this.concurrency) return
     const now = this.waiting.length > 0 || this.urgent()
+    // Nothing to do (a closed commit, or a round that took everything): no timer keeps the process up.
+    if (!now && !this.pending()) return
     if (this.spacing !== null) {
       if (!now) return
       clearTimeout(this.spacing)
