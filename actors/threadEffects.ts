@@ -149,12 +149,16 @@ export function toolIdempotencyKey(threadId: string, turn: number, callId: strin
  */
 export function callModelLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, CallModelInput>(({ input }) => {
-    const controller = new AbortController()
+    // Made when the call starts: a thread waiting for its records to be durable needs none yet.
+    let started: AbortController | null = null
+    let stopped = false
     let settled = false
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
-      if (controller.signal.aborted) return
-      if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || controller.signal.aborted) return
+      if (stopped) return
+      if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || stopped) return
+      const controller = new AbortController()
+      started = controller
       const timer = host.clock.setTimeout(
         () => controller.abort(Object.assign(new Error(`model call timed out after ${host.modelTimeoutMs} ms`), { name: 'TimeoutError' })),
         host.modelTimeoutMs,
@@ -213,7 +217,9 @@ export function callModelLogic(host: EffectHost) {
     })
     // A call that already delivered has nothing to stop (and aborting costs an Error and an event).
     return () => {
-      if (!settled) controller.abort(new Error('model call stopped'))
+      if (settled) return
+      stopped = true
+      started?.abort(new Error('model call stopped'))
     }
   })
 }
@@ -225,7 +231,10 @@ export function callModelLogic(host: EffectHost) {
  */
 export function runToolLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, RunToolInput>(({ input }) => {
+    // The tool's own controller: aborted when this step stops, and by executeToolCall on timeout
+    // (so `stopped`, not the signal, says whether this step was stopped).
     const controller = new AbortController()
+    let stopped = false
     let settled = false
     const { threadId, turn, call } = input
     const key = toolIdempotencyKey(threadId, turn, call.id)
@@ -233,7 +242,7 @@ export function runToolLogic(host: EffectHost) {
       // No separate checkpoint wait: the intent is appended after the records that started this
       // step, so the one wait for the intent covers them too.
       await Promise.resolve()
-      if (controller.signal.aborted) return
+      if (stopped) return
       const tool = host.tools.get(call.name)
       let outcome: ToolOutcome
       if (host.hasToolIntent(threadId, key) && !tool?.idempotent) {
@@ -248,15 +257,17 @@ export function runToolLogic(host: EffectHost) {
         }
       } else {
         await host.recordToolIntent(threadId, key, call)
-        if (controller.signal.aborted) return
-        outcome = refusal(host, threadId, call) ?? (await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs))
+        if (stopped) return
+        outcome = refusal(host, threadId, call) ?? (await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller))
       }
-      if (controller.signal.aborted) return
+      if (stopped) return
       settled = true
       host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
     })
     return () => {
-      if (!settled) controller.abort(new Error('tool call stopped'))
+      if (settled) return
+      stopped = true
+      controller.abort(new Error('tool call stopped'))
     }
   })
 }

@@ -122,12 +122,15 @@ function recordable(toolName: string, output: unknown): ToolOutcome {
 /**
  * Runs one tool call: look-up, input validation, execution under a timeout. Never throws; every
  * failure becomes an error outcome for the model.
+ * @param own the controller of `context.signal` when it is private to this call: the timeout
+ *   aborts it directly instead of a second controller chained to it.
  */
 export async function executeToolCall(
   tools: ReadonlyMap<string, Tool>,
   call: ToolCall,
   context: { signal: AbortSignal; idempotencyKey: string; threadId: string },
   defaultTimeoutMs: number,
+  own?: AbortController,
 ): Promise<ToolOutcome> {
   const tool = tools.get(call.name)
   if (!tool) {
@@ -138,9 +141,9 @@ export async function executeToolCall(
   if (!parsed.success) {
     return errorOutcome('TOOL_INPUT_INVALID', `Invalid input for tool "${tool.name}":\n${z.prettifyError(parsed.error)}`)
   }
-  const controller = new AbortController()
+  const controller = own ?? new AbortController()
   const onOuterAbort = (): void => controller.abort(context.signal.reason)
-  context.signal.addEventListener('abort', onOuterAbort, { once: true })
+  if (!own) context.signal.addEventListener('abort', onOuterAbort, { once: true })
   const timeoutMs = tool.timeoutMs ?? defaultTimeoutMs
   let timer: NodeJS.Timeout | undefined
   const timedOut = new Promise<ToolOutcome>((resolve) => {
@@ -151,7 +154,7 @@ export async function executeToolCall(
   })
   try {
     const run = (async (): Promise<ToolOutcome> => {
-      const output = await tool.execute(parsed.data, { ...context, signal: controller.signal })
+      const output = await tool.execute(parsed.data, { signal: controller.signal, idempotencyKey: context.idempotencyKey, threadId: context.threadId })
       return recordable(tool.name, output === undefined ? null : output)
     })()
     return await Promise.race([run, timedOut])
@@ -160,6 +163,6 @@ export async function executeToolCall(
     return errorOutcome('TOOL_FAILED', `Tool "${tool.name}" failed: ${message}`)
   } finally {
     clearTimeout(timer)
-    context.signal.removeEventListener('abort', onOuterAbort)
+    if (!own) context.signal.removeEventListener('abort', onOuterAbort)
   }
 }

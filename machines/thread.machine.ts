@@ -6,7 +6,8 @@
  * The actors registered here are inert placeholders: the runtime provides the real ones with
  * `threadMachine.provide({ actors })`. Replay uses the placeholders, so it never causes effects.
  */
-import { and, assign, fromCallback, setup } from 'xstate'
+import { and, fromCallback, setup } from 'xstate'
+import { assign } from './assign.js'
 import type { Config } from '../config/schema.js'
 
 /** A limit that is null is unlimited (JSON has no Infinity). */
@@ -298,10 +299,14 @@ function pendingTools(context: ThreadContext): ToolCall[] {
   return context.toolCalls.filter((call) => !context.toolsDone.includes(call.id))
 }
 
-/** Active time accrued up to `at`, counted only while running. */
-function accrue(context: ThreadContext, at: number): Pick<ThreadContext, 'activeMs' | 'lastAt'> {
+/**
+ * Active time accrued up to `at`, counted only while running; `lastAt` becomes `at`. Written out in
+ * each update rather than spread in (`{ ...accrue(), usage, … }`): V8 builds an object literal that
+ * starts with a spread and goes on with more properties some 100 times slower than a plain one.
+ */
+function accruedMs(context: ThreadContext, at: number): number {
   const since = context.lastAt ?? at
-  return { activeMs: context.activeMs + Math.max(0, at - since), lastAt: at }
+  return context.activeMs + Math.max(0, at - since)
 }
 
 /** The first limit that `context`'s usage has reached, or null. */
@@ -389,7 +394,8 @@ export const threadMachine = setup({
     recordReply: assign(({ context, event }) => {
       if (event.type !== 'MODEL_REPLIED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         usage: {
           turns: context.usage.turns + 1,
           inputTokens: context.usage.inputTokens + event.usage.inputTokens,
@@ -408,13 +414,14 @@ export const threadMachine = setup({
     recordResult: assign(({ event }) => (event.type === 'MODEL_REPLIED' ? { result: event.text } : {})),
     recordToolDone: assign(({ context, event }) => {
       if (event.type !== 'TOOL_DONE') return {}
-      return { ...accrue(context, event.at), toolsDone: [...context.toolsDone, event.callId] }
+      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolsDone: [...context.toolsDone, event.callId] }
     }),
     clearTurn: assign({ toolCalls: [], toolsDone: [] }),
     scheduleRetry: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         retry: { dueAt: event.at + event.retryInMs, failure: event.error },
         lastFailure: event.error,
         retries: (context.retries ?? 0) + 1,
@@ -422,27 +429,29 @@ export const threadMachine = setup({
     }),
     beginRetry: assign(({ context, event }) => {
       if (event.type !== 'RETRY_DUE') return {}
-      return { ...accrue(context, event.at), attempt: context.attempt + 1, retry: null }
+      return { activeMs: accruedMs(context, event.at), lastAt: event.at, attempt: context.attempt + 1, retry: null }
     }),
     suspendForLimit: assign(({ context, event }) => {
       const hit = exceeded(context)
       if (!hit) return {}
       const decided = event.type === 'LIMIT_DECIDED' ? event : undefined
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         suspendReason: 'limit' as const,
         limitHit: { ...hit, proposed: decided?.proposed ?? null, requestId: decided?.requestId ?? null },
       }
     }),
     raiseLimits: assign(({ context, event }) => {
       if (event.type !== 'LIMIT_DECIDED') return {}
-      return { ...accrue(context, event.at), limits: { ...context.limits, ...event.limits } }
+      return { activeMs: accruedMs(context, event.at), lastAt: event.at, limits: { ...context.limits, ...event.limits } }
     }),
     failByLimitHook: assign(({ context, event }) => {
       if (event.type !== 'LIMIT_DECIDED') return {}
       const hit = exceeded(context)
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         error: {
           code: 'HOOK_FAILED',
           message: `Hook ${event.hookId ?? '(unnamed)'} failed the thread when it hit its ${hit?.limit ?? ''} limit${event.message ? `: ${event.message}` : ''}.`,
@@ -452,14 +461,16 @@ export const threadMachine = setup({
     abortByLimitHook: assign(({ context, event }) => {
       if (event.type !== 'LIMIT_DECIDED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         cancelReason: `aborted by hook ${event.hookId ?? '(unnamed)'}${event.message ? `: ${event.message}` : ''}`,
       }
     }),
     failByErrorHook: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         lastFailure: event.error,
         error: {
           code: 'HOOK_FAILED',
@@ -470,7 +481,8 @@ export const threadMachine = setup({
     abortByErrorHook: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         lastFailure: event.error,
         cancelReason: `aborted by hook ${event.decision?.hookId}${event.decision?.message ? `: ${event.decision.message}` : ''}`,
       }
@@ -478,7 +490,8 @@ export const threadMachine = setup({
     suspendForFailure: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         suspendReason: event.error.category === 'context_length' ? ('context_length' as const) : ('error' as const),
         lastFailure: event.error,
         retry: null,
@@ -487,7 +500,8 @@ export const threadMachine = setup({
     failWithModelError: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         lastFailure: event.error,
         error: { code: event.error.code ?? `model_${event.error.category}`, message: event.error.message },
       }
@@ -510,7 +524,8 @@ export const threadMachine = setup({
       const hit = exceeded(context)
       if (!hit || (hit.limit !== 'spend' && hit.limit !== 'tokens')) return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         suspendReason: 'budget' as const,
         budgetHit: { amount: hit.limit, used: hit.used, max: hit.max },
       }
@@ -518,7 +533,8 @@ export const threadMachine = setup({
     suspendForBudget: assign(({ context, event }) => {
       if (event.type !== 'BUDGET_EXHAUSTED') return {}
       return {
-        ...accrue(context, event.at),
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
         suspendReason: 'budget' as const,
         budgetHit: { amount: event.amount, used: event.used, max: event.max },
       }

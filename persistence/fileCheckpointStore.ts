@@ -16,7 +16,8 @@ import { fsyncDir } from './atomicFile.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { threadDir } from './paths.js'
-import type { CheckpointStore, Durability, StateEnvelope } from './types.js'
+import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
+import { stagedEnvelope } from './types.js'
 
 const STATE = 'state.json'
 const TEMP = 'state.json.tmp'
@@ -49,7 +50,7 @@ async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) 
  * changed because of a mkdir here: they need an fsync before the new directory is durable.
  */
 async function writeTemp(dir: string, data: string, fsync: boolean, onMkdir: (changedParents: string[]) => void): Promise<void> {
-  const temp = path.join(dir, TEMP)
+  const temp = dir + path.sep + TEMP
   let fd: number
   try {
     fd = await call<number>((cb) => fs.open(temp, 'w', cb))
@@ -92,20 +93,20 @@ function describeFailures(failures: readonly WriteFailure[]): string {
 export function createFileCheckpointStore(options: { paths: DataPaths; durability: Durability }): CheckpointStore {
   const { paths, durability } = options
   const fsync = durability === 'fsync'
-  let staged = new Map<string, StateEnvelope>()
+  let staged = new Map<string, StagedEnvelope>()
   let chain: Promise<void> = Promise.resolve()
   /** Directories that gained an entry by a mkdir and are not fsynced yet, with the threads that need them. */
   const unsyncedParents = new Map<string, Set<string>>()
 
   /** Puts failed envelopes back for the next sync, unless a newer one of that thread was staged meanwhile. */
-  function restage(batch: Map<string, StateEnvelope>, threadIds: Iterable<string>): void {
+  function restage(batch: Map<string, StagedEnvelope>, threadIds: Iterable<string>): void {
     for (const id of threadIds) {
       const envelope = batch.get(id)
       if (envelope && !staged.has(id)) staged.set(id, envelope)
     }
   }
 
-  async function writeBatch(batch: Map<string, StateEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
+  async function writeBatch(batch: Map<string, StagedEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
     const failures: WriteFailure[] = []
     const written: Array<{ id: string; dir: string }> = []
     await eachLimited([...batch], CONCURRENCY, async ([id, envelope]) => {
@@ -116,7 +117,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         for (const parent of changedParents) unsyncedParents.set(parent, (unsyncedParents.get(parent) ?? new Set()).add(id))
       }
       try {
-        await writeTemp(dir, JSON.stringify(envelope), fsync, onMkdir)
+        await writeTemp(dir, JSON.stringify(stagedEnvelope(envelope)), fsync, onMkdir)
         written.push({ id, dir })
       } catch (error) {
         failures.push({ threadId: id, file: path.join(dir, TEMP), error })
@@ -135,7 +136,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     const published: typeof written = []
     await eachLimited(written, CONCURRENCY, async (w) => {
       try {
-        await call((cb) => fs.rename(path.join(w.dir, TEMP), path.join(w.dir, STATE), cb))
+        await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE, cb))
         published.push(w)
       } catch (error) {
         failures.push({ threadId: w.id, file: path.join(w.dir, STATE), error })
@@ -204,7 +205,8 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     },
 
     load(threadId) {
-      const file = path.join(threadDir(paths, threadId), STATE)
+      // threadDir's result is normalised: joining is concatenating.
+      const file = threadDir(paths, threadId) + path.sep + STATE
       let text: string
       try {
         text = fs.readFileSync(file, 'utf8')

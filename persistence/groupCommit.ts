@@ -40,6 +40,8 @@ export interface CommitStats {
 /** See `Rounds.eager`: measured on 2 cores, smaller rounds that overlap CPU work beat one big one. */
 const LOG_ROUND_EAGER = 48
 const LOG_ROUNDS_IN_FLIGHT = 4
+/** See `Rounds.spacingMs`. */
+const CHECKPOINT_SPACING_MS = 500
 
 type Waiter = { resolve: () => void; reject: (e: unknown) => void }
 
@@ -51,6 +53,8 @@ class Rounds {
   private waiting: Waiter[] = []
   private inFlight = 0
   private scheduled = false
+  private spacing: ReturnType<typeof setTimeout> | null = null
+  private lastEnd = Number.NEGATIVE_INFINITY
 
   constructor(
     private readonly work: () => Promise<void>,
@@ -70,15 +74,41 @@ class Rounds {
   /** Waiters that start a round at once rather than at the end of the event-loop turn. */
   eager = Number.POSITIVE_INFINITY
 
+  /**
+   * A round with nobody waiting and nothing `urgent` starts at least this long after the previous
+   * round ended; anything else starts one at once. Each round rewrites every file changed since
+   * the last, so spaced rounds write fewer files for the same transitions.
+   */
+  spacingMs = 0
+
   /** Starts a round even with nobody waiting (background work). */
   poke(): void {
     this.schedule()
   }
 
   pending: () => boolean = () => false
+  /** Pending background work that should not wait for the spacing. */
+  urgent: () => boolean = () => false
 
   private schedule(): void {
-    if (this.scheduled || this.inFlight >= this.concurrency) return
+    if (this.inFlight >= this.concurrency) return
+    const now = this.waiting.length > 0 || this.urgent()
+    // Nothing to do (a closed commit, or a round that took everything): no timer keeps the process up.
+    if (!now && !this.pending()) return
+    if (this.spacing !== null) {
+      if (!now) return
+      clearTimeout(this.spacing)
+      this.spacing = null
+    }
+    if (this.scheduled) return
+    const wait = now ? 0 : this.lastEnd + this.spacingMs - performance.now()
+    if (wait > 0) {
+      this.spacing = setTimeout(() => {
+        this.spacing = null
+        this.schedule()
+      }, wait)
+      return
+    }
     this.scheduled = true
     // setImmediate lets every thread that transitions in this turn of the event loop join the round.
     setImmediate(() => {
@@ -98,6 +128,7 @@ class Rounds {
       )
       .finally(() => {
         this.inFlight--
+        this.lastEnd = performance.now()
         if (this.waiting.length > 0 || this.pending()) this.schedule()
       })
   }
@@ -128,6 +159,10 @@ export class GroupCommit {
     this.checkpoint.pending = () =>
       !this.closed && (this.staged.size > 0 || this.patches.size > 0 || this.registrations.length > 0)
     this.log.eager = LOG_ROUND_EAGER
+    // Checkpoints that only carry a thread forward (its snapshot, its cost) are spaced; a new
+    // thread or a status change is written at once, so the registry keeps up with the threads.
+    this.checkpoint.spacingMs = CHECKPOINT_SPACING_MS
+    this.checkpoint.urgent = () => this.registrations.length > 0 || this.statusChanged
   }
 
   /** Commits what is staged, then accepts nothing more (the stores are about to close). */
@@ -137,6 +172,8 @@ export class GroupCommit {
   }
 
   private closed = false
+  /** A status or outcome is staged for the registry (cleared when a round takes the patches). */
+  private statusChanged = false
 
   /** Records that a thread staged a checkpoint; the background round will write it. */
   noteCheckpoint(threadId: string): void {
@@ -155,6 +192,7 @@ export class GroupCommit {
   }
 
   stageRegistry(threadId: string, patch: RegistryPatch): void {
+    if (patch.status !== undefined || patch.outcome !== undefined) this.statusChanged = true
     const prev = this.patches.get(threadId)
     this.patches.set(threadId, prev ? { ...prev, ...patch } : patch)
     if (!this.closed) this.checkpoint.poke()
@@ -175,6 +213,8 @@ export class GroupCommit {
     this.registrations = []
     const patches = this.patches
     this.patches = new Map()
+    const statusChanged = this.statusChanged
+    this.statusChanged = false
     const staged = this.staged
     this.staged = new Set()
     try {
@@ -188,6 +228,7 @@ export class GroupCommit {
       // The store re-stages what it could not write; remember those threads so the next round runs.
       for (const id of staged) this.staged.add(id)
       for (const [id, patch] of patches) if (!this.patches.has(id)) this.patches.set(id, patch)
+      if (statusChanged) this.statusChanged = true
       this.onBackgroundError(error)
       throw error
     }

@@ -81,10 +81,11 @@ function fdatasync(fd: number): Promise<void> {
  * The line that ends at `from.bytes`, which must be the entry `from` names. Reads backwards in
  * growing windows, so a long last line costs a few reads, not the whole file.
  */
-function lineEndingAt(fd: number, end: number): Buffer | null {
+function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Buffer }): Buffer | null {
   for (let window = 4096; ; window *= 4) {
     const start = Math.max(0, end - window)
-    const chunk = readRange(fd, start, end)
+    // Bytes already read from `read.start` on (the tail that `open` reads anyway) serve the first window.
+    const chunk = read && read.start <= start ? read.chunk.subarray(start - read.start, end - read.start) : readRange(fd, start, end)
     if (chunk.length !== end - start || chunk[chunk.length - 1] !== 0x0a) return null
     // (lastIndexOf counts a negative offset from the end, so a one-byte chunk needs the guard.)
     const newline = chunk.length >= 2 ? chunk.lastIndexOf(0x0a, chunk.length - 2) : -1
@@ -119,7 +120,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
 
-  const fileOf = (threadId: string): string => path.join(threadDir(paths, threadId), TRANSCRIPT_FILE)
+  // threadDir's result is normalised: joining is concatenating.
+  const fileOf = (threadId: string): string => threadDir(paths, threadId) + path.sep + TRANSCRIPT_FILE
 
   function openOrNull(file: string): number | null {
     try {
@@ -148,10 +150,10 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     return fd
   }
 
-  function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition): void {
+  function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition, read?: { start: number; chunk: Buffer }): void {
     // Appends chain to from.hash; if the file does not hold that entry where state.json says it
     // ends, the next append would write a chain nobody can verify. Stop here instead.
-    const line = lineEndingAt(fd, from.bytes)
+    const line = lineEndingAt(fd, from.bytes, read)
     let entry: { seq?: unknown; hash?: unknown } | null = null
     try {
       if (line) entry = JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null
@@ -277,8 +279,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
             { bytes: start.bytes, size },
           )
         }
-        if (start.seq > 0) checkAnchor(fd, file, threadId, start)
-        const parsed = parseTranscriptBytes(readRange(fd, start.bytes, size), start, file)
+        // One read for the anchor's line (it ends at start.bytes, usually within 4 KiB) and the tail after it.
+        const readFrom = start.seq > 0 ? Math.max(0, start.bytes - 4096) : start.bytes
+        const bytes = readRange(fd, readFrom, size)
+        if (start.seq > 0) checkAnchor(fd, file, threadId, start, { start: readFrom, chunk: bytes })
+        const parsed = parseTranscriptBytes(bytes.subarray(start.bytes - readFrom), start, file)
         let torn: TranscriptOpenResult['torn'] = null
         if (parsed.torn) {
           // Move the fragment aside before cutting it, so the next append starts a clean line and
@@ -308,9 +313,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
-      const line = Buffer.from(encoded.line, 'utf8')
+      // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
+      const length = Buffer.byteLength(encoded.line, 'utf8')
       try {
-        writeAll(open.fd, line)
+        const written = fs.writeSync(open.fd, encoded.line)
+        if (written < length) writeAll(open.fd, Buffer.from(encoded.line, 'utf8').subarray(written))
       } catch (error) {
         // A partial write (ENOSPC, EIO) would leave half a line that the next append lands after,
         // which reads back as real damage rather than a torn tail. Cut it off now.
@@ -321,7 +328,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         }
         throw error
       }
-      open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + line.length }
+      open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
       if (durability === 'fsync') dirty.add(open)
       return entry
     },

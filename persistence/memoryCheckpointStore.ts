@@ -3,7 +3,8 @@
  * executable documentation of the contract the file backend keeps. Nothing survives the process.
  */
 import { assertThreadId } from '../src/ids.js'
-import type { CheckpointStore, StateEnvelope } from './types.js'
+import type { CheckpointStore, StagedEnvelope, StateEnvelope } from './types.js'
+import { stagedEnvelope } from './types.js'
 
 /**
  * A CheckpointStore in a Map. Staged is not stored: only `sync()` publishes, like on disk. It keeps
@@ -16,7 +17,7 @@ import type { CheckpointStore, StateEnvelope } from './types.js'
  * checkpoints.load(id) // a copy of envelope
  */
 export function createMemoryCheckpointStore(): CheckpointStore {
-  let staged = new Map<string, StateEnvelope>()
+  let staged = new Map<string, StagedEnvelope>()
   const stored = new Map<string, string>()
   let chain: Promise<void> = Promise.resolve()
 
@@ -38,7 +39,7 @@ export function createMemoryCheckpointStore(): CheckpointStore {
           for (const [id, envelope] of batch) if (!staged.has(id)) staged.set(id, envelope)
           throw error
         }
-        for (const [id, envelope] of batch) stored.set(id, JSON.stringify(envelope))
+        for (const [id, envelope] of batch) stored.set(id, JSON.stringify(stagedEnvelope(envelope)))
       })
       chain = run.catch(() => {})
       return run

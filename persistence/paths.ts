@@ -33,6 +33,10 @@ export function dataPaths(root: string): DataPaths {
  */
 export function threadDir(paths: DataPaths, threadId: string): string {
   assertThreadId(threadId)
+  // An id is [a-z0-9_-] only (no separator, no dot), so under a normalised absolute directory
+  // joining is resolving, and the result is a child of it: no path.resolve per call (one per
+  // transition and per file written).
+  if (isNormalised(paths)) return paths.threads + path.sep + threadId
   const dir = path.resolve(paths.threads, threadId)
   if (path.dirname(dir) !== paths.threads) {
     throw new SpindleError('INVALID_THREAD_ID', `Thread id "${threadId}" would leave the data directory ${paths.threads}.`, {
@@ -40,4 +44,16 @@ export function threadDir(paths: DataPaths, threadId: string): string {
     })
   }
   return dir
+}
+
+const normalised = new WeakMap<DataPaths, boolean>()
+
+function isNormalised(paths: DataPaths): boolean {
+  let known = normalised.get(paths)
+  if (known === undefined) {
+    const threads = paths.threads
+    known = path.isAbsolute(threads) && path.resolve(threads) === threads && !threads.endsWith(path.sep)
+    normalised.set(paths, known)
+  }
+  return known
 }

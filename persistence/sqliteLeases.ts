@@ -62,28 +62,68 @@ export function openSqliteLeases(options: { path: string; durability: Durability
   const del = db.prepare<[string, string]>('DELETE FROM leases WHERE thread_id = ? AND owner = ?')
   const delAny = db.prepare<[string]>('DELETE FROM leases WHERE thread_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
+  const allTokens = db.prepare<[], { thread_id: string; token: number }>('SELECT thread_id, token FROM tokens')
+
+  /** Where acquireOne reads a thread's lease and last token: one query each, or maps read in bulk. */
+  interface Reads {
+    lease(threadId: string): Row | undefined
+    token(threadId: string): number | undefined
+    /** Told what acquireOne wrote, so bulk reads stay current (an id may come twice). */
+    wrote?(row: Row): void
+  }
+  const readEach: Reads = { lease: (id) => get.get(id), token: (id) => lastToken.get(id)?.token }
+
+  /** Reads for a batch of many threads: every lease and token at once (recovery takes thousands). */
+  function readAll(): Reads {
+    const leases = new Map(all.all().map((row) => [row.thread_id, row]))
+    const tokens = new Map(allTokens.all().map((row) => [row.thread_id, row.token]))
+    return {
+      lease: (id) => leases.get(id),
+      token: (id) => tokens.get(id),
+      wrote: (row) => {
+        leases.set(row.thread_id, row)
+        tokens.set(row.thread_id, Math.max(tokens.get(row.thread_id) ?? 0, row.token))
+      },
+    }
+  }
 
   const guard = sqliteGuard(store)
 
-  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
-    const current = get.get(threadId)
+  function acquireOne(
+    threadId: string,
+    owner: { id: string; pid: number; host: string },
+    ttlMs: number,
+    now: number,
+    stale?: (lease: Lease) => boolean,
+    reads: Reads = readEach,
+  ): { acquired: boolean; lease: Lease } {
+    const current = reads.lease(threadId)
     if (current && current.owner !== owner.id && current.expires_at > now && !stale?.(toLease(current))) return { acquired: false, lease: toLease(current) }
     if (current && current.owner === owner.id) {
       extend.run(now + ttlMs, threadId, owner.id)
+      reads.wrote?.({ ...current, expires_at: now + ttlMs })
       return { acquired: true, lease: toLease({ ...current, expires_at: now + ttlMs }) }
     }
-    const token = Math.max(current?.token ?? 0, lastToken.get(threadId)?.token ?? 0) + 1
+    const token = Math.max(current?.token ?? 0, reads.token(threadId) ?? 0) + 1
     const lease: Lease = { threadId, owner: owner.id, pid: owner.pid, host: owner.host, acquiredAt: now, expiresAt: now + ttlMs, token }
     put.run(lease)
     upsertToken.run(threadId, token)
+    reads.wrote?.({ thread_id: threadId, owner: owner.id, pid: owner.pid, host: owner.host, acquired_at: now, expires_at: now + ttlMs, token })
     return { acquired: true, lease }
-  })
+  }
+
+  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) =>
+    acquireOne(threadId, owner, ttlMs, now, stale),
+  )
 
   const acquireManyTx = db.transaction((threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
     const acquired: string[] = []
     const held: Lease[] = []
+    // acquireOne, not acquireTx: a nested transaction is a savepoint per thread, and the whole
+    // batch commits or rolls back together anyway.
+    const reads = threadIds.length >= 64 ? readAll() : readEach
     for (const id of threadIds) {
-      const result = acquireTx(id, owner, ttlMs, now, stale)
+      const result = acquireOne(id, owner, ttlMs, now, stale, reads)
       if (result.acquired) acquired.push(id)
       else held.push(result.lease)
     }

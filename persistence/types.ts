@@ -42,9 +42,21 @@ export interface StateEnvelope {
   snapshot: unknown
 }
 
+/**
+ * An envelope, or a function that builds it when the store writes it (at most once per write;
+ * it must return the same envelope every time). Most staged envelopes are replaced by a newer one
+ * before a round writes them, so building them lazily saves copying a snapshot per transition.
+ */
+export type StagedEnvelope = StateEnvelope | (() => StateEnvelope)
+
+/** The envelope a staged value stands for. */
+export function stagedEnvelope(staged: StagedEnvelope): StateEnvelope {
+  return typeof staged === 'function' ? staged() : staged
+}
+
 export interface CheckpointStore {
   /** Stage the newest envelope of a thread; a later stage of the same thread replaces it. */
-  stage(threadId: string, envelope: StateEnvelope): void
+  stage(threadId: string, envelope: StagedEnvelope): void
   /**
    * Write every staged envelope atomically (temp file, rename). With durability 'fsync' the temp
    * file is fsynced before the rename and the directory after it, so a returned promise means the

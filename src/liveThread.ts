@@ -8,8 +8,8 @@ import type { Message } from '../actors/model.js'
 import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../machines/thread.machine.js'
 import { outcomeOf } from '../machines/thread.machine.js'
 import { makeEnvelope } from '../persistence/envelope.js'
-import type { GroupCommit } from '../persistence/groupCommit.js'
-import type { CheckpointStore, Cost, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
+import type { GroupCommit, RegistryPatch } from '../persistence/groupCommit.js'
+import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
 import { SpindleError, describeError } from './errors.js'
 import { applyRepairs } from './continuation.js'
 import type { RepairedCall } from './continuation.js'
@@ -54,7 +54,8 @@ export interface ThreadServices {
   commit: GroupCommit
   now(): number
   report(error: unknown, threadId: string): void
-  forget(threadId: string): void
+  /** `thread` stopped here; its id's runtime state goes unless another object holds the id now. */
+  forget(threadId: string, thread: LiveThread): void
   /** Sees every checkpointed transition after it is staged (hooks, approval requests). */
   observe?(thread: LiveThread, snapshot: { value: StateValue; context: ThreadContext }, previous: { status: ThreadStatus | null; value: StateValue | null }): void
   /**
@@ -96,7 +97,10 @@ export class LiveThread implements ThreadHandle {
   private unchecked: boolean
   private readonly toolNames = new Map<string, string>()
   private readonly intents: Set<string>
+  /** The last good snapshot as state.json holds it; null while only `lastGoodRaw` is known. */
   private lastGood: unknown = null
+  /** The last good snapshot as the actor made it, persisted on demand (see `persist`). */
+  private lastGoodRaw: ThreadSnapshot | null = null
   private lastStatus: ThreadStatus | null = null
   private lastValue: StateValue | null = null
   private lastTurns = -1
@@ -137,7 +141,10 @@ export class LiveThread implements ThreadHandle {
     ) as ThreadActor
     this.actor = actor
     this.restoring = 'snapshot' in init
-    if ('snapshot' in init) this.lastGood = init.snapshot
+    if ('snapshot' in init) {
+      this.lastGood = init.snapshot
+      this.lastGoodRaw = null
+    }
     const subscription = actor.subscribe({
       next: (snapshot) => this.onSnapshot(snapshot),
       error: (error) => this.onActorError(error),
@@ -289,9 +296,9 @@ export class LiveThread implements ThreadHandle {
    * Subscribers and `done` carry over. False when there is nothing to restart.
    */
   restart(machine: AnyStateMachine): boolean {
-    if (this.finished || !this.actor || this.lastGood === null) return false
+    if (this.finished || !this.actor || this.lastGoodPersisted() === null) return false
     // The checkpoint as state.json holds it: plain JSON, private to the new actor.
-    const source = this.actor.getSnapshot().status === 'active' ? this.actor.getPersistedSnapshot() : this.lastGood
+    const source = this.actor.getSnapshot().status === 'active' ? this.actor.getPersistedSnapshot() : this.lastGoodPersisted()
     const snapshot = JSON.parse(JSON.stringify(source)) as unknown
     this.unsubscribeActor?.()
     this.actor.stop()
@@ -308,7 +315,7 @@ export class LiveThread implements ThreadHandle {
     this.unsubscribeActor?.()
     this.actor?.stop()
     this.services.transcripts.close(this.id)
-    this.services.forget(this.id)
+    this.services.forget(this.id, this)
     this.rejectDone(reason)
   }
 
@@ -318,6 +325,29 @@ export class LiveThread implements ThreadHandle {
         this.toolNames.set(call.id, call.name)
       }
     }
+  }
+
+  private lastGoodPersisted(): unknown {
+    if (this.lastGood === null && this.lastGoodRaw !== null) this.lastGood = this.persist(this.lastGoodRaw)
+    return this.lastGood
+  }
+
+  /**
+   * `snapshot` as state.json holds it, built any time after the actor made it. XState persists a
+   * snapshot's children from their current state; every child of a snapshot was running when the
+   * snapshot was made (a transition that stops one removes it), so one stopped or failed since then (by a
+   * later stop, crash or close of the actor) is recorded as it was: active.
+   */
+  private persist(snapshot: ThreadSnapshot): unknown {
+    const persisted = this.actor!.logic.getPersistedSnapshot(snapshot) as { children?: Record<string, { snapshot?: { status?: string } }> }
+    const children = persisted.children
+    if (children) {
+      for (const key of Object.keys(children)) {
+        const child = children[key]!
+        if (child.snapshot?.status !== undefined && child.snapshot.status !== 'active') children[key] = { ...child, snapshot: { ...child.snapshot, status: 'active' } }
+      }
+    }
+    return persisted
   }
 
   private onSnapshot(snapshot: ThreadSnapshot): void {
@@ -333,21 +363,27 @@ export class LiveThread implements ThreadHandle {
     }
     const previous = { status: this.lastStatus, value: this.lastValue }
     this.lastValue = snapshot.value
-    const persisted = this.actor!.getPersistedSnapshot()
-    this.lastGood = persisted
+    this.lastGoodRaw = snapshot
+    this.lastGood = null
     const { transcripts, checkpoints, commit } = this.services
-    checkpoints.stage(this.id, makeEnvelope(this.id, status, transcripts.position(this.id), persisted, this.services.now()))
+    // Built only if a round writes it: most are replaced by the thread's next transition first.
+    // The snapshot is immutable and the position a copy, so it says what it says now whenever built.
+    const position = transcripts.position(this.id)
+    const savedAt = this.services.now()
+    let envelope: StateEnvelope | null = null
+    checkpoints.stage(this.id, () => (envelope ??= makeEnvelope(this.id, status, position, this.persist(snapshot), savedAt)))
     commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
     const stopped = !isActive(status)
     if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
-      commit.stageRegistry(this.id, {
-        ...(status !== this.lastStatus ? { status, at: this.services.now() } : {}),
-        cost: { ...usage },
-        ...(stopped
-          ? { outcome: { result: snapshot.context.result ?? undefined, error: snapshot.context.error } }
-          : {}),
-      })
+      // Built field by field: a literal of spreads and fields is a slow path in V8.
+      const patch: RegistryPatch = { cost: { ...usage } }
+      if (status !== this.lastStatus) {
+        patch.status = status
+        patch.at = this.services.now()
+      }
+      if (stopped) patch.outcome = { result: snapshot.context.result ?? undefined, error: snapshot.context.error }
+      commit.stageRegistry(this.id, patch)
       this.lastStatus = status
       this.lastTurns = usage.turns
     }
@@ -386,11 +422,11 @@ export class LiveThread implements ThreadHandle {
     this.services.commit.whenDurable().then(
       () => {
         this.services.transcripts.close(this.id)
-        this.services.forget(this.id)
+        this.services.forget(this.id, this)
         this.resolveDone(outcome)
       },
       (error: unknown) => {
-        this.services.forget(this.id)
+        this.services.forget(this.id, this)
         this.rejectDone(error)
       },
     )
@@ -409,7 +445,7 @@ export class LiveThread implements ThreadHandle {
       error: { code: 'THREAD_CRASHED', message: describeError(error).message },
     })
     try {
-      const replayed = replayTranscript([entry], { from: this.lastGood })
+      const replayed = replayTranscript([entry], { from: this.lastGoodPersisted() })
       this.services.checkpoints.stage(
         this.id,
         makeEnvelope(this.id, replayed.status, this.services.transcripts.position(this.id), replayed.snapshot, this.services.now()),
@@ -426,7 +462,7 @@ export class LiveThread implements ThreadHandle {
       this.finish(outcomeOf('error', context))
     } catch (replayError) {
       this.finished = true
-      this.services.forget(this.id)
+      this.services.forget(this.id, this)
       this.rejectDone(replayError)
     }
   }

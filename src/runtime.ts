@@ -44,7 +44,7 @@ import type {
 } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId, newNonce, newThreadId } from './ids.js'
-import type { ThreadHandle, ThreadView } from './liveThread.js'
+import type { ThreadHandle, ThreadServices, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
 import type { RetryPolicy } from './policies/classifyError.js'
 import { classifyError, retryDelayMs } from './policies/classifyError.js'
@@ -841,6 +841,9 @@ class RuntimeImpl implements Runtime {
    */
   private recordUsage(id: string, usage: ThreadContext['usage'], continuation = true): void {
     if (this.recordedTurns.get(id) === usage.turns) return
+    // Nothing spent yet (a thread recovered before its first reply): nothing the ledger could lack,
+    // and no need to look its account up.
+    if (usage.spend === 0 && usage.inputTokens === 0 && usage.outputTokens === 0) return
     try {
       const key = this.budgetKey(id, continuation)
       if (!this.hasAccount(key)) return
@@ -2406,34 +2409,34 @@ class RuntimeImpl implements Runtime {
     this.commit.stageRegistry(id, { status: 'error', at: this.clock.now(), outcome: { error: { code, message } } })
   }
 
+  /** What every live thread of this runtime is lent: one object, not one per thread. */
+  private threadServices: ThreadServices | null = null
+
   private adopt(id: string, options: ConstructorParameters<typeof LiveThread>[2]): LiveThread {
-    const thread = new LiveThread(
-      id,
-      {
-        transcripts: this.transcripts,
-        checkpoints: this.checkpoints,
-        commit: this.commit,
-        now: () => this.clock.now(),
-        report: (error, threadId) => this.report(error, threadId),
-        forget: (threadId) => {
-          if (this.live.get(threadId) === thread) {
-            this.live.delete(threadId)
-            this.groups.delete(threadId)
-            this.startSeq.delete(threadId)
-            this.releaseLease(threadId)
-            // Per-thread caches: rebuilt from the stores if the thread is loaded again.
-            this.budgetKeys.delete(threadId)
-            this.accountKnown.delete(threadId)
-            this.recordedTurns.delete(threadId)
-          }
-          this.threadHooks.delete(threadId)
-        },
-        observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),
-        fenced: () => this.fenced(),
-        ...(this.options.inspect ? { inspect: this.options.inspect } : {}),
+    this.threadServices ??= {
+      transcripts: this.transcripts,
+      checkpoints: this.checkpoints,
+      commit: this.commit,
+      now: () => this.clock.now(),
+      report: (error, threadId) => this.report(error, threadId),
+      forget: (threadId, thread) => {
+        if (this.live.get(threadId) === thread) {
+          this.live.delete(threadId)
+          this.groups.delete(threadId)
+          this.startSeq.delete(threadId)
+          this.releaseLease(threadId)
+          // Per-thread caches: rebuilt from the stores if the thread is loaded again.
+          this.budgetKeys.delete(threadId)
+          this.accountKnown.delete(threadId)
+          this.recordedTurns.delete(threadId)
+        }
+        this.threadHooks.delete(threadId)
       },
-      options,
-    )
+      observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),
+      fenced: () => this.fenced(),
+      ...(this.options.inspect ? { inspect: this.options.inspect } : {}),
+    }
+    const thread = new LiveThread(id, this.threadServices, options)
     this.live.set(id, thread)
     return thread
   }

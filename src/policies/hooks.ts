@@ -15,8 +15,8 @@
  * the same type: write `thread.cost.spend * 2.0`, not `* 2` (caught when the hooks compile).
  * A limit that is unlimited is null: `thread.limits.spend == null`.
  */
-import { Environment } from '@marcbachmann/cel-js'
-import type { ObjectSchema } from '@marcbachmann/cel-js'
+import { createRequire } from 'node:module'
+import type { Environment, ObjectSchema } from '@marcbachmann/cel-js'
 import { z } from 'zod'
 import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, HookLimitsSchema, HookSpecSchema } from '../../config/hookSchema.js'
 import type { HookAction, HookEvent, HookSpec } from '../../config/hookSchema.js'
@@ -164,8 +164,17 @@ function intEqualsDouble(int: bigint, double: number): boolean {
   return Number.isInteger(double) && BigInt(double) === int
 }
 
-// Creating an environment is the expensive part: once per process. Parsing against it is cheap.
-const environment = (() => {
+// Creating an environment is the expensive part: once per process, and only in a process that
+// compiles a condition (cel-js and its environment cost ~40 ms and several MB; most runtimes have
+// no `when`). Parsing against it is cheap. require: compileHooks is synchronous.
+let celEnvironment: Environment | null = null
+function environment(): Environment {
+  celEnvironment ??= newEnvironment()
+  return celEnvironment
+}
+
+function newEnvironment(): Environment {
+  const { Environment } = createRequire(import.meta.url)('@marcbachmann/cel-js') as typeof import('@marcbachmann/cel-js')
   const env = new Environment()
   for (const name of VARIABLE_NAMES) {
     env.registerVariable({ name, schema: celSchema(HOOK_VARIABLES[name]) })
@@ -173,7 +182,7 @@ const environment = (() => {
   // Also registers `double == int` and both `!=`.
   env.registerOperator('int == double', (left: bigint, right: number) => intEqualsDouble(left, right))
   return env
-})()
+}
 
 function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value)
@@ -302,7 +311,7 @@ class HookCompileError extends Error {
 function compileCondition(expression: string): Condition {
   let parsed: ReturnType<Environment['parse']>
   try {
-    parsed = environment.parse(expression)
+    parsed = environment().parse(expression)
   } catch (error) {
     const d = describeCelError(error, expression)
     throw new HookCompileError(`is not valid CEL: ${d.text}.${d.excerpt ? `\n${d.excerpt}` : ''}`, { start: d.start, end: d.end }, expression)
