@@ -4,7 +4,7 @@
  * carries it to the end). The page itself is tested in headless Chromium in inspectBrowser.test.ts.
  */
 import { spawn, spawnSync } from 'node:child_process'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest'
 import { startInspector } from '../../src/inspector.js'
 import type { Inspector } from '../../src/inspector.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
@@ -56,6 +56,10 @@ describe('spindle inspect', () => {
   it('should flag a running thread whose process was killed as having no live process, and one alive as run by its pid', async () => {
     const dir = tempDir('spindle-inspect-orphans')
     const child = spawn(process.execPath, [compiled('test/crash/leaseWorker.js'), dir, 'spawn', '2', '100000', '600000'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    // Killed whatever happens: a failed expectation must not leave it running.
+    onTestFinished(() => {
+      child.kill('SIGKILL')
+    })
     let printed = ''
     child.stdout.on('data', (d: Buffer) => (printed += d))
     for (let i = 0; i < 400 && !printed.includes('spawned'); i++) await new Promise((r) => setTimeout(r, 25))

@@ -6,7 +6,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import Database from 'better-sqlite3'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, onTestFinished } from 'vitest'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { pidAlive } from '../../src/locks.js'
 
@@ -18,6 +18,10 @@ function spindle(...args: string[]): { code: number | null; stdout: string; stde
 /** A runtime process running 3 long threads with a long lease; resolves once they are spawned. */
 async function runtimeProcess(dir: string) {
   const child = spawn(process.execPath, [compiled('test/crash/leaseWorker.js'), dir, 'spawn', '3', '100000', '600000'], { stdio: ['ignore', 'pipe', 'pipe'] })
+  // Its threads run for a long time: killed when the test ends, passed or failed.
+  onTestFinished(() => {
+    child.kill('SIGKILL')
+  })
   let out = ''
   child.stdout.on('data', (d) => (out += d))
   child.stderr.on('data', (d) => (out += d))
