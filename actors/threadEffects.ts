@@ -244,8 +244,9 @@ export function runToolLogic(host: EffectHost) {
       await Promise.resolve()
       if (stopped) return
       const tool = host.tools.get(call.name)
-      let outcome: ToolOutcome
-      if (host.hasToolIntent(threadId, key) && !tool?.idempotent) {
+      // A refused call has no effect to protect: no intent, and the same answer after a crash.
+      let outcome: ToolOutcome | null = refusal(host, threadId, call)
+      if (!outcome && host.hasToolIntent(threadId, key) && !tool?.idempotent) {
         outcome = {
           ok: false,
           output: {
@@ -255,10 +256,11 @@ export function runToolLogic(host: EffectHost) {
               `It was not run again because the tool is not idempotent; it may or may not have taken effect.`,
           },
         }
-      } else {
+      }
+      if (!outcome) {
         await host.recordToolIntent(threadId, key, call)
         if (stopped) return
-        outcome = refusal(host, threadId, call) ?? (await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller))
+        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
       }
       if (stopped) return
       settled = true

@@ -93,6 +93,10 @@ describe('a thread without a permission', () => {
     const [refused, ran] = toolResults(rt, thread.id)
     expect(refused).toMatchObject({ ok: false, output: { error: 'PERMISSION_DENIED', message: expect.stringContaining('"network"') } })
     expect(ran).toMatchObject({ ok: true, output: 'noted' })
+    // Nothing was about to run, so nothing was recorded as about to run.
+    const intents = fs.readFileSync(path.join(rt.dir, 'threads', thread.id, 'transcript.jsonl'), 'utf8').split('\n').filter((l) => l.includes('"tool_intent"'))
+    expect(intents).toHaveLength(1)
+    expect(intents[0]).toContain('"note"')
     expect(rt.checkReplay(thread.id).matches).toBe(true)
   })
 
