@@ -179,6 +179,8 @@ function program(setExit: (code: number) => void): Command {
         out(`state       ${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`)
         out(`usage       ${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, $${c.usage.spend.toFixed(5)}`)
         out(`limits      ${Object.entries(c.limits).map(([k, v]) => `${k} ${v ?? '∞'}`).join(', ')}`)
+        if (c.policy.tools) out(`tools       ${c.policy.tools.join(', ') || 'none'}`)
+        if (c.policy.permissions) out(`permissions ${Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')}`)
         if (c.suspendReason) out(`suspended   ${c.suspendReason}${c.limitHit ? ` (${c.limitHit.limit} ${c.limitHit.used}/${c.limitHit.max})` : ''}`)
         if (c.result !== null) out(`result      ${c.result}`)
         if (c.error) out(`error       [${c.error.code}] ${c.error.message}`)

@@ -24,7 +24,7 @@ beforeAll(async () => {
     model: scriptedModel((r) => (r.directiveName === 'loop' ? { toolCalls: [{ name: 'nope', input: {} }] } : { text: 'answer' })),
   })
   const a = await rt.spawn({ directive: { name: 'answer', prompt: 'p' } })
-  const b = await rt.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 2 } })
+  const b = await rt.spawn({ directive: { name: 'loop', prompt: 'p', permissions: { network: false } }, limits: { turns: 2 } })
   await Promise.all([a.done, b.done])
   await rt.close()
   done = a.id
@@ -57,6 +57,9 @@ describe('spindle show and logs', () => {
     expect(report.record.status).toBe('suspended')
     expect(report.state.context.limitHit).toMatchObject({ limit: 'turns', used: 2, max: 2, proposed: 4 })
     expect(report.problems).toEqual([])
+    const text = spindle('show', suspended, '--dir', dir).stdout
+    expect(text).toMatch(/^suspended   limit \(turns 2\/2\)$/m)
+    expect(text).toMatch(/^permissions network: false$/m)
   })
 
   it('should print the verified transcript as JSON lines', () => {
