@@ -15,7 +15,7 @@ import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
-import { threadDir } from './paths.js'
+import { threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 
@@ -205,8 +205,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     },
 
     load(threadId) {
-      // threadDir's result is normalised: joining is concatenating.
-      const file = threadDir(paths, threadId) + path.sep + STATE
+      const file = threadFile(paths, threadId, STATE)
       let text: string
       try {
         text = fs.readFileSync(file, 'utf8')

@@ -9,7 +9,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import type { DataPaths } from './paths.js'
-import { threadDir } from './paths.js'
+import { threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
@@ -120,8 +120,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
 
-  // threadDir's result is normalised: joining is concatenating.
-  const fileOf = (threadId: string): string => threadDir(paths, threadId) + path.sep + TRANSCRIPT_FILE
+  const fileOf = (threadId: string): string => threadFile(paths, threadId, TRANSCRIPT_FILE)
 
   function openOrNull(file: string): number | null {
     try {

@@ -46,6 +46,11 @@ export function threadDir(paths: DataPaths, threadId: string): string {
   return dir
 }
 
+/** The file `name` in a thread's directory; threadDir's result is normalised, so joining is concatenating. */
+export function threadFile(paths: DataPaths, threadId: string, name: string): string {
+  return threadDir(paths, threadId) + path.sep + name
+}
+
 const normalised = new WeakMap<DataPaths, boolean>()
 
 function isNormalised(paths: DataPaths): boolean {

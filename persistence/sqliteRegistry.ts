@@ -33,7 +33,6 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX threads_previous ON threads(previous_thread_id);`,
 ]
 
-
 /** A `threads` row as SQLite returns it (JSON columns still text). */
 interface Row {
   id: string
@@ -261,7 +260,6 @@ class SqliteRegistry implements Registry {
   }
 }
 
-/** Brings the schema up to MIGRATIONS.length, in one transaction; refuses a newer schema. */
 /**
  * Opens the registry database at `path`, creating and migrating it as needed, and returns it as a
  * {@link Registry}. Every write is one synchronous SQLite transaction, committed when the call returns.

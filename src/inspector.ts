@@ -13,7 +13,8 @@ import { threadLog } from './operator.js'
 import type { ThreadContext } from '../machines/thread.machine.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { dataPaths } from '../persistence/paths.js'
-import { approveThread, denyThread, scanOrphans, threadTree } from './operatorActions.js'
+import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
+import { isActive } from './threadStatus.js'
 import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../machines/thread.machine.js'
@@ -38,9 +39,8 @@ function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
 /** What the page shows, as JSON. */
 function overview(dir: string) {
   const tree = threadTree(dir)
-  // A thread the registry calls running that no live process holds must not look alive.
-  const orphans = new Map(scanOrphans(dir).map((o) => [o.id, o.why]))
-  const held = new Map(locks(dir).locks.filter((l) => l.state === 'live').map((l) => [l.threadId, { owner: l.owner, pid: l.pid, host: l.host }]))
+  const leases = new Map(locks(dir).locks.map((l) => [l.threadId, l]))
+  const orphans: Record<string, string> = {}
   // Once a second for every thread: the registry (read once, above) and each state.json, never the
   // transcripts — the selected thread's own is fetched and verified by its detail view.
   const checkpoints = createFileCheckpointStore({ paths: dataPaths(dir), durability: 'process' })
@@ -53,6 +53,10 @@ function overview(dir: string) {
       report.problems.push(describeError(error))
     }
     const context = report.state?.context
+    const lease = leases.get(node.id)
+    // A thread the registry calls running that no live process holds must not look alive.
+    const orphan = isActive(node.status) ? orphanWhy(lease) : null
+    if (orphan) orphans[node.id] = orphan
     return {
       id: node.id,
       directive: node.directive,
@@ -65,13 +69,13 @@ function overview(dir: string) {
       error: context?.error ?? null,
       tools: context?.policy.tools ?? null,
       permissions: context?.policy.permissions ?? null,
-      orphan: orphans.get(node.id) ?? null,
-      heldBy: held.get(node.id) ?? null,
+      orphan,
+      heldBy: lease?.state === 'live' ? { owner: lease.owner, pid: lease.pid, host: lease.host } : null,
       approvals: node.status === 'suspended' ? pendingApprovals(dir, node.id) : [],
       problems: report.problems,
     }
   })
-  return { tree, threads, orphans: Object.fromEntries(orphans) }
+  return { tree, threads, orphans }
 }
 
 async function body(request: http.IncomingMessage): Promise<unknown> {

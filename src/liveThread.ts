@@ -55,7 +55,7 @@ export interface ThreadServices {
   now(): number
   report(error: unknown, threadId: string): void
   /** `thread` stopped here; its id's runtime state goes unless another object holds the id now. */
-  forget(threadId: string, thread: LiveThread): void
+  forget(thread: LiveThread): void
   /** Sees every checkpointed transition after it is staged (hooks, approval requests). */
   observe?(thread: LiveThread, snapshot: { value: StateValue; context: ThreadContext }, previous: { status: ThreadStatus | null; value: StateValue | null }): void
   /**
@@ -315,7 +315,7 @@ export class LiveThread implements ThreadHandle {
     this.unsubscribeActor?.()
     this.actor?.stop()
     this.services.transcripts.close(this.id)
-    this.services.forget(this.id, this)
+    this.services.forget(this)
     this.rejectDone(reason)
   }
 
@@ -422,11 +422,11 @@ export class LiveThread implements ThreadHandle {
     this.services.commit.whenDurable().then(
       () => {
         this.services.transcripts.close(this.id)
-        this.services.forget(this.id, this)
+        this.services.forget(this)
         this.resolveDone(outcome)
       },
       (error: unknown) => {
-        this.services.forget(this.id, this)
+        this.services.forget(this)
         this.rejectDone(error)
       },
     )
@@ -462,7 +462,7 @@ export class LiveThread implements ThreadHandle {
       this.finish(outcomeOf('error', context))
     } catch (replayError) {
       this.finished = true
-      this.services.forget(this.id, this)
+      this.services.forget(this)
       this.rejectDone(replayError)
     }
   }

@@ -46,7 +46,7 @@ export function pidAlive(pid: number): boolean {
   try {
     const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1')
     // The state follows the command name in parentheses, which may itself hold ')'.
-    return stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3) !== 'Z'
+    return stat[stat.lastIndexOf(')') + 2] !== 'Z'
   } catch {
     return true
   }

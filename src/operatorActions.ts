@@ -10,6 +10,7 @@ import type { ThreadRecord } from '../persistence/types.js'
 import { SpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
 import { locks } from './locks.js'
+import type { LockView } from './locks.js'
 import { recordOf, withRegistry } from './operator.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from './requests.js'
 
@@ -121,6 +122,13 @@ export interface Orphan {
   updatedAt: number
 }
 
+/** Why no live process holds a created or running thread with this lease, or null when one does. */
+export function orphanWhy(lock: LockView | undefined): Orphan['why'] | null {
+  if (!lock) return 'no_lease'
+  if (lock.state === 'live') return null
+  return lock.state === 'dead_owner' ? 'dead_owner' : 'expired'
+}
+
 /** Created or running threads that no live runtime process holds a lease on. */
 export function scanOrphans(dir: string, now = Date.now()): Orphan[] {
   const active = withRegistry(dir, (registry) => registry.listActive())
@@ -128,12 +136,13 @@ export function scanOrphans(dir: string, now = Date.now()): Orphan[] {
   const orphans: Orphan[] = []
   for (const record of active) {
     const lock = held.get(record.id)
-    if (lock?.state === 'live') continue
+    const why = orphanWhy(lock)
+    if (why === null) continue
     orphans.push({
       id: record.id,
       directive: record.directiveName,
       status: record.status,
-      why: lock ? (lock.state === 'dead_owner' ? 'dead_owner' : 'expired') : 'no_lease',
+      why,
       owner: lock?.owner ?? null,
       updatedAt: record.updatedAt,
     })

@@ -2228,12 +2228,13 @@ class RuntimeImpl implements Runtime {
   private claimNonceRequest(
     file: string,
     check: (request: CancelRequest) => string | null,
-  ): { claimed: string; request: CancelRequest | null; refusal: string | null } | null {
+  ): { claimed: string; refusal: string } | { claimed: string; refusal: null; request: CancelRequest } | null {
     const claimed = `${file}.${process.pid}.claimed`
     if (!claim(file, claimed)) return null
     const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
-    if (!read.ok) return { claimed, request: null, refusal: read.problem.replace(claimed, file) }
-    return { claimed, request: read.value, refusal: check(read.value) }
+    if (!read.ok) return { claimed, refusal: read.problem.replace(claimed, file) }
+    const refusal = check(read.value)
+    return refusal === null ? { claimed, refusal, request: read.value } : { claimed, refusal }
   }
 
   /** A claimed request that was honoured: its file goes, the report and the request log say so. */
@@ -2247,8 +2248,8 @@ class RuntimeImpl implements Runtime {
     const file = cancelFile(paths, id)
     const claimed = this.claimNonceRequest(file, (request) => cancelRefusal(this.registry.get(id), request))
     if (!claimed) return
-    if (claimed.refusal !== null || !claimed.request) {
-      this.refuseCancel(paths, id, claimed.claimed, claimed.refusal ?? 'unreadable', report)
+    if (claimed.refusal !== null) {
+      this.refuseCancel(paths, id, claimed.claimed, claimed.refusal, report)
       return
     }
     const reason = claimed.request.reason ?? 'cancelled by request file'
@@ -2266,7 +2267,7 @@ class RuntimeImpl implements Runtime {
     const claimed = this.claimNonceRequest(file, (request) => (this.registry.get(id)?.nonce === request.nonce ? null : "the nonce does not match the thread's nonce"))
     if (!claimed) return
     let refusal = claimed.refusal
-    if (refusal === null && claimed.request) {
+    if (claimed.refusal === null) {
       try {
         await this.resume(id, { by: claimed.request.by ?? `file ${path.relative(paths.root, file)}` })
       } catch (error) {
@@ -2419,7 +2420,8 @@ class RuntimeImpl implements Runtime {
       commit: this.commit,
       now: () => this.clock.now(),
       report: (error, threadId) => this.report(error, threadId),
-      forget: (threadId, thread) => {
+      forget: (thread) => {
+        const threadId = thread.id
         if (this.live.get(threadId) === thread) {
           this.live.delete(threadId)
           this.groups.delete(threadId)
