@@ -15,8 +15,10 @@ import { compiled, tempDir } from '../helpers/dirs.js'
 
 const KILLS = Number(process.env.SPINDLE_WAVE_KILLS ?? 8)
 const CHILDREN = 5
-// Enough work that every kill lands while the wave is still running.
-const TURNS = 10 + 4 * KILLS
+// Enough work that every kill lands while the wave is still running: each run lives at most about
+// 0.5 s, and a child turn takes at least 10 ms of model latency, so the children's turns alone
+// outlast every run together however fast the runtime gets.
+const TURNS = 10 + 25 * KILLS
 
 function runWorker(dir: string, killAfterMs: number | null): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string }> {
   return new Promise((resolve) => {

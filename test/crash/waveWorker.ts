@@ -52,10 +52,11 @@ const model = scriptedModel(
       return { text: `wave finished: ${report.settled.filter((s) => s.status === 'completed').length} completed`, usage: { inputTokens: 100, outputTokens: 10, cost: 0.001 } }
     }
     return r.turn < turns
-      ? { toolCalls: [{ name: 'charge', input: { cents: r.turn } }], usage: { inputTokens: 50, outputTokens: 10, cost: 0.0005 } }
-      : { text: `${r.directiveName} done`, usage: { inputTokens: 50, outputTokens: 10, cost: 0.0005 } }
+      ? { toolCalls: [{ name: 'charge', input: { cents: r.turn } }], usage: { inputTokens: 50, outputTokens: 10, cost: 0.0001 } }
+      : { text: `${r.directiveName} done`, usage: { inputTokens: 50, outputTokens: 10, cost: 0.0001 } }
   },
-  { latencyMs: (r) => 2 + ((r.turn * 7 + r.threadId.length) % 9) },
+  // Time-bound work: the test's kills must land before the wave ends, whatever the runtime's speed.
+  { latencyMs: (r) => 10 + ((r.turn * 7 + r.threadId.length) % 9) },
 )
 
 const rt = await createRuntime({ dir, model, tools: [charge], durability: 'fsync', defaultLimits: { turns: null, spend: 1 } })
