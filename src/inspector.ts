@@ -19,7 +19,7 @@ import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../machines/thread.machine.js'
 import type { TreeNode } from './operatorActions.js'
-import { pendingApprovals } from './requests.js'
+import { approvalAnswer, pendingApprovals } from './requests.js'
 import { visualizations } from './visualize.js'
 
 export interface Inspector {
@@ -71,7 +71,8 @@ function overview(dir: string) {
       permissions: context?.policy.permissions ?? null,
       orphan,
       heldBy: lease?.state === 'live' ? { owner: lease.owner, pid: lease.pid, host: lease.host } : null,
-      approvals: node.status === 'suspended' ? pendingApprovals(dir, node.id) : [],
+      // An answer stays on the page until the runtime acts on it, however often the page refreshes.
+      approvals: node.status === 'suspended' ? pendingApprovals(dir, node.id).map((a) => ({ ...a, answer: approvalAnswer(dir, node.id, a.id) })) : [],
       problems: report.problems,
     }
   })
@@ -150,12 +151,12 @@ body{font:14px system-ui,sans-serif;margin:0;display:grid;grid-template-columns:
 .sel{background:#dde}.st{font-weight:600}.completed{color:#080}.running,.created{color:#06c}.suspended{color:#b70}.error{color:#c00}.cancelled{color:#777}.continued{color:#909}
 #chart svg{max-width:100%;height:auto}.id{color:#888;font-size:12px}.orphan{color:#c00;font-size:12px}.who{color:#555}
 table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
-pre{white-space:pre-wrap;margin:0}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}
+pre{white-space:pre-wrap;margin:0}.answered{color:#080;font-weight:600}.failed{color:#c00}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}
 </style></head><body>
 <div id="tree"><h3>threads</h3><div id="nodes">loading…</div></div>
 <div id="detail"><p>Select a thread.</p></div>
 <script>
-const token='__TOKEN__';let selected=null;let data=null
+const token='__TOKEN__';let selected=null;let data=null;const failures={}
 const api=(path,opts={})=>fetch(path,{...opts,headers:{'x-spindle-token':token,'content-type':'application/json'}}).then(r=>r.json())
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]))
 let chart='';api('/api/statechart').then(c=>{chart=c.svg;if(selected)renderDetail()})
@@ -168,14 +169,18 @@ const WHY={dead_owner:'the process that ran it is gone',expired:'its lease expir
 const who=t.orphan?'<p class="orphan">⚠ No live runtime process holds this thread ('+esc(WHY[t.orphan]||t.orphan)+'): it will not move until a runtime opens this directory or <code>spindle orphans recover '+esc(t.id)+'</code> settles it.</p>':t.heldBy?'<p class="who">run by pid '+esc(t.heldBy.pid)+' on '+esc(t.heldBy.host)+'</p>':''
 const policy=(t.tools?'<p class="who">tools: '+esc(t.tools.join(', ')||'none')+'</p>':'')+(t.permissions?'<p class="who">permissions: '+esc(Object.entries(t.permissions).map(([k,v])=>k+': '+v).join(', '))+'</p>':'')
 const lim=k=>t.limits&&t.limits[k]!==null?t.limits[k]:'∞';const u=t.usage||{turns:0,inputTokens:0,outputTokens:0,spend:0}
-const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' <button class="approve">Approve</button> <button class="deny">Deny</button></div>').join('')
+const answered=a=>'<span class="answered">'+(a.answer.approved?'approved':'denied')+(a.answer.by?' by '+esc(a.answer.by):'')+': '+(a.answer.state==='taken'?'the runtime is acting on it':'waiting for the runtime running this directory to act on it')+'</span>'
+const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' '+(a.answer?answered(a):'<button class="approve">Approve</button> <button class="deny">Deny</button>')+'<span class="failed">'+esc(failures[a.id]||'')+'</span></div>').join('')
 const log=await api('/api/threads/'+t.id+'/transcript')
 document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+who+approvals+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
 '<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
 (t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
 '<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+esc(JSON.stringify(e.data)).slice(0,400)+'</pre></td></tr>').join('')+'</table>'
 for(const el of document.querySelectorAll('#chart [data-state]')){const s=el.dataset.state;el.classList.toggle('current',s===current);el.classList.toggle('within',current.startsWith(s+'.'))}
-for(const b of document.querySelectorAll('.approve'))b.onclick=async()=>{await api('/api/threads/'+t.id+'/approve',{method:'POST',body:'{}'});b.parentElement.textContent='approved: the runtime carries the thread on'}
-for(const b of document.querySelectorAll('.deny'))b.onclick=async()=>{await api('/api/threads/'+t.id+'/deny',{method:'POST',body:'{}'});b.parentElement.textContent='denied'}}
+const answer=what=>async e=>{const box=e.target.parentElement;for(const b of box.querySelectorAll('button'))b.disabled=true
+const r=await api('/api/threads/'+t.id+'/'+what,{method:'POST',body:'{}'}).catch(err=>({error:'NETWORK',message:String(err)}))
+if(r.error)failures[box.dataset.request]=' '+r.error+': '+r.message;else delete failures[box.dataset.request];await refresh()}
+for(const b of document.querySelectorAll('.approve'))b.onclick=answer('approve')
+for(const b of document.querySelectorAll('.deny'))b.onclick=answer('deny')}
 refresh();setInterval(refresh,1000)
 </script></body></html>`

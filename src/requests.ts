@@ -224,6 +224,26 @@ export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
 }
 
 /**
+ * The answer written to an open approval request that the runtime has not acted on yet: `waiting`
+ * while the response file lies there, `taken` once a runtime has claimed it. Null when unanswered
+ * (or when the answer is unreadable: the runtime rejects that one and the request stays open).
+ */
+export function approvalAnswer(dir: string, id: string, requestId: string): { approved: boolean; by: string | null; state: 'waiting' | 'taken' } | null {
+  const files = approvalFiles(dataPaths(dir), id, requestId)
+  for (const [file, state] of [[files.response, 'waiting'], [files.taken, 'taken']] as const) {
+    try {
+      const response = JSON.parse(fs.readFileSync(file, 'utf8')) as { approved?: unknown; by?: unknown }
+      if (typeof response.approved !== 'boolean') return null
+      return { approved: response.approved, by: typeof response.by === 'string' ? response.by : null, state }
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
+      return null
+    }
+  }
+  return null
+}
+
+/**
  * Answers thread `id`'s pending approval request by writing its response file; the runtime that
  * watches the thread acts on it. Returns the file written.
  */

@@ -38,13 +38,16 @@ describe('spindle inspect', () => {
     const overview = (await (await fetch(`${base}api/overview`, { headers })).json()) as { threads: Array<Record<string, any>> }
     const thread = overview.threads.find((t) => t.id === id)!
     expect(thread).toMatchObject({ status: 'suspended', suspendReason: 'limit', usage: { turns: 2 }, limits: { turns: 2 } })
-    expect(thread.approvals).toEqual([expect.objectContaining({ limit: 'turns', proposed: 4 })])
+    expect(thread.approvals).toEqual([expect.objectContaining({ limit: 'turns', proposed: 4, answer: null })])
     const transcript = (await (await fetch(`${base}api/threads/${id}/transcript`, { headers })).json()) as Array<{ type: string }>
     expect(transcript[0]!.type).toBe('thread_spawned')
 
     const approved = await fetch(`${base}api/threads/${id}/approve`, { method: 'POST', headers, body: '{}' })
     expect(approved.status).toBe(200)
     expect(await approved.json()).toMatchObject({ threadId: id, action: 'approve' })
+    // Until a runtime acts on it, the request shows with its answer rather than as open.
+    const waiting = (await (await fetch(`${base}api/overview`, { headers })).json()) as { threads: Array<Record<string, any>> }
+    expect(waiting.threads[0]!.approvals).toEqual([expect.objectContaining({ answer: { approved: true, by: 'spindle inspect', state: 'waiting' } })])
     const finished = JSON.parse(host(dir, 'run')) as Array<{ id: string; status: string }>
     expect(finished).toEqual([expect.objectContaining({ id, status: 'completed' })])
 

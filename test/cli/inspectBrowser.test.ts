@@ -37,7 +37,16 @@ describe.skipIf(!fs.existsSync(CHROMIUM))(`spindle inspect in headless Chromium 
       await expect(page.locator('.approval b').textContent()).resolves.toContain("has reached its tur")
       await expect(page.locator('.state.current').textContent()).resolves.toBe('suspended')
       await approve.click()
-      await page.getByText('approved: the runtime carries the thread on').waitFor()
+      const answered = page.locator('.approval .answered')
+      await answered.waitFor()
+      expect(await answered.textContent()).toBe('approved by spindle inspect: waiting for the runtime running this directory to act on it')
+      expect(await page.locator('button.approve').count()).toBe(0)
+
+      // The answer lives in the response file, not in the page: a reload still shows it answered.
+      await page.reload()
+      await page.locator(`.node[data-id="${id}"]`).click()
+      await answered.waitFor()
+      expect(await page.locator('button.approve').count()).toBe(0)
 
       // The host's runtime opens the directory, honours the response file and finishes the thread.
       expect(JSON.parse(host(dir, 'run'))).toEqual([expect.objectContaining({ id, status: 'completed' })])
