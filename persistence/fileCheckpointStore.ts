@@ -204,14 +204,19 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
       return run
     },
 
-    load(threadId) {
+    load(threadId, read) {
       const file = threadFile(paths, threadId, STATE)
       let text: string
-      try {
-        text = fs.readFileSync(file, 'utf8')
-      } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
-        throw error
+      if (read) {
+        if ('missing' in read) return null
+        text = read.bytes.toString('utf8')
+      } else {
+        try {
+          text = fs.readFileSync(file, 'utf8')
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
+          throw error
+        }
       }
       let raw: unknown
       try {

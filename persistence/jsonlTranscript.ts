@@ -8,6 +8,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
+import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
 import { threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
@@ -248,12 +249,15 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   }
 
   return {
-    open(threadId: string, from?: TranscriptPosition): TranscriptOpenResult {
+    open(threadId: string, from?: TranscriptPosition, read?: PrefetchedTranscript): TranscriptOpenResult {
       const already = files.get(threadId)
-      if (already) return { position: { ...already.position }, tail: [], torn: null }
+      if (already) {
+        if (read && 'fd' in read) fs.closeSync(read.fd)
+        return { position: { ...already.position }, tail: [], torn: null }
+      }
       const file = fileOf(threadId)
       const start = from ?? EMPTY_POSITION
-      const fd = openOrNull(file)
+      const fd = read ? ('fd' in read ? read.fd : null) : openOrNull(file)
       if (fd === null) {
         if (start.seq > 0) {
           throw corrupt(
@@ -268,7 +272,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         return { position: { ...EMPTY_POSITION }, tail: [], torn: null }
       }
       try {
-        const size = fs.fstatSync(fd).size
+        const size = read && 'fd' in read ? read.size : fs.fstatSync(fd).size
         if (size < start.bytes) {
           throw corrupt(
             file,
@@ -280,7 +284,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         }
         // One read for the anchor's line (it ends at start.bytes, usually within 4 KiB) and the tail after it.
         const readFrom = start.seq > 0 ? Math.max(0, start.bytes - 4096) : start.bytes
-        const bytes = readRange(fd, readFrom, size)
+        // A prefetched tail that covers the range serves it (nothing appends before open returns).
+        const prefetched = read && 'fd' in read && read.start <= readFrom && read.start + read.chunk.length === size ? read : null
+        const bytes = prefetched ? prefetched.chunk.subarray(readFrom - prefetched.start) : readRange(fd, readFrom, size)
         if (start.seq > 0) checkAnchor(fd, file, threadId, start, { start: readFrom, chunk: bytes })
         const parsed = parseTranscriptBytes(bytes.subarray(start.bytes - readFrom), start, file)
         let torn: TranscriptOpenResult['torn'] = null

@@ -3,6 +3,7 @@
  * implementation per backend behind each. Side effects live behind these; nothing here knows
  * about machines beyond "a persisted snapshot is JSON".
  */
+import type { PrefetchedState, PrefetchedTranscript } from './prefetch.js'
 
 export type ThreadStatus = 'created' | 'running' | 'suspended' | 'completed' | 'error' | 'cancelled' | 'continued'
 
@@ -66,8 +67,11 @@ export interface CheckpointStore {
    * so a state.json never points past a transcript that is not yet durable).
    */
   sync(options?: { beforePublish?: () => Promise<unknown> }): Promise<void>
-  /** The stored envelope, null when the thread has none. Throws STATE_CORRUPT naming the file. */
-  load(threadId: string): StateEnvelope | null
+  /**
+   * The stored envelope, null when the thread has none. Throws STATE_CORRUPT naming the file.
+   * `read`: the file's bytes already read by a prefetch (backends without files ignore it).
+   */
+  load(threadId: string, read?: PrefetchedState): StateEnvelope | null
   /** Thread ids that have a stored envelope. */
   list(): string[]
 }
@@ -99,8 +103,10 @@ export interface TranscriptStore {
    * state.json) only the bytes after it are read and verified, chained to `from.hash`.
    * A torn last line is tolerated: it is moved aside to a side file and cut off.
    * Throws TRANSCRIPT_CHAIN_BROKEN (details.seq) or TRANSCRIPT_CORRUPT (details.path) otherwise.
+   * `read`: the open file and its last bytes from a prefetch, now owned by the store (backends
+   * without files ignore it).
    */
-  open(threadId: string, from?: TranscriptPosition): TranscriptOpenResult
+  open(threadId: string, from?: TranscriptPosition, read?: PrefetchedTranscript): TranscriptOpenResult
   /**
    * Append an entry to an open transcript. The bytes are handed to the OS before this returns
    * (they survive a process crash); `sync()` makes them survive power loss.

@@ -40,10 +40,13 @@ import type {
   ThreadRecord,
   ThreadStatus,
   TranscriptEntry,
+  TranscriptOpenResult,
   TranscriptStore,
 } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
-import { assertThreadId, newNonce, newThreadId } from './ids.js'
+import { assertThreadId, isThreadId, newNonce, newThreadId } from './ids.js'
+import { prefetchThreadFiles } from '../persistence/prefetch.js'
+import type { PrefetchedThread } from '../persistence/prefetch.js'
 import type { ThreadHandle, ThreadServices, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
 import type { RetryPolicy } from './policies/classifyError.js'
@@ -165,6 +168,8 @@ export type LifecycleEventType = LifecycleEvent['type']
 
 /** How often recovery tells its progress while it works through many threads. */
 const RECOVERY_PROGRESS_EVERY_MS = 100
+/** From this many threads to recover on, a worker reads their files ahead (below it, starting one costs more). */
+const PREFETCH_FROM = 256
 
 export interface Problem {
   threadId?: string
@@ -1058,6 +1063,14 @@ class RuntimeImpl implements Runtime {
     this.assertOpen()
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
     const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
+    // Thousands of threads: their files are read on another core while this one restores actors.
+    const prefetch =
+      this.options.store !== 'memory' && candidates.length >= PREFETCH_FROM
+        ? prefetchThreadFiles(
+            dataPaths(this.dir).threads,
+            candidates.map((r) => r.id).filter((id) => isThreadId(id)),
+          )
+        : null
     const leased = this.leaseAll(candidates.map((r) => r.id))
     const progress = { total: candidates.length, done: 0, spend: 0, lastAt: 0 }
     // The loop holds the event loop; a host shows progress from these events (synchronous writes).
@@ -1079,18 +1092,22 @@ class RuntimeImpl implements Runtime {
       })
     }
     if (candidates.length > 0) tell(true)
-    for (const record of candidates) {
-      progress.done++
-      if (!leased.has(record.id)) {
-        report.elsewhere.push(record.id)
-      } else {
-        try {
-          progress.spend += this.rehydrate(record, report)
-        } catch (error) {
-          this.markUnrecoverable(record.id, error, report)
+    try {
+      for (const record of candidates) {
+        progress.done++
+        if (!leased.has(record.id)) {
+          report.elsewhere.push(record.id)
+        } else {
+          try {
+            progress.spend += this.rehydrate(record, report, prefetch?.take(record.id))
+          } catch (error) {
+            this.markUnrecoverable(record.id, error, report)
+          }
         }
+        tell(progress.done === progress.total)
       }
-      tell(progress.done === progress.total)
+    } finally {
+      await prefetch?.close()
     }
     // Settled and failed threads changed stored status: make that durable before reporting it.
     // Resumed threads need no wait here; their first effect waits for their transcript anyway.
@@ -2323,24 +2340,48 @@ class RuntimeImpl implements Runtime {
    * A thread's snapshot from state.json plus its transcript tail, or rebuilt from the whole
    * transcript when state.json is missing or damaged. Opens the thread's transcript.
    */
-  private readSnapshot(id: string, registeredAs: ThreadStatus, report?: RecoveryReport): { snapshot: unknown; tail: TranscriptEntry[] } {
-    let envelope: StateEnvelope | null = null
-    let damaged: unknown = null
+  private readSnapshot(
+    id: string,
+    registeredAs: ThreadStatus,
+    report?: RecoveryReport,
+    read?: PrefetchedThread,
+  ): { snapshot: unknown; tail: TranscriptEntry[] } {
+    // A prefetched transcript descriptor belongs to the transcript store once open is called with it.
+    let unopened = read?.transcript && 'fd' in read.transcript ? read.transcript.fd : null
     try {
-      envelope = this.checkpoints.load(id)
-    } catch (error) {
-      if (!isSpindleError(error) || (error.code !== 'STATE_CORRUPT' && error.code !== 'STATE_VERSION_UNSUPPORTED')) throw error
-      damaged = error
-      this.report(error, id)
+      let envelope: StateEnvelope | null = null
+      let damaged: unknown = null
+      try {
+        envelope = this.checkpoints.load(id, read?.state)
+      } catch (error) {
+        if (!isSpindleError(error) || (error.code !== 'STATE_CORRUPT' && error.code !== 'STATE_VERSION_UNSUPPORTED')) throw error
+        damaged = error
+        this.report(error, id)
+      }
+      if (envelope) {
+        unopened = null
+        const opened = this.transcripts.open(id, envelope.transcript, read?.transcript)
+        const tail = opened.tail
+        const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
+        return { snapshot, tail }
+      }
+      // No usable state.json: the transcript is the source of truth, replay it whole.
+      const exists = read?.transcript ? 'fd' in read.transcript : this.transcriptExists(id)
+      unopened = null
+      const opened = exists ? this.transcripts.open(id, undefined, read?.transcript) : null
+      return this.replayWhole(id, registeredAs, opened, damaged, report)
+    } finally {
+      if (unopened !== null) fs.closeSync(unopened)
     }
-    if (envelope) {
-      const opened = this.transcripts.open(id, envelope.transcript)
-      const tail = opened.tail
-      const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
-      return { snapshot, tail }
-    }
-    // No usable state.json: the transcript is the source of truth, replay it whole.
-    const opened = this.transcriptExists(id) ? this.transcripts.open(id) : null
+  }
+
+  private replayWhole(
+    id: string,
+    registeredAs: ThreadStatus,
+    opened: TranscriptOpenResult | null,
+    damaged: unknown,
+    report?: RecoveryReport,
+  ): { snapshot: unknown; tail: TranscriptEntry[] } {
     if (!opened || opened.tail.length === 0) {
       // A kill between registering a thread and its first transcript line: spawn never returned.
       throw new SpindleError(
@@ -2357,9 +2398,9 @@ class RuntimeImpl implements Runtime {
   }
 
   /** Carries one thread on from its checkpoint (or settles it); returns what it has spent. */
-  private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport): number {
+  private rehydrate(record: { id: string; status: ThreadStatus; parentId?: string | null }, report: RecoveryReport, read?: PrefetchedThread): number {
     const id = record.id
-    const { snapshot, tail } = this.readSnapshot(id, record.status, report)
+    const { snapshot, tail } = this.readSnapshot(id, record.status, report, read)
     const value = (snapshot as { value: unknown }).value
     const status = statusOfValue(value)
     const context = (snapshot as { context: ThreadContext }).context

@@ -1,0 +1,153 @@
+/**
+ * Recovery reads the files of many threads ahead on a worker thread. The scenarios: what the
+ * worker hands over, descriptors that must outlive the worker, descriptors nobody took, files it
+ * could not read cleanly; and a whole recovery above the prefetch threshold, with damaged threads
+ * among healthy ones, that must end as a recovery without it would.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import type { Runtime } from '../../src/index.js'
+import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
+import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
+import { dataPaths } from '../../persistence/paths.js'
+import { prefetchThreadFiles } from '../../persistence/prefetch.js'
+import type { PrefetchedTranscript } from '../../persistence/prefetch.js'
+import { tempDir } from '../helpers/dirs.js'
+import { inState, until } from '../helpers/threads.js'
+
+const openFds = (): number => fs.readdirSync('/proc/self/fd').length
+const fdOf = (t: PrefetchedTranscript | undefined): number => (t && 'fd' in t ? t.fd : -1)
+
+function thread(root: string, id: string, files: { state?: string; transcript?: string }): void {
+  const dir = path.join(root, id)
+  fs.mkdirSync(dir, { recursive: true })
+  if (files.state !== undefined) fs.writeFileSync(path.join(dir, 'state.json'), files.state)
+  if (files.transcript !== undefined) fs.writeFileSync(path.join(dir, 'transcript.jsonl'), files.transcript)
+}
+
+const open: Runtime[] = []
+afterEach(async () => {
+  while (open.length) await open.pop()!.close()
+})
+
+describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a worker', () => {
+  it('should hand over each file as it is on disk, with descriptors that still append to their own file after the worker exited', async () => {
+    const root = tempDir('spindle-prefetch')
+    const long = `${'x'.repeat(20_000)}\n`
+    thread(root, 'both-aaaaaaaaaaaa', { state: '{"v":2}', transcript: 'line one\n' })
+    thread(root, 'nostate-aaaaaaaaaaaa', { transcript: 'only a transcript\n' })
+    thread(root, 'notranscript-aaaaaaaaaaaa', { state: '{"v":2,"n":3}' })
+    thread(root, 'long-aaaaaaaaaaaa', { state: '{}', transcript: long })
+    const before = openFds()
+    const prefetch = prefetchThreadFiles(root, ['both-aaaaaaaaaaaa', 'nostate-aaaaaaaaaaaa', 'notranscript-aaaaaaaaaaaa', 'long-aaaaaaaaaaaa'])
+
+    const both = prefetch.take('both-aaaaaaaaaaaa')!
+    expect(both.state).toEqual({ bytes: Buffer.from('{"v":2}') })
+    expect(both.transcript).toMatchObject({ size: 9, start: 0, chunk: Buffer.from('line one\n') })
+    const nostate = prefetch.take('nostate-aaaaaaaaaaaa')!
+    expect(nostate).toMatchObject({ state: { missing: true }, transcript: { size: 18 } })
+    expect(prefetch.take('notranscript-aaaaaaaaaaaa')).toEqual({ state: { bytes: Buffer.from('{"v":2,"n":3}') }, transcript: { missing: true } })
+    const tail = prefetch.take('long-aaaaaaaaaaaa')!.transcript as Extract<PrefetchedTranscript, { fd: number }>
+    // Only the last bytes of a long transcript: the anchor line and the tail after state.json.
+    expect(tail).toMatchObject({ size: long.length, start: long.length - tail.chunk.length })
+    expect(tail.chunk.length).toBeLessThan(long.length)
+    expect(tail.chunk.toString()).toBe(long.slice(tail.start))
+    expect(prefetch.take('long-aaaaaaaaaaaa')).toBeUndefined()
+
+    await prefetch.close()
+    // The worker is gone; the descriptors it opened and handed over are not.
+    fs.writeSync(fdOf(both.transcript), 'line two\n')
+    expect(fs.readFileSync(path.join(root, 'both-aaaaaaaaaaaa', 'transcript.jsonl'), 'utf8')).toBe('line one\nline two\n')
+    for (const fd of [fdOf(both.transcript), fdOf(nostate.transcript), tail.fd]) fs.closeSync(fd)
+    expect(openFds()).toBe(before)
+  })
+
+  it('should close the descriptors of threads skipped over or never taken', async () => {
+    const root = tempDir('spindle-prefetch-skip')
+    const ids = Array.from({ length: 300 }, (_, i) => `t${i}-aaaaaaaaaaaa`)
+    for (const id of ids) thread(root, id, { state: '{}', transcript: `${id}\n` })
+    const before = openFds()
+    const prefetch = prefetchThreadFiles(root, ids)
+    // Taken out of reach of the ones before it: those are released on the way.
+    const taken = prefetch.take(ids[150]!)!
+    expect((taken.transcript as { chunk: Buffer }).chunk.toString()).toBe(`${ids[150]}\n`)
+    expect(prefetch.take(ids[3]!)).toBeUndefined()
+    await prefetch.close()
+    fs.closeSync(fdOf(taken.transcript))
+    expect(openFds()).toBe(before)
+  })
+
+  it('should leave a file it could not read cleanly to the store, which reports it as it always does', async () => {
+    const root = tempDir('spindle-prefetch-odd')
+    thread(root, 'odd-aaaaaaaaaaaa', {})
+    // A directory where state.json should be: not "missing", not readable.
+    fs.mkdirSync(path.join(root, 'odd-aaaaaaaaaaaa', 'state.json'))
+    fs.mkdirSync(path.join(root, 'odd-aaaaaaaaaaaa', 'transcript.jsonl'))
+    const prefetch = prefetchThreadFiles(root, ['odd-aaaaaaaaaaaa'])
+    expect(prefetch.take('odd-aaaaaaaaaaaa')).toEqual({})
+    await prefetch.close()
+  })
+
+  it('should read what a prefetched tail does not cover from the descriptor itself', async () => {
+    const dir = tempDir('spindle-prefetch-store')
+    const paths = dataPaths(dir)
+    const store = createJsonlTranscriptStore({ paths, durability: 'process' })
+    const id = 'long-aaaaaaaaaaaa'
+    store.open(id)
+    for (let i = 0; i < 40; i++) store.append(id, 'note', { i, pad: 'y'.repeat(500) })
+    store.closeAll()
+    const prefetch = prefetchThreadFiles(paths.threads, [id])
+    const read = prefetch.take(id)!
+    await prefetch.close()
+    // Opened from the start, so the whole file is needed: more than the prefetched tail.
+    const reopened = createJsonlTranscriptStore({ paths, durability: 'process' })
+    const opened = reopened.open(id, undefined, read.transcript)
+    expect(opened.tail.map((e) => (e.data as { i: number }).i)).toEqual(Array.from({ length: 40 }, (_, i) => i))
+    reopened.append(id, 'note', { i: 40 })
+    reopened.closeAll()
+    expect(fs.readFileSync(path.join(paths.threads, id, 'transcript.jsonl'), 'utf8').trim().split('\n')).toHaveLength(41)
+  })
+})
+
+describe('a recovery large enough to prefetch', () => {
+  const THREADS = 300
+  const hangs = scriptedModel([{ toolCalls: [{ name: 'noop', input: {} }] }, { faults: [{ fault: 'hang' }], reply: { text: 'never' } }])
+  const finishes = scriptedModel((r) => (r.turn === 1 ? { toolCalls: [{ name: 'noop', input: {} }] } : { text: `finished at turn ${r.turn}` }))
+  const noop = defineTool({ name: 'noop', description: 'does nothing', input: z.object({}), idempotent: true, execute: () => null })
+
+  it('should resume every thread, rebuild the damaged ones, and leave every transcript verifiable', async () => {
+    const dir = tempDir('spindle-prefetch-recovery')
+    const first = await createRuntime({ dir, model: hangs, tools: [noop], durability: 'process' })
+    const threads = await Promise.all(Array.from({ length: THREADS }, (_, i) => first.spawn({ directive: { name: `many${i}`, prompt: 'p' } })))
+    await Promise.all(threads.map((t) => until(t, (v) => v.usage.turns === 1 && inState('callingModel')(v))))
+    await first.close()
+    const ids = threads.map((t) => t.id)
+    const file = (id: string, name: string) => path.join(dir, 'threads', id, name)
+    // Damage among the healthy: a truncated state.json, a torn transcript line, a missing transcript.
+    const truncated = ids[10]!
+    fs.writeFileSync(file(truncated, 'state.json'), fs.readFileSync(file(truncated, 'state.json'), 'utf8').slice(0, 40))
+    const torn = ids[200]!
+    fs.appendFileSync(file(torn, 'transcript.jsonl'), '{"seq":99,"ts":"2026-')
+    const lost = ids[250]!
+    fs.rmSync(file(lost, 'transcript.jsonl'))
+    const before = openFds()
+
+    const problems: string[] = []
+    const rt = await createRuntime({ dir, model: finishes, tools: [noop], durability: 'process', onProblem: (p) => problems.push(`${p.code} ${p.message}`) })
+    open.push(rt)
+    expect(rt.lastRecovery.resumed).toHaveLength(THREADS - 1)
+    expect(rt.lastRecovery.rebuilt).toEqual([truncated])
+    expect(rt.lastRecovery.failed).toEqual([expect.objectContaining({ threadId: lost, code: 'TRANSCRIPT_CORRUPT' })])
+    expect(problems.some((p) => p.startsWith('STATE_CORRUPT') && p.includes(file(truncated, 'state.json')))).toBe(true)
+    const outcomes = await Promise.all(rt.lastRecovery.resumed.map((id) => rt.get(id).done))
+    expect(outcomes.filter((o) => o.status === 'completed' && o.result === 'finished at turn 2')).toHaveLength(THREADS - 1)
+    expect(fs.readdirSync(path.dirname(file(torn, 'transcript.jsonl'))).filter((f) => f.includes('.torn-'))).toHaveLength(1)
+    // Every descriptor handed over wrote to its own thread's file: each chain verifies and replays.
+    for (const id of ids.filter((id) => id !== lost)) expect(verifyReplay(dir, id).matches, id).toBe(true)
+    await rt.close()
+    open.pop()
+    expect(openFds()).toBeLessThanOrEqual(before)
+  }, 60_000)
+})
