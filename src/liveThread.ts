@@ -233,8 +233,11 @@ export class LiveThread implements ThreadHandle {
     this.pendingNotes.push([type, data])
   }
 
-  /** True (and the thread detached) once this process may no longer write for the thread. */
-  private fencedOff(): boolean {
+  /**
+   * True (and the thread detached) once this process may no longer act for the thread: checked on
+   * every write, and before an effect that writes nothing first (a model call).
+   */
+  fencedOff(): boolean {
     const fenced = this.services.fenced?.(this.id)
     if (!fenced) return false
     this.detach(fenced)

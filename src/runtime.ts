@@ -1429,6 +1429,9 @@ class RuntimeImpl implements Runtime {
         if (decision !== 'proceed') return 'stop'
       }
     }
+    // The call is made right after this returns, and writes nothing before it: a process that
+    // woke from a stall past its lease (another may run the thread now) must not make it.
+    if (thread.stopped || thread.fencedOff()) return 'stop'
     return 'proceed'
   }
 
