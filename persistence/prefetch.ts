@@ -51,6 +51,8 @@ const AHEAD = 8
 const TAIL_BYTES = 8192
 /** How long the main thread waits for one batch before it reads the rest itself. */
 const STALL_MS = 5000
+/** How long `close` waits for the worker to stop before it leaves the rest to the worker's exit. */
+const CLOSE_WAIT_MS = 2000
 
 // Shared counters: [batches posted, batches taken, stop requested, worker failed].
 const POSTED = 0
@@ -175,8 +177,9 @@ export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]):
   })
   // Its errors surface as FAILED (or a stall); an 'error' event must not become an uncaught one.
   worker.on('error', () => {})
+  // Held (not unref'd) while it runs: recovery awaits it, and an event loop with nothing else to
+  // do must not take the process down under that await. Let go once `close` gives up on it.
   const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()))
-  worker.unref()
 
   const order = new Map(ids.map((id, i) => [id, i]))
   let received = 0
@@ -248,15 +251,33 @@ export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]):
       return advance(true)
     },
     async close() {
+      givenUp = true
       Atomics.store(counters, STOP, 1)
       Atomics.notify(counters, TAKEN)
-      await exited
       // Whatever the worker posted and nobody took still holds open descriptors.
-      for (let from = batch; from; from = receive()) {
-        while (from.next < from.meta.length / FIELDS) handOut(from, false)
+      const release = (): void => {
+        for (let from = batch ?? receive(); from; from = receive()) {
+          while (from.next < from.meta.length / FIELDS) handOut(from, false)
+        }
+        batch = null
       }
-      batch = null
-      givenUp = true
+      let timer: NodeJS.Timeout | undefined
+      const stuck = new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(true), CLOSE_WAIT_MS)
+      })
+      // A worker stuck in a read (a hung network filesystem) must not hold recovery, or the
+      // process, up: what it posts after this wait is released when it does exit.
+      if (await Promise.race([exited.then(() => false), stuck])) {
+        worker.unref()
+        release()
+        void exited.then(() => {
+          release()
+          port1.close()
+        })
+        return
+      }
+      clearTimeout(timer)
+      release()
       port1.close()
     },
   }

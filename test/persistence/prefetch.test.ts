@@ -4,6 +4,7 @@
  * could not read cleanly; and a whole recovery above the prefetch threshold, with damaged threads
  * among healthy ones, that must end as a recovery without it would.
  */
+import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -77,6 +78,12 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     await prefetch.close()
     fs.closeSync(fdOf(taken.transcript))
     expect(openFds()).toBe(before)
+
+    // Nothing taken at all (every thread run by another process): all of it released.
+    const untouched = prefetchThreadFiles(root, ids)
+    await new Promise((r) => setTimeout(r, 200))
+    await untouched.close()
+    expect(openFds()).toBe(before)
   })
 
   it('should leave a file it could not read cleanly to the store, which reports it as it always does', async () => {
@@ -89,6 +96,24 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     expect(prefetch.take('odd-aaaaaaaaaaaa')).toEqual({})
     await prefetch.close()
   })
+
+  it('should give up on a worker stuck in a read, leave those threads to the stores, and still close what it opened once it exits', async () => {
+    const root = tempDir('spindle-prefetch-stuck')
+    thread(root, 'stuck-aaaaaaaaaaaa', { transcript: 'a\n' })
+    thread(root, 'after-aaaaaaaaaaaa', { state: '{}', transcript: 'b\n' })
+    // A named pipe where state.json should be: opening it blocks until someone writes to it.
+    const fifo = path.join(root, 'stuck-aaaaaaaaaaaa', 'state.json')
+    execFileSync('mkfifo', [fifo])
+    const before = openFds()
+    const prefetch = prefetchThreadFiles(root, ['stuck-aaaaaaaaaaaa', 'after-aaaaaaaaaaaa'])
+    expect(prefetch.take('stuck-aaaaaaaaaaaa')).toBeUndefined()
+    expect(prefetch.take('after-aaaaaaaaaaaa')).toBeUndefined()
+    await prefetch.close()
+    // Unblocked at last, the worker finishes its batch and exits; its descriptors are closed then.
+    fs.closeSync(fs.openSync(fifo, 'w'))
+    for (let waited = 0; openFds() > before && waited < 10_000; waited += 50) await new Promise((r) => setTimeout(r, 50))
+    expect(openFds()).toBe(before)
+  }, 20_000)
 
   it('should read what a prefetched tail does not cover from the descriptor itself', async () => {
     const dir = tempDir('spindle-prefetch-store')
