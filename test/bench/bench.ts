@@ -13,7 +13,7 @@ const rehydrate = Number(process.env.BENCH_REHYDRATE ?? 10_000)
 const workload = path.join(import.meta.dirname, 'workload.js')
 
 /** The heap settings the README recommends for hosts with little memory (see "Memory"). */
-const SMALL_HEAP = ['--max-semi-space-size=4', '--heap-growing-percent=50']
+const SMALL_HEAP = ['--max-semi-space-size=2', '--heap-growing-percent=50']
 
 function run(args: string[], nodeFlags: string[] = []): Record<string, number | string> {
   const out = execFileSync(process.execPath, [...nodeFlags, workload, ...args], { maxBuffer: 1 << 24 }).toString().trim().split('\n').at(-1)!
