@@ -172,8 +172,9 @@ export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]):
     // By default a worker closes the descriptors it opened when it exits: these are handed over
     // and must outlive it.
     trackUnmanagedFds: false,
-    // The worker only makes system calls on a few buffers; keep its heap small.
-    resourceLimits: { maxOldGenerationSizeMb: 32, maxYoungGenerationSizeMb: 8 },
+    // The worker only makes system calls into a few buffers at a time: a small young generation
+    // is enough. (No old-generation cap: the id list grows with the directory.)
+    resourceLimits: { maxYoungGenerationSizeMb: 8 },
   })
   // Its errors surface as FAILED (or a stall); an 'error' event must not become an uncaught one.
   worker.on('error', () => {})
