@@ -234,22 +234,24 @@ export class LiveThread implements ThreadHandle {
   }
 
   /**
-   * True (and the thread detached) once this process may no longer act for the thread: checked on
-   * every write, and before an effect that writes nothing first (a model call).
+   * True (and the thread detached, and the host told) once this process may no longer act for the
+   * thread: checked on every write, and before an effect that writes nothing first (a model call).
    */
   fencedOff(): boolean {
+    return this.fence() !== null
+  }
+
+  private fence(): SpindleError | null {
     const fenced = this.services.fenced?.(this.id)
-    if (!fenced) return false
+    if (!fenced) return null
+    if (!this.finished) this.services.report(fenced, this.id)
     this.detach(fenced)
-    return true
+    return fenced
   }
 
   private append(type: string, data: unknown): TranscriptEntry {
-    const fenced = this.services.fenced?.(this.id)
-    if (fenced) {
-      this.detach(fenced)
-      throw fenced
-    }
+    const fenced = this.fence()
+    if (fenced) throw fenced
     if (this.pendingNotes.length > 0) {
       for (const [noteType, noteData] of this.pendingNotes) this.services.transcripts.append(this.id, noteType, noteData)
       this.pendingNotes = []
