@@ -46,7 +46,7 @@ import type {
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId, isThreadId, newNonce, newThreadId } from './ids.js'
 import { prefetchThreadFiles } from '../persistence/prefetch.js'
-import type { PrefetchedThread } from '../persistence/prefetch.js'
+import type { PrefetchedThread, ThreadPrefetch } from '../persistence/prefetch.js'
 import type { ThreadHandle, ThreadServices, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
 import type { RetryPolicy } from './policies/classifyError.js'
@@ -1064,13 +1064,7 @@ class RuntimeImpl implements Runtime {
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
     const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
     // Thousands of threads: their files are read on another core while this one restores actors.
-    const prefetch =
-      this.options.store !== 'memory' && candidates.length >= PREFETCH_FROM
-        ? prefetchThreadFiles(
-            dataPaths(this.dir).threads,
-            candidates.map((r) => r.id).filter((id) => isThreadId(id)),
-          )
-        : null
+    const prefetch = this.options.store !== 'memory' && candidates.length >= PREFETCH_FROM ? this.startPrefetch(candidates) : null
     const leased = this.leaseAll(candidates.map((r) => r.id))
     const progress = { total: candidates.length, done: 0, spend: 0, lastAt: 0 }
     // The loop holds the event loop; a host shows progress from these events (synchronous writes).
@@ -1114,6 +1108,19 @@ class RuntimeImpl implements Runtime {
     if (report.settled.length + report.failed.length + report.rebuilt.length > 0) await this.commit.whenDurable()
     this.lastRecovery = report
     return report
+  }
+
+  /** The recovery's read-ahead worker, or null (then the stores read every file) if none can start. */
+  private startPrefetch(candidates: ReadonlyArray<{ id: string }>): ThreadPrefetch | null {
+    try {
+      return prefetchThreadFiles(
+        dataPaths(this.dir).threads,
+        candidates.map((r) => r.id).filter((id) => isThreadId(id)),
+      )
+    } catch (error) {
+      this.report(error)
+      return null
+    }
   }
 
   async close(): Promise<void> {
