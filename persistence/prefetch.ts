@@ -72,8 +72,13 @@ const FIELDS = 5
 const WORKER = `
 const fs = require('node:fs')
 const { workerData } = require('node:worker_threads')
-const { dir, ids, shared, port, batch, ahead, tailBytes, fields } = workerData
+const { dir, shared, port, batch, ahead, tailBytes, fields } = workerData
 const counters = new Int32Array(shared)
+// Booted early; the ids come once the caller holds their leases (or never: then it is told to go).
+port.once('message', (message) => {
+  if (message.ids) run(message.ids)
+  port.close()
+})
 const OPEN = fs.constants.O_RDWR | fs.constants.O_APPEND
 function readAt(fd, buffer, offset, length, position) {
   let done = 0
@@ -84,6 +89,7 @@ function readAt(fd, buffer, offset, length, position) {
   }
   return done
 }
+function run(ids) {
 try {
   for (let first = 0; first < ids.length; first += batch) {
     while (Atomics.load(counters, ${POSTED}) - Atomics.load(counters, ${TAKEN}) >= ahead) {
@@ -145,7 +151,7 @@ try {
   Atomics.store(counters, ${FAILED}, 1)
   Atomics.notify(counters, ${POSTED})
 }
-port.close()
+}
 `
 
 interface Batch {
@@ -157,17 +163,22 @@ interface Batch {
   offset: number
 }
 
-/**
- * Starts reading the state.json and transcript.jsonl of each of `ids` (thread ids already checked
- * by the caller) under `threadsDir`, in that order.
- */
-export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]): ThreadPrefetch {
+/** A worker booted ahead of time (starting a thread takes tens of milliseconds), not reading yet. */
+export interface ThreadFileReader {
+  /** Starts reading the files of `ids` (thread ids already checked by the caller), in that order. */
+  read(ids: readonly string[]): ThreadPrefetch
+  /** Lets the worker go without reading anything. */
+  cancel(): void
+}
+
+/** Boots the worker that reads thread files under `threadsDir`; `read` starts it on a list of ids. */
+export function bootThreadFileReader(threadsDir: string): ThreadFileReader {
   const shared = new SharedArrayBuffer(4 * Int32Array.BYTES_PER_ELEMENT)
   const counters = new Int32Array(shared)
   const { port1, port2 } = new MessageChannel()
   const worker = new Worker(WORKER, {
     eval: true,
-    workerData: { dir: threadsDir, ids: [...ids], shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS },
+    workerData: { dir: threadsDir, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS },
     transferList: [port2 as MessagePort],
     // By default a worker closes the descriptors it opened when it exits: these are handed over
     // and must outlive it.
@@ -181,7 +192,27 @@ export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]):
   // Held (not unref'd) while it runs: recovery awaits it, and an event loop with nothing else to
   // do must not take the process down under that await. Let go once `close` gives up on it.
   const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()))
+  return {
+    read: (ids) => {
+      port1.postMessage({ ids: [...ids] })
+      return reading(ids, { counters, port1, worker, exited })
+    },
+    cancel: () => {
+      port1.postMessage({ cancel: true })
+      port1.close()
+    },
+  }
+}
 
+/** Starts reading the files of `ids` under `threadsDir` (see `bootThreadFileReader`). */
+export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]): ThreadPrefetch {
+  return bootThreadFileReader(threadsDir).read(ids)
+}
+
+function reading(
+  ids: readonly string[],
+  { counters, port1, worker, exited }: { counters: Int32Array; port1: MessagePort; worker: Worker; exited: Promise<void> },
+): ThreadPrefetch {
   const order = new Map(ids.map((id, i) => [id, i]))
   let received = 0
   let batch: Batch | null = null

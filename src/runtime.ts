@@ -45,8 +45,8 @@ import type {
 } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId, isThreadId, newNonce, newThreadId } from './ids.js'
-import { prefetchThreadFiles } from '../persistence/prefetch.js'
-import type { PrefetchedThread, ThreadPrefetch } from '../persistence/prefetch.js'
+import { bootThreadFileReader } from '../persistence/prefetch.js'
+import type { PrefetchedThread, ThreadFileReader } from '../persistence/prefetch.js'
 import type { ThreadHandle, ThreadServices, ThreadView } from './liveThread.js'
 import { LiveThread, viewOf } from './liveThread.js'
 import type { RetryPolicy } from './policies/classifyError.js'
@@ -1064,8 +1064,13 @@ class RuntimeImpl implements Runtime {
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
     const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
     // Thousands of threads: their files are read on another core while this one restores actors.
-    const prefetch = this.options.store !== 'memory' && candidates.length >= PREFETCH_FROM ? this.startPrefetch(candidates) : null
+    // The worker boots while the leases are taken, and reads only once they are ours: until then
+    // another process may still be appending to them.
+    const reader = this.options.store !== 'memory' && candidates.length >= PREFETCH_FROM ? this.bootReader() : null
     const leased = this.leaseAll(candidates.map((r) => r.id))
+    const ours = candidates.filter((r) => leased.has(r.id)).map((r) => r.id)
+    const prefetch = reader && ours.length >= PREFETCH_FROM ? reader.read(ours) : null
+    if (reader && !prefetch) reader.cancel()
     const progress = { total: candidates.length, done: 0, spend: 0, lastAt: 0 }
     // The loop holds the event loop; a host shows progress from these events (synchronous writes).
     const tell = (final: boolean): void => {
@@ -1111,12 +1116,11 @@ class RuntimeImpl implements Runtime {
   }
 
   /** The recovery's read-ahead worker, or null (then the stores read every file) if none can start. */
-  private startPrefetch(candidates: ReadonlyArray<{ id: string }>): ThreadPrefetch | null {
+  private bootReader(): ThreadFileReader | null {
     try {
-      return prefetchThreadFiles(
-        dataPaths(this.dir).threads,
-        candidates.map((r) => r.id).filter((id) => isThreadId(id)),
-      )
+      const reader = bootThreadFileReader(dataPaths(this.dir).threads)
+      // Ids that are not spindle ids never reach the worker's paths: the stores refuse them.
+      return { read: (ids) => reader.read(ids.filter((id) => isThreadId(id))), cancel: () => reader.cancel() }
     } catch (error) {
       this.report(error)
       return null

@@ -13,7 +13,7 @@ import type { Runtime } from '../../src/index.js'
 import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
-import { prefetchThreadFiles } from '../../persistence/prefetch.js'
+import { bootThreadFileReader, prefetchThreadFiles } from '../../persistence/prefetch.js'
 import type { PrefetchedTranscript } from '../../persistence/prefetch.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
@@ -83,6 +83,16 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     const untouched = prefetchThreadFiles(root, ids)
     await new Promise((r) => setTimeout(r, 200))
     await untouched.close()
+    expect(openFds()).toBe(before)
+  })
+
+  it('should let a worker booted for nothing go, opening nothing (every thread leased elsewhere)', async () => {
+    const root = tempDir('spindle-prefetch-cancel')
+    thread(root, 'idle-aaaaaaaaaaaa', { state: '{}', transcript: 'a\n' })
+    const before = openFds()
+    bootThreadFileReader(root).cancel()
+    // The worker's own event loop holds a few descriptors until it has exited.
+    for (let waited = 0; openFds() > before && waited < 5_000; waited += 20) await new Promise((r) => setTimeout(r, 20))
     expect(openFds()).toBe(before)
   })
 
