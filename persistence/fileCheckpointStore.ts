@@ -15,12 +15,11 @@ import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
-import { threadDir, threadFile } from './paths.js'
+import { STATE_FILE, threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 
-const STATE = 'state.json'
-const TEMP = 'state.json.tmp'
+const TEMP = `${STATE_FILE}.tmp`
 /** File operations of one batch in flight at once: bounded so ten thousand threads never hold ten thousand descriptors. */
 const CONCURRENCY = 256
 
@@ -136,10 +135,10 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     const published: typeof written = []
     await eachLimited(written, CONCURRENCY, async (w) => {
       try {
-        await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE, cb))
+        await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE_FILE, cb))
         published.push(w)
       } catch (error) {
-        failures.push({ threadId: w.id, file: path.join(w.dir, STATE), error })
+        failures.push({ threadId: w.id, file: path.join(w.dir, STATE_FILE), error })
       }
     })
 
@@ -205,7 +204,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     },
 
     load(threadId, read) {
-      const file = threadFile(paths, threadId, STATE)
+      const file = threadFile(paths, threadId, STATE_FILE)
       let text: string
       if (read) {
         if ('missing' in read) return null
@@ -241,7 +240,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         if ((error as NodeJS.ErrnoException).code === 'ENOENT') return []
         throw error
       }
-      return names.filter((name) => isThreadId(name) && fs.existsSync(path.join(paths.threads, name, STATE)))
+      return names.filter((name) => isThreadId(name) && fs.existsSync(path.join(paths.threads, name, STATE_FILE)))
     },
   }
 }

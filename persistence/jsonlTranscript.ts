@@ -10,7 +10,7 @@ import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
-import { threadFile } from './paths.js'
+import { TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
@@ -23,7 +23,6 @@ export interface JsonlTranscriptOptions {
   durability: Durability
 }
 
-const TRANSCRIPT_FILE = 'transcript.jsonl'
 /** Read and write, every write at the end; without O_CREAT, so a missing file is an error we can see. */
 const OPEN_EXISTING = fs.constants.O_RDWR | fs.constants.O_APPEND
 

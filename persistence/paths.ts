@@ -46,6 +46,10 @@ export function threadDir(paths: DataPaths, threadId: string): string {
   return dir
 }
 
+/** A thread's checkpoint (its fast path to resume) and its transcript (its source of truth). */
+export const STATE_FILE = 'state.json'
+export const TRANSCRIPT_FILE = 'transcript.jsonl'
+
 /** The file `name` in a thread's directory; threadDir's result is normalised, so joining is concatenating. */
 export function threadFile(paths: DataPaths, threadId: string, name: string): string {
   return threadDir(paths, threadId) + path.sep + name

@@ -17,6 +17,8 @@
 import fs from 'node:fs'
 import { MessageChannel, receiveMessageOnPort, Worker } from 'node:worker_threads'
 import type { MessagePort } from 'node:worker_threads'
+import { isThreadId } from '../src/ids.js'
+import { STATE_FILE, TRANSCRIPT_FILE } from './paths.js'
 
 /** What the worker read of a thread's state.json: its bytes, or that it is missing. */
 export type PrefetchedState = { bytes: Buffer } | { missing: true }
@@ -72,7 +74,7 @@ const FIELDS = 5
 const WORKER = `
 const fs = require('node:fs')
 const { workerData } = require('node:worker_threads')
-const { dir, shared, port, batch, ahead, tailBytes, fields } = workerData
+const { dir, stateFile, transcriptFile, shared, port, batch, ahead, tailBytes, fields } = workerData
 const counters = new Int32Array(shared)
 // Booted early; the ids come once the caller holds their leases (or never: then it is told to go).
 port.once('message', (message) => {
@@ -106,7 +108,7 @@ try {
       const base = dir + '/' + id + '/'
       let fd = -1
       try {
-        fd = fs.openSync(base + 'state.json', 'r')
+        fd = fs.openSync(base + stateFile, 'r')
         const size = fs.fstatSync(fd).size
         const bytes = Buffer.allocUnsafe(size)
         const n = readAt(fd, bytes, 0, size, 0)
@@ -120,7 +122,7 @@ try {
       }
       let tfd = -1
       try {
-        tfd = fs.openSync(base + 'transcript.jsonl', OPEN)
+        tfd = fs.openSync(base + transcriptFile, OPEN)
         const size = fs.fstatSync(tfd).size
         const start = Math.max(0, size - tailBytes)
         const chunk = Buffer.allocUnsafe(size - start)
@@ -165,7 +167,7 @@ interface Batch {
 
 /** A worker booted ahead of time (starting a thread takes tens of milliseconds), not reading yet. */
 export interface ThreadFileReader {
-  /** Starts reading the files of `ids` (thread ids already checked by the caller), in that order. */
+  /** Starts reading the files of `ids`, in that order (ids that are not thread ids are not read). */
   read(ids: readonly string[]): ThreadPrefetch
   /** Lets the worker go without reading anything. */
   cancel(): void
@@ -178,7 +180,7 @@ export function bootThreadFileReader(threadsDir: string): ThreadFileReader {
   const { port1, port2 } = new MessageChannel()
   const worker = new Worker(WORKER, {
     eval: true,
-    workerData: { dir: threadsDir, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS },
+    workerData: { dir: threadsDir, stateFile: STATE_FILE, transcriptFile: TRANSCRIPT_FILE, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS },
     transferList: [port2 as MessagePort],
     // By default a worker closes the descriptors it opened when it exits: these are handed over
     // and must outlive it.
@@ -193,8 +195,10 @@ export function bootThreadFileReader(threadsDir: string): ThreadFileReader {
   // do must not take the process down under that await. Let go once `close` gives up on it.
   const exited = new Promise<void>((resolve) => worker.once('exit', () => resolve()))
   return {
-    read: (ids) => {
-      port1.postMessage({ ids: [...ids] })
+    read: (given) => {
+      // The worker joins ids into paths: only thread ids, which cannot leave the directory.
+      const ids = given.filter((id) => isThreadId(id))
+      port1.postMessage({ ids })
       return reading(ids, { counters, port1, worker, exited })
     },
     cancel: () => {

@@ -11,7 +11,7 @@ import { isDeepStrictEqual } from 'node:util'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths, threadDir } from '../persistence/paths.js'
+import { dataPaths, STATE_FILE, threadDir, TRANSCRIPT_FILE } from '../persistence/paths.js'
 import { encodeEntry } from '../persistence/transcriptLines.js'
 import type { TranscriptEntry, TranscriptPosition } from '../persistence/types.js'
 import { EMPTY_POSITION } from '../persistence/types.js'
@@ -84,10 +84,10 @@ export function compactThread(dir: string, id: string, options: { apply?: boolea
     throw new SpindleError('REPLAY_DIVERGED', `Compacting ${id} would change what its transcript replays to; nothing was written.`, { details: { threadId: id } })
   }
   const folder = threadDir(paths, id)
-  const file = path.join(folder, 'transcript.jsonl')
-  const keptAs = path.join(folder, `transcript.jsonl.pre-compact-${Date.now()}`)
+  const file = path.join(folder, TRANSCRIPT_FILE)
+  const keptAs = path.join(folder, `${TRANSCRIPT_FILE}.pre-compact-${Date.now()}`)
   fs.copyFileSync(file, keptAs)
   writeFileAtomicSync(file, text, { fsync: true })
-  writeFileAtomicSync(path.join(folder, 'state.json'), JSON.stringify(makeEnvelope(id, replayed.status, position, replayed.snapshot, Date.now())), { fsync: true })
+  writeFileAtomicSync(path.join(folder, STATE_FILE), JSON.stringify(makeEnvelope(id, replayed.status, position, replayed.snapshot, Date.now())), { fsync: true })
   return { ...report, keptAs, applied: true }
 }

@@ -10,7 +10,7 @@ import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths, threadDir } from '../persistence/paths.js'
+import { dataPaths, STATE_FILE, threadFile } from '../persistence/paths.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { locks } from './locks.js'
@@ -168,7 +168,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       // open() (unlike read()) cuts a torn last line, so the position written matches the file.
       const { position } = transcripts.open(id)
       transcripts.close(id)
-      const file = path.join(threadDir(paths, id), 'state.json')
+      const file = threadFile(paths, id, STATE_FILE)
       writeFileAtomicSync(file, JSON.stringify(makeEnvelope(id, full.status, position, full.snapshot, Date.now())), { fsync: true })
       const context = (full.snapshot as { context: ThreadContext }).context
       registry.transaction(() => {

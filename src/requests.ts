@@ -231,14 +231,10 @@ export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
 export function approvalAnswer(dir: string, id: string, requestId: string): { approved: boolean; by: string | null; state: 'waiting' | 'taken' } | null {
   const files = approvalFiles(dataPaths(dir), id, requestId)
   for (const [file, state] of [[files.response, 'waiting'], [files.taken, 'taken']] as const) {
-    try {
-      const response = JSON.parse(fs.readFileSync(file, 'utf8')) as { approved?: unknown; by?: unknown }
-      if (typeof response.approved !== 'boolean') return null
-      return { approved: response.approved, by: typeof response.by === 'string' ? response.by : null, state }
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
-      return null
-    }
+    if (!fs.existsSync(file)) continue
+    // Read as the runtime reads it: an answer it would reject does not show as given.
+    const read = readRequestFile(file, ApprovalResponseSchema)
+    return read.ok ? { approved: read.value.approved, by: read.value.by ?? null, state } : null
   }
   return null
 }

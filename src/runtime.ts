@@ -40,11 +40,10 @@ import type {
   ThreadRecord,
   ThreadStatus,
   TranscriptEntry,
-  TranscriptOpenResult,
   TranscriptStore,
 } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
-import { assertThreadId, isThreadId, newNonce, newThreadId } from './ids.js'
+import { assertThreadId, newNonce, newThreadId } from './ids.js'
 import { bootThreadFileReader } from '../persistence/prefetch.js'
 import type { PrefetchedThread, ThreadFileReader } from '../persistence/prefetch.js'
 import type { ThreadHandle, ThreadServices, ThreadView } from './liveThread.js'
@@ -1118,9 +1117,7 @@ class RuntimeImpl implements Runtime {
   /** The recovery's read-ahead worker, or null (then the stores read every file) if none can start. */
   private bootReader(): ThreadFileReader | null {
     try {
-      const reader = bootThreadFileReader(dataPaths(this.dir).threads)
-      // Ids that are not spindle ids never reach the worker's paths: the stores refuse them.
-      return { read: (ids) => reader.read(ids.filter((id) => isThreadId(id))), cancel: () => reader.cancel() }
+      return bootThreadFileReader(dataPaths(this.dir).threads)
     } catch (error) {
       this.report(error)
       return null
@@ -2360,42 +2357,29 @@ class RuntimeImpl implements Runtime {
     report?: RecoveryReport,
     read?: PrefetchedThread,
   ): { snapshot: unknown; tail: TranscriptEntry[] } {
-    // A prefetched transcript descriptor belongs to the transcript store once open is called with it.
-    let unopened = read?.transcript && 'fd' in read.transcript ? read.transcript.fd : null
+    let envelope: StateEnvelope | null = null
+    let damaged: unknown = null
     try {
-      let envelope: StateEnvelope | null = null
-      let damaged: unknown = null
-      try {
-        envelope = this.checkpoints.load(id, read?.state)
-      } catch (error) {
-        if (!isSpindleError(error) || (error.code !== 'STATE_CORRUPT' && error.code !== 'STATE_VERSION_UNSUPPORTED')) throw error
-        damaged = error
-        this.report(error, id)
+      envelope = this.checkpoints.load(id, read?.state)
+    } catch (error) {
+      if (!isSpindleError(error) || (error.code !== 'STATE_CORRUPT' && error.code !== 'STATE_VERSION_UNSUPPORTED')) {
+        // The transcript store never got the prefetched descriptor: it is ours to close.
+        if (read?.transcript && 'fd' in read.transcript) fs.closeSync(read.transcript.fd)
+        throw error
       }
-      if (envelope) {
-        unopened = null
-        const opened = this.transcripts.open(id, envelope.transcript, read?.transcript)
-        const tail = opened.tail
-        const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
-        return { snapshot, tail }
-      }
-      // No usable state.json: the transcript is the source of truth, replay it whole.
-      const exists = read?.transcript ? 'fd' in read.transcript : this.transcriptExists(id)
-      unopened = null
-      const opened = exists ? this.transcripts.open(id, undefined, read?.transcript) : null
-      return this.replayWhole(id, registeredAs, opened, damaged, report)
-    } finally {
-      if (unopened !== null) fs.closeSync(unopened)
+      damaged = error
+      this.report(error, id)
     }
-  }
-
-  private replayWhole(
-    id: string,
-    registeredAs: ThreadStatus,
-    opened: TranscriptOpenResult | null,
-    damaged: unknown,
-    report?: RecoveryReport,
-  ): { snapshot: unknown; tail: TranscriptEntry[] } {
+    // From here the transcript store owns a prefetched descriptor (open takes it, or closes it).
+    if (envelope) {
+      const opened = this.transcripts.open(id, envelope.transcript, read?.transcript)
+      const tail = opened.tail
+      const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
+      return { snapshot, tail }
+    }
+    // No usable state.json: the transcript is the source of truth, replay it whole.
+    const exists = read?.transcript ? 'fd' in read.transcript : this.transcriptExists(id)
+    const opened = exists ? this.transcripts.open(id, undefined, read?.transcript) : null
     if (!opened || opened.tail.length === 0) {
       // A kill between registering a thread and its first transcript line: spawn never returned.
       throw new SpindleError(
