@@ -15,13 +15,12 @@ import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
+import { eachLimited, poolShare } from './poolShare.js'
 import { STATE_FILE, threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 
 const TEMP = `${STATE_FILE}.tmp`
-/** File operations of one batch in flight at once: bounded so ten thousand threads never hold ten thousand descriptors. */
-const CONCURRENCY = 256
 
 /** One thread of a batch that was not made durable, and the file or directory that failed. */
 interface WriteFailure {
@@ -33,14 +32,6 @@ interface WriteFailure {
 /** A callback-style fs call as a promise: it runs on the libuv threadpool, so many run at once. */
 function call<T = void>(fn: (cb: (error: NodeJS.ErrnoException | null, value?: T) => void) => void): Promise<T> {
   return new Promise((resolve, reject) => fn((error, value) => (error ? reject(error) : resolve(value as T))))
-}
-
-async function eachLimited<T>(items: readonly T[], limit: number, fn: (item: T) => Promise<unknown>): Promise<void> {
-  let next = 0
-  const worker = async (): Promise<void> => {
-    while (next < items.length) await fn(items[next++]!)
-  }
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker))
 }
 
 /**
@@ -92,6 +83,9 @@ function describeFailures(failures: readonly WriteFailure[]): string {
 export function createFileCheckpointStore(options: { paths: DataPaths; durability: Durability }): CheckpointStore {
   const { paths, durability } = options
   const fsync = durability === 'fsync'
+  // File operations of one batch in flight at once: bounded so ten thousand threads never hold ten
+  // thousand descriptors, and so a round leaves most of the threadpool to the transcript journal.
+  const CONCURRENCY = poolShare()
   let staged = new Map<string, StagedEnvelope>()
   let chain: Promise<void> = Promise.resolve()
   /** Directories that gained an entry by a mkdir and are not fsynced yet, with the threads that need them. */

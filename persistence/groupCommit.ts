@@ -2,12 +2,14 @@
  * Group commit: many threads' writes made durable together, so one round of fsyncs serves every
  * thread that is waiting. Two levels, because they cost very different amounts:
  *
- * - **logged** — the transcript lines appended so far are durable (parallel fdatasyncs of files
- *   that only grow: cheap). The transcript is the source of truth: the state a thread is in is a
- *   pure function of its recorded inputs, so once they are durable the state that starts an effect
- *   is durable too. Effects wait for this level (write-ahead).
- * - **checkpointed** — additionally every staged state.json is replaced atomically (temp file,
- *   fsync, rename, directory fsync) and the registry updated in one transaction. This is the fast
+ * - **logged** — the transcript lines appended so far are durable (one write and fdatasync of the
+ *   transcript journal; see persistence/transcriptJournal.ts). The transcript is the source of
+ *   truth: the state a thread is in is a pure function of its recorded inputs, so once they are
+ *   durable the state that starts an effect is durable too. Effects wait for this level
+ *   (write-ahead).
+ * - **checkpointed** — additionally the thread files are fdatasynced (so the journal epochs before
+ *   them can go), every staged state.json is replaced atomically (temp file, fsync, rename,
+ *   directory fsync) and the registry updated in one transaction. This is the fast
  *   path to resume; it runs continuously in the background and never blocks an effect. `spawn` and
  *   `done` wait for it, so what a host is told agrees with every store.
  *
@@ -218,7 +220,7 @@ export class GroupCommit {
     const staged = this.staged
     this.staged = new Set()
     try {
-      await this.parts.checkpoints.sync({ beforePublish: () => this.parts.transcripts.sync() })
+      await this.parts.checkpoints.sync({ beforePublish: () => this.parts.transcripts.sync({ files: true }) })
       if (patches.size > 0 || registrations.length > 0) this.applyRegistry(registrations, patches)
       this.stats.commits++
       this.stats.checkpointsWritten += staged.size

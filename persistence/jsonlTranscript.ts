@@ -13,6 +13,8 @@ import type { DataPaths } from './paths.js'
 import { TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
+import { ForeignJournals, OwnJournal, repairFromJournal } from './transcriptJournal.js'
+import { eachLimited, poolShare } from './poolShare.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -21,6 +23,12 @@ export interface JsonlTranscriptOptions {
   paths: DataPaths
   /** 'fsync': `sync()` makes appends survive power loss. 'process': they survive a process crash only. */
   durability: Durability
+  /**
+   * With 'fsync': make appends durable through one journal file (`<root>/journal/`) and fdatasync
+   * the thread files in `sync({ files: true })` only (default true). False: every `sync()`
+   * fdatasyncs each thread file appended to.
+   */
+  journal?: boolean
 }
 
 /** Read and write, every write at the end; without O_CREAT, so a missing file is an error we can see. */
@@ -38,6 +46,8 @@ interface OpenFile {
   syncError: Error | null
   /** A failed append whose partial line could not be cut off: the end of the file is unknown. */
   appendError: unknown
+  /** The file's inode (journal records name it), read at the first journaled append. */
+  ino: string | null
 }
 
 function corrupt(file: string, threadId: string, message: string, details: Record<string, unknown> = {}): SpindleError {
@@ -98,9 +108,13 @@ function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Bu
  * Opens, appends to and syncs `transcript.jsonl` files, one file descriptor per open thread.
  *
  * `append` hands each line to the OS with one `writeSync` (it survives a process crash when it
- * returns); `sync` fdatasyncs every file appended to since the previous sync, in parallel on the
- * libuv threadpool. `open` verifies the hash chain from the checkpoint's position on, moves a torn
- * last line aside to `transcript.jsonl.torn-<offset>` and cuts it off.
+ * returns). With durability 'fsync', `sync()` makes every line appended so far survive power loss
+ * through the transcript journal (one write, one fdatasync; persistence/transcriptJournal.ts), and
+ * `sync({ files: true })` fdatasyncs every thread file appended to since the last such sync, a
+ * bounded number at a time on the libuv threadpool, then deletes the journal epochs they cover.
+ * `open` first writes back, from the journals other processes left, lines a power loss took from
+ * the file; then verifies the hash chain from the checkpoint's position on, moves a torn last line
+ * aside to `transcript.jsonl.torn-<offset>` and cuts it off.
  *
  * @param options.paths the data directory (see `dataPaths`); thread ids are checked by `threadDir`
  * @param options.durability 'fsync' (survives power loss once `sync` resolves) or 'process'
@@ -115,10 +129,19 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   const { paths, durability } = options
   const files = new Map<string, OpenFile>()
   // Only tracked with durability 'fsync': with 'process' there is nothing for sync() to do.
+  // Files appended to since their last fdatasync.
   let dirty = new Set<OpenFile>()
+  // Closed files whose appends only the journal holds: the next files sync fdatasyncs and closes them.
+  let closing = new Set<OpenFile>()
   let newDirs = new Set<string>()
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
+  const dirsInFlight = new Set<Promise<unknown>>()
+  let journal = durability === 'fsync' && options.journal !== false ? new OwnJournal(paths.journal) : null
+  // What other stores' journals hold: read once, at the first open (whatever this store's own
+  // durability, a directory an 'fsync' runtime left after a power loss needs them).
+  let foreignJournals: ForeignJournals | null = null
+  const foreign = (): ForeignJournals => (foreignJournals ??= new ForeignJournals(paths.journal, journal?.id ?? '\0'))
 
   const fileOf = (threadId: string): string => threadFile(paths, threadId, TRANSCRIPT_FILE)
 
@@ -196,7 +219,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   }
 
   function register(threadId: string, file: string, fd: number, position: TranscriptPosition): void {
-    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null })
+    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, ino: null })
   }
 
   async function syncFile(open: OpenFile): Promise<void> {
@@ -211,7 +234,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         code: cause.code,
         path: open.file,
       })
-      if (!open.closed) failed.add(open)
+      // A closed file (see `close`) stays failed too: the journal lines it was to take over are gone.
+      failed.add(open)
       throw open.syncError
     } finally {
       open.syncing--
@@ -235,6 +259,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     failed.delete(open)
     open.closed = true
     const wasDirty = dirty.delete(open)
+    if (wasDirty && journal) {
+      // The journal holds its appends: the next files sync fdatasyncs the file, then closes it.
+      closing.add(open)
+      return
+    }
     try {
       // A thread closed between an append and the next sync is made durable here instead.
       if (wasDirty) {
@@ -271,6 +300,12 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         return { position: { ...EMPTY_POSITION }, tail: [], torn: null }
       }
       try {
+        const records = foreign().records(threadId)
+        const restored = records
+          ? repairFromJournal(fd, file, records, { fsync: durability === 'fsync', saveAside: (offset, length) => saveTorn(fd, file, offset, length) })
+          : null
+        // A restored file is not what the prefetch read.
+        if (restored) read = undefined
         const size = read && 'fd' in read ? read.size : fs.fstatSync(fd).size
         if (size < start.bytes) {
           throw corrupt(
@@ -298,7 +333,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           torn = { bytes: parsed.torn.bytes, savedTo }
         }
         register(threadId, file, fd, parsed.position)
-        return { position: { ...parsed.position }, tail: parsed.entries, torn }
+        return { position: { ...parsed.position }, tail: parsed.entries, torn, ...(restored ? { restored } : {}) }
       } catch (error) {
         fs.closeSync(fd)
         throw error
@@ -332,6 +367,10 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         }
         throw error
       }
+      if (journal) {
+        open.ino ??= String(fs.fstatSync(open.fd, { bigint: true }).ino)
+        journal.add(threadId, open.ino, open.position.bytes, encoded.line)
+      }
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
       if (durability === 'fsync') dirty.add(open)
       return entry
@@ -343,17 +382,54 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       return { ...open.position }
     },
 
-    async sync(): Promise<void> {
+    async sync(options?: { files?: boolean }): Promise<void> {
       if (durability !== 'fsync') return
-      // Cleared first: appends made while these fdatasyncs run belong to the next sync.
-      const batch = [...dirty]
       const dirs = [...newDirs]
-      dirty = new Set()
       newDirs = new Set()
+      const dirSyncs: Promise<unknown>[] = dirs.map(syncDir)
+      for (const d of dirSyncs) {
+        dirsInFlight.add(d)
+        void d.then(
+          () => dirsInFlight.delete(d),
+          () => dirsInFlight.delete(d),
+        )
+      }
       // A sync that finds nothing new must still not resolve before an earlier one that holds
       // this caller's appends.
-      const earlier = [...inFlight]
-      const work = Promise.allSettled([...batch.map(syncFile), ...dirs.map(syncDir), ...earlier])
+      let earlier = [...inFlight]
+      let parts: Promise<unknown>[]
+      let finish: (() => void) | null = null
+      const ownJournal = journal
+      if (ownJournal && !options?.files) {
+        // One write and one fdatasync of the journal vouch for every line appended so far (the
+        // journal orders its own syncs). It does not wait for a files sync in flight, which takes
+        // a whole round of thread files, only for the directories that name new files.
+        earlier = [...dirsInFlight].filter((d) => !dirSyncs.includes(d))
+        parts = [
+          ownJournal.sync().catch((error: unknown) => {
+            // After a failed fdatasync the kernel may have dropped the pages (see syncFile): from
+            // here on every sync fdatasyncs the thread files themselves, which still hold every line.
+            if (journal === ownJournal) journal = null
+            throw error
+          }),
+        ]
+      } else {
+        // Cleared first: appends made while these fdatasyncs run belong to the next sync.
+        const batch = [...dirty, ...closing]
+        dirty = new Set()
+        closing = new Set()
+        // Records added from here on go to a new epoch; the ones before are deleted once these
+        // fdatasyncs succeed.
+        finish = ownJournal ? ownJournal.rotate() : null
+        // Every file is tried, whatever fails: a failure stays with its file (see syncFile).
+        const errors: unknown[] = []
+        parts = [
+          eachLimited(batch, poolShare(), (open) => syncFile(open).catch((error: unknown) => void errors.push(error))).then(() => {
+            if (errors.length > 0) throw errors[0]
+          }),
+        ]
+      }
+      const work = Promise.allSettled([...parts, ...dirSyncs, ...earlier])
       inFlight.add(work)
       let results: PromiseSettledResult<unknown>[]
       try {
@@ -364,6 +440,13 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
       if (rejected) throw rejected.reason
       for (const open of failed) throw open.syncError
+      // Every line the retired journal epochs hold is now in a durable thread file.
+      finish?.()
+    },
+
+    async settleJournals(): Promise<{ removed: string[]; kept: string[] }> {
+      if (foreign().size === 0) return { removed: [], kept: [] }
+      return foreign().settle(fileOf)
     },
 
     read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null } {
@@ -396,6 +479,26 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           first ??= error
         }
       }
+      // Files closed after their last files sync: made durable here, so the journal can go.
+      for (const open of closing) {
+        try {
+          // One still being fdatasynced on the pool closes itself, and keeps the journal.
+          if (open.syncing > 0 || open.syncError) continue
+          fs.fdatasyncSync(open.fd)
+          fs.closeSync(open.fd)
+          closing.delete(open)
+        } catch (error) {
+          first ??= error
+        }
+      }
+      try {
+        if (first === null && newDirs.size > 0) for (const dir of newDirs) fsyncDirSync(dir)
+      } catch (error) {
+        first ??= error
+      }
+      // Only when every thread file is durable do its journal's records become redundant.
+      journal?.close(first === null && closing.size === 0 && failed.size === 0)
+      journal = null
       if (first !== null) throw first
     },
   }

@@ -13,6 +13,8 @@ export interface DataPaths {
   leases: string
   /** Recovery escalation and governance state (persistence/sqliteRecovery.ts). */
   recovery: string
+  /** Transcript journals: the newest lines of every thread, durable in one file (persistence/transcriptJournal.ts). */
+  journal: string
 }
 
 export function dataPaths(root: string): DataPaths {
@@ -24,6 +26,7 @@ export function dataPaths(root: string): DataPaths {
     ledger: path.join(abs, 'ledger.db'),
     leases: path.join(abs, 'leases.db'),
     recovery: path.join(abs, 'recovery.db'),
+    journal: path.join(abs, 'journal'),
   }
 }
 

@@ -94,6 +94,12 @@ export interface TranscriptOpenResult {
   tail: TranscriptEntry[]
   /** Set when a torn (incomplete) last line was found; it was moved aside, not deleted. */
   torn: { bytes: number; savedTo: string | null } | null
+  /**
+   * Set when lines the file had lost (a power loss before its own fdatasync) were written back
+   * from the transcript journal: from which byte, up to which, and where the bytes it held from
+   * there on were kept.
+   */
+  restored?: { from: number; to: number; savedTo: string | null }
 }
 
 export interface TranscriptStore {
@@ -113,8 +119,17 @@ export interface TranscriptStore {
    */
   append(threadId: string, type: string, data: unknown, ts?: Date): TranscriptEntry
   position(threadId: string): TranscriptPosition
-  /** fsync every transcript appended to since the last sync (no-op for durability 'process'). */
-  sync(): Promise<void>
+  /**
+   * Make every append so far survive power loss (no-op for durability 'process'). A backend may
+   * vouch through a journal; `files: true` asks for the thread files themselves to be durable
+   * (what a state.json that points into them needs).
+   */
+  sync(options?: { files?: boolean }): Promise<void>
+  /**
+   * Deletes the journals of dead processes whose lines every thread they name now holds durably
+   * (backends without a journal leave it out).
+   */
+  settleJournals?(): Promise<{ removed: string[]; kept: string[] }>
   /** Read and verify a transcript without opening it for append. */
   read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null }
   close(threadId: string): void

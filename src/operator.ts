@@ -10,7 +10,8 @@ import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths, STATE_FILE, threadFile } from '../persistence/paths.js'
+import { dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
+import { journalLag } from '../persistence/transcriptJournal.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { locks } from './locks.js'
@@ -258,6 +259,15 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       code: 'UNREGISTERED_FILES',
       message: `${path.join(paths.threads, id)} has no registry row: a spawn that never returned.`,
       repair: 'Nothing was acknowledged from it; remove the directory when convenient.',
+    })
+  }
+  for (const { threadId, journal } of journalLag(paths.journal, (id) => threadFile(paths, id, TRANSCRIPT_FILE))) {
+    findings.push({
+      threadId,
+      kind: 'lag',
+      code: 'TRANSCRIPT_BEHIND_JOURNAL',
+      message: `The transcript of ${threadId} lacks lines that ${journal} holds: the machine lost power before the file's own fdatasync.`,
+      repair: 'Open a runtime on this directory: it writes the lines back before carrying the thread on.',
     })
   }
   findings.push(...ledgerFindings(dir), ...lockFindings(dir))

@@ -237,6 +237,11 @@ export interface RecoveryReport {
   failed: Array<{ threadId: string; code: string; message: string }>
   /** Unfinished threads another live runtime process holds the lease of: left to it. */
   elsewhere: string[]
+  /**
+   * Threads whose transcript had lost its newest lines (a power loss before the file's own
+   * fdatasync), written back from the transcript journal before they were carried on.
+   */
+  restored: string[]
 }
 
 export interface Runtime {
@@ -416,7 +421,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
 
 class RuntimeImpl implements Runtime {
   readonly dir: string
-  lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
+  lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [] }
   private readonly live = new Map<string, LiveThread>()
   private readonly commit: GroupCommit
   private readonly machine: AnyStateMachine
@@ -1060,7 +1065,7 @@ class RuntimeImpl implements Runtime {
 
   async recover(): Promise<RecoveryReport> {
     this.assertOpen()
-    const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [] }
+    const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [] }
     const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
     // Thousands of threads: their files are read on another core while this one restores actors.
     // The worker boots while the leases are taken, and reads only once they are ours: until then
@@ -1106,6 +1111,12 @@ class RuntimeImpl implements Runtime {
       }
     } finally {
       await prefetch?.close()
+    }
+    // Journals left by dead processes go once every thread they name holds their lines.
+    try {
+      await this.transcripts.settleJournals?.()
+    } catch (error) {
+      this.report(error)
     }
     // Settled and failed threads changed stored status: make that durable before reporting it.
     // Resumed threads need no wait here; their first effect waits for their transcript anyway.
@@ -2373,6 +2384,7 @@ class RuntimeImpl implements Runtime {
     // From here the transcript store owns a prefetched descriptor (open takes it, or closes it).
     if (envelope) {
       const opened = this.transcripts.open(id, envelope.transcript, read?.transcript)
+      if (opened.restored) report?.restored.push(id)
       const tail = opened.tail
       const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
       return { snapshot, tail }
@@ -2380,6 +2392,7 @@ class RuntimeImpl implements Runtime {
     // No usable state.json: the transcript is the source of truth, replay it whole.
     const exists = read?.transcript ? 'fd' in read.transcript : this.transcriptExists(id)
     const opened = exists ? this.transcripts.open(id, undefined, read?.transcript) : null
+    if (opened?.restored) report?.restored.push(id)
     if (!opened || opened.tail.length === 0) {
       // A kill between registering a thread and its first transcript line: spawn never returned.
       throw new SpindleError(

@@ -65,4 +65,20 @@ describe('spindle doctor', () => {
     expect(report.findings.some((f) => f.threadId === healthy)).toBe(false)
     expect(report.findings.find((f) => f.threadId === cut)?.repair).toBe(`spindle rebuild ${cut} --apply`)
   })
+
+  it('should name a thread whose transcript lacks lines a stopped process journaled (a power loss), and none that holds them', async () => {
+    const dir = tempDir('spindle-doctor')
+    const [lost, kept] = await fiveCompletedThreads(dir)
+    const transcript = (id: string) => path.join(dir, 'threads', id, 'transcript.jsonl')
+    const size = fs.statSync(transcript(lost!)).size
+    // A process appends to two transcripts, makes the lines durable through its journal only, and
+    // is killed; the power loss then takes the first file's new lines.
+    const child = spawnSync(process.execPath, [compiled('test/persistence/journalWorker.js'), dir, '3', lost!, kept!], { encoding: 'utf8' })
+    expect(child.signal, child.stderr).toBe('SIGKILL')
+    fs.truncateSync(transcript(lost!), size)
+
+    const { report } = doctor(dir)
+    const behind = report.findings.filter((f) => f.code === 'TRANSCRIPT_BEHIND_JOURNAL')
+    expect(behind).toEqual([expect.objectContaining({ threadId: lost, kind: 'lag', repair: expect.stringContaining('Open a runtime') })])
+  })
 })

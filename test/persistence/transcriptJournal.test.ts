@@ -1,0 +1,193 @@
+/**
+ * Recovery matrix rows "power loss after the journal vouched for a line": thread files are
+ * fdatasynced only in the background checkpoint round, so a power loss can take their newest
+ * lines; the transcript journal gives them back, verified, and only to the file they were written
+ * for. A power loss is simulated by cutting the thread files back to what was durable before the
+ * journal sync (the journal itself was fdatasynced, so it keeps what it held).
+ */
+import { spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
+import { dataPaths, TRANSCRIPT_FILE } from '../../persistence/paths.js'
+import type { TranscriptStore } from '../../persistence/types.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+const IDS = ['alpha-aaaaaaaaaaaa', 'bravo-bbbbbbbbbbbb', 'charlie-cccccccccccc'] as const
+
+let dirs: string[] = []
+let stores: TranscriptStore[] = []
+afterEach(() => {
+  for (const store of stores) store.closeAll()
+  for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true })
+  dirs = []
+  stores = []
+})
+
+function setup() {
+  const dir = tempDir('spindle-journal')
+  dirs.push(dir)
+  const paths = dataPaths(dir)
+  const store = (journal = true): TranscriptStore => {
+    const s = createJsonlTranscriptStore({ paths, durability: 'fsync', journal })
+    stores.push(s)
+    return s
+  }
+  const file = (id: string): string => path.join(paths.threads, id, TRANSCRIPT_FILE)
+  const journals = (): string[] => (fs.existsSync(paths.journal) ? fs.readdirSync(paths.journal).map((n) => path.join(paths.journal, n)) : [])
+  /** Byte offsets where each line of a thread's file ends. */
+  const lineEnds = (id: string): number[] => {
+    const bytes = fs.readFileSync(file(id))
+    const ends: number[] = []
+    for (let i = bytes.indexOf(0x0a); i !== -1; i = bytes.indexOf(0x0a, i + 1)) ends.push(i + 1)
+    return ends
+  }
+  return { dir, paths, store, file, journals, lineEnds }
+}
+
+/** Appends `n` entries to each thread and makes them durable through the journal only. */
+async function appendAndJournal(store: TranscriptStore, ids: readonly string[], n: number, from = 0): Promise<void> {
+  for (let i = from; i < from + n; i++) for (const id of ids) store.append(id, 'NOTE', { i, id, text: 'x'.repeat(i * 7) })
+  await store.sync()
+}
+
+describe('transcript journal', () => {
+  it('should write back the lines a power loss took from thread files, torn or garbled, and verify them', async () => {
+    const { store, file, lineEnds } = setup()
+    const before = store()
+    for (const id of IDS) before.open(id)
+    await appendAndJournal(before, IDS, 6)
+    const original = Object.fromEntries(IDS.map((id) => [id, fs.readFileSync(file(id))]))
+    const positions = Object.fromEntries(IDS.map((id) => [id, before.position(id)]))
+
+    // The fault: every line gone from the first file; the second cut inside a line; the third
+    // keeps two lines and then holds bytes no append wrote (a block the disk never finished).
+    fs.truncateSync(file(IDS[0]), 0)
+    fs.truncateSync(file(IDS[1]), lineEnds(IDS[1])[2]! + 9)
+    const garbage = Buffer.from('\0\0\0\0{"seq":3,"ts"')
+    fs.truncateSync(file(IDS[2]), lineEnds(IDS[2])[1]!)
+    fs.appendFileSync(file(IDS[2]), garbage)
+
+    const after = store()
+    for (const id of IDS) {
+      const opened = after.open(id)
+      expect(opened.restored, id).toBeDefined()
+      expect(fs.readFileSync(file(id)).equals(original[id]!), id).toBe(true)
+      expect(opened.position).toEqual(positions[id])
+      expect(opened.tail.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6])
+    }
+    // What the file held where the journal's lines went is kept aside, not thrown away.
+    const aside = fs.readdirSync(path.dirname(file(IDS[2]))).filter((n) => n.includes('.torn-'))
+    expect(aside).toHaveLength(1)
+    expect(fs.readFileSync(path.join(path.dirname(file(IDS[2])), aside[0]!)).equals(garbage)).toBe(true)
+    // The store goes on appending to the restored chain.
+    after.append(IDS[0], 'NOTE', { more: true })
+    await after.sync({ files: true })
+    expect(after.read(IDS[0]).entries.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6, 7])
+  })
+
+  it('should delete the journal epochs a files sync covers, and the rest when the store closes', async () => {
+    const { store, journals } = setup()
+    const s = store()
+    s.open(IDS[0])
+    await appendAndJournal(s, [IDS[0]], 2)
+    expect(journals()).toHaveLength(1)
+    await s.sync({ files: true })
+    expect(journals()).toHaveLength(0)
+    await appendAndJournal(s, [IDS[0]], 2, 2)
+    const [epoch] = journals()
+    expect(epoch).toMatch(/\.000002\.journal$/)
+    s.closeAll()
+    expect(journals()).toHaveLength(0)
+  })
+
+  it('should never patch a transcript replaced since the journal was written (another file, as after compaction)', async () => {
+    const { store, file, lineEnds } = setup()
+    const before = store()
+    before.open(IDS[0])
+    await appendAndJournal(before, [IDS[0]], 4)
+    const kept = fs.readFileSync(file(IDS[0])).subarray(0, lineEnds(IDS[0])[1])
+    fs.writeFileSync(`${file(IDS[0])}.new`, kept)
+    fs.renameSync(`${file(IDS[0])}.new`, file(IDS[0]))
+
+    const opened = store().open(IDS[0])
+    expect(opened.restored).toBeUndefined()
+    expect(opened.position.seq).toBe(2)
+    expect(fs.readFileSync(file(IDS[0])).equals(kept)).toBe(true)
+  })
+
+  it('should refuse journal lines that do not chain to the file, and leave the file as it was', async () => {
+    const { store, file, lineEnds, journals } = setup()
+    const before = store()
+    before.open(IDS[0])
+    await appendAndJournal(before, [IDS[0]], 4)
+    fs.truncateSync(file(IDS[0]), lineEnds(IDS[0])[1]!)
+    const cut = fs.readFileSync(file(IDS[0]))
+    // The fault: the journal's copy of entry 3 was altered (its hash no longer matches).
+    const [journal] = journals()
+    const text = fs.readFileSync(journal!, 'utf8')
+    fs.writeFileSync(journal!, text.replace('"i":2,', '"i":9,'))
+
+    const opened = store().open(IDS[0])
+    expect(opened.restored).toBeUndefined()
+    expect(opened.position.seq).toBe(2)
+    expect(fs.readFileSync(file(IDS[0])).equals(cut)).toBe(true)
+  })
+
+  it('should ignore a journal record a crash cut short, and write back the whole ones before it', async () => {
+    const { store, file, lineEnds, journals } = setup()
+    const before = store()
+    before.open(IDS[0])
+    await appendAndJournal(before, [IDS[0]], 4)
+    const whole = fs.readFileSync(file(IDS[0]))
+    // A fifth record, half written when the power went.
+    const [journal] = journals()
+    const fifth = `${IDS[0]} 1 ${whole.length} {"seq":5,"ts":"2026-01-01T00:00:00.000Z","ty`
+    fs.appendFileSync(journal!, fifth)
+    fs.truncateSync(file(IDS[0]), lineEnds(IDS[0])[0]!)
+
+    const opened = store().open(IDS[0])
+    expect(opened.restored).toBeDefined()
+    expect(opened.position.seq).toBe(4)
+    expect(fs.readFileSync(file(IDS[0])).equals(whole)).toBe(true)
+  })
+
+  it('should make a journal-only append durable through a files sync when the journal is off', async () => {
+    const { store, journals } = setup()
+    const s = store(false)
+    s.open(IDS[0])
+    await appendAndJournal(s, [IDS[0]], 3)
+    expect(journals()).toHaveLength(0)
+    expect(s.read(IDS[0]).entries).toHaveLength(3)
+  })
+
+  it('should delete a dead process\'s journal once every thread it names holds its lines, and not before', async () => {
+    const { dir, store, file, lineEnds, journals } = setup()
+    const child = spawnSync(process.execPath, [compiled('test/persistence/journalWorker.js'), dir, '5', IDS[0], IDS[1]], { encoding: 'utf8' })
+    expect(child.signal, child.stderr).toBe('SIGKILL')
+    expect(child.stdout).toBe('synced\n')
+    expect(journals()).toHaveLength(1)
+    const original = fs.readFileSync(file(IDS[0]))
+    // The power loss took the first thread's last three lines; the second kept all of them.
+    fs.truncateSync(file(IDS[0]), lineEnds(IDS[0])[1]!)
+
+    const live = store()
+    live.open(IDS[2])
+    await appendAndJournal(live, [IDS[2]], 1)
+    const mine = journals().filter((f) => path.basename(f).startsWith(`${process.pid}-`))
+    expect(mine).toHaveLength(1)
+
+    const next = store()
+    // Not yet: the first thread's file still lacks lines only the dead journal holds.
+    const early = await next.settleJournals!()
+    expect(early.removed).toEqual([])
+    expect(early.kept).toHaveLength(2)
+    expect(next.open(IDS[0]).restored).toBeDefined()
+    expect(fs.readFileSync(file(IDS[0])).equals(original)).toBe(true)
+    const settled = await next.settleJournals!()
+    expect(settled.removed).toHaveLength(1)
+    // A live store's journal (this process's) is its own to delete.
+    expect(journals()).toEqual(mine)
+  })
+})
