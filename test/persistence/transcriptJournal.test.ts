@@ -153,7 +153,37 @@ describe('transcript journal', () => {
     expect(fs.readFileSync(file(IDS[0])).equals(whole)).toBe(true)
   })
 
-  it('should make a journal-only append durable through a files sync when the journal is off', async () => {
+  it('should write the lines back whatever the durability of the store that opens the directory next', async () => {
+    const { paths, store, file, lineEnds } = setup()
+    const before = store()
+    before.open(IDS[0])
+    await appendAndJournal(before, [IDS[0]], 3)
+    const original = fs.readFileSync(file(IDS[0]))
+    fs.truncateSync(file(IDS[0]), lineEnds(IDS[0])[0]!)
+
+    const relaxed = createJsonlTranscriptStore({ paths, durability: 'process' })
+    stores.push(relaxed)
+    expect(relaxed.open(IDS[0]).restored).toBeDefined()
+    expect(fs.readFileSync(file(IDS[0])).equals(original)).toBe(true)
+  })
+
+  it('should keep a thread closed after its journal sync open until the files sync has made it durable', async () => {
+    const { store, journals } = setup()
+    const openFds = (): number => fs.readdirSync('/proc/self/fd').length
+    const s = store()
+    s.open(IDS[0])
+    await appendAndJournal(s, [IDS[0]], 2)
+    const withThread = openFds()
+    s.close(IDS[0])
+    // Only the journal holds its lines durably: the file waits for the files sync, still open.
+    expect(openFds()).toBe(withThread)
+    await s.sync({ files: true })
+    expect(openFds()).toBe(withThread - 2)
+    expect(journals()).toHaveLength(0)
+    expect(s.read(IDS[0]).entries).toHaveLength(2)
+  })
+
+  it('should write no journal when it is off, and fdatasync the thread files at every sync instead', async () => {
     const { store, journals } = setup()
     const s = store(false)
     s.open(IDS[0])
