@@ -29,9 +29,9 @@ export interface RegistryPatch {
 }
 
 export interface CommitStats {
-  /** Rounds of transcript fsyncs. */
+  /** Rounds that made transcript lines durable (through the journal, with durability fsync). */
   logCommits: number
-  /** Rounds of state.json + registry writes. */
+  /** Checkpoint rounds: thread files fdatasynced, state.json files and the registry written. */
   commits: number
   /** Checkpoints staged (one per transition). */
   checkpointsStaged: number

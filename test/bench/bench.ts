@@ -28,7 +28,7 @@ const f = (n: unknown, digits = 0): string => (typeof n === 'number' ? n.toFixed
 
 console.log(`spindle bench: ${threads} threads x ${turns} turns, scripted model answering at once, one tool call per turn (${os.cpus().length} cores, node ${process.version})\n`)
 console.log('checkpoints: transitions checkpointed / state.json files written (a round coalesces a thread\'s transitions);')
-console.log('rounds: transcript fsync rounds / state.json+registry rounds\n')
+console.log('rounds: transcript journal rounds (what effects wait for) / checkpoint rounds (thread files, state.json, registry)\n')
 console.log('store      turns/s  checkpoints      rounds  bytes on disk  p50 turn ms  p99 turn ms  peak RSS MB')
 let full: Record<string, number | string> = {}
 const runs: Array<[label: string, store: string, flags: string[]]> = [
