@@ -444,9 +444,27 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       finish?.()
     },
 
-    async settleJournals(): Promise<{ removed: string[]; kept: string[] }> {
+    async settleJournals(mayWriteBack?: (threadId: string) => boolean): Promise<{ removed: string[]; kept: string[] }> {
       if (foreign().size === 0) return { removed: [], kept: [] }
-      return foreign().settle(fileOf)
+      return foreign().settle(fileOf, (threadId, records) => {
+        // A thread this store has open was written back when it was opened.
+        if (files.has(threadId) || !mayWriteBack?.(threadId)) return false
+        const file = fileOf(threadId)
+        let fd: number
+        try {
+          fd = fs.openSync(file, OPEN_EXISTING)
+        } catch {
+          return false
+        }
+        try {
+          return repairFromJournal(fd, file, records, { fsync: true, saveAside: (offset, length) => saveTorn(fd, file, offset, length) }) !== null
+        } catch {
+          // Left for `spindle doctor` to name; the journal stays.
+          return false
+        } finally {
+          fs.closeSync(fd)
+        }
+      })
     },
 
     read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null } {

@@ -162,14 +162,20 @@ export class ForeignJournals {
    * acknowledged, and a transcript replaced since (another inode) owes the journal nothing; a
    * thread whose file lacks the lines (its owner has not recovered it yet) keeps the journal.
    */
-  async settle(transcriptOf: (threadId: string) => string): Promise<{ removed: string[]; kept: string[] }> {
+  async settle(
+    transcriptOf: (threadId: string) => string,
+    /** Writes a thread's lines back now (a stopped thread no runtime will open); true if it did. */
+    writeBack: (threadId: string, records: JournalRecord[]) => boolean = () => false,
+  ): Promise<{ removed: string[]; kept: string[] }> {
     const removed: string[] = []
     const kept: string[] = []
     const host = os.hostname()
     const remaining: JournalFileIndex[] = []
+    const settled = async (id: string, records: JournalRecord[]): Promise<boolean> =>
+      (await holds(transcriptOf(id), records)) || (writeBack(id, this.byThread.get(id) ?? records) && (await holds(transcriptOf(id), records)))
     for (const index of this.files) {
       const dead = index.host === host && index.pid !== null && index.pid !== process.pid && !pidAlive(index.pid)
-      const checks = dead ? await Promise.all([...index.threads].map(([id, records]) => holds(transcriptOf(id), records))) : []
+      const checks = dead ? await Promise.all([...index.threads].map(([id, records]) => settled(id, records))) : []
       if (dead && checks.every(Boolean)) {
         try {
           fs.unlinkSync(index.file)

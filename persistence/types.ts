@@ -127,9 +127,10 @@ export interface TranscriptStore {
   sync(options?: { files?: boolean }): Promise<void>
   /**
    * Deletes the journals of dead processes whose lines every thread they name now holds durably
-   * (backends without a journal leave it out).
+   * (backends without a journal leave it out). A thread that lacks them and that `mayWriteBack`
+   * allows (a stopped thread, which no runtime will open to do it) gets them written back first.
    */
-  settleJournals?(): Promise<{ removed: string[]; kept: string[] }>
+  settleJournals?(mayWriteBack?: (threadId: string) => boolean): Promise<{ removed: string[]; kept: string[] }>
   /** Read and verify a transcript without opening it for append. */
   read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null }
   close(threadId: string): void

@@ -43,6 +43,7 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   DIRECTIVE_INVALID: 3,
   DIRECTIVE_NOT_FOUND: 4,
   THREAD_LEASED: 9,
+  TRANSCRIPT_BEHIND_JOURNAL: 9,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']

@@ -46,6 +46,7 @@ export type SpindleErrorCode =
   | 'LEASE_LOST'
   | 'THREAD_LEASED'
   | 'ORPHAN_MARKED'
+  | 'TRANSCRIPT_BEHIND_JOURNAL'
 
 const BRAND = Symbol.for('spindle.error')
 

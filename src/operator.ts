@@ -267,7 +267,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       kind: 'lag',
       code: 'TRANSCRIPT_BEHIND_JOURNAL',
       message: `The transcript of ${threadId} lacks lines that ${journal} holds: the machine lost power before the file's own fdatasync.`,
-      repair: 'Open a runtime on this directory: it writes the lines back before carrying the thread on.',
+      repair: 'Open a runtime on this directory: it writes the lines back (a suspended thread\'s when it is approved or resumed).',
     })
   }
   findings.push(...ledgerFindings(dir), ...lockFindings(dir))

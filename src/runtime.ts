@@ -1114,7 +1114,12 @@ class RuntimeImpl implements Runtime {
     }
     // Journals left by dead processes go once every thread they name holds their lines.
     try {
-      await this.transcripts.settleJournals?.()
+      await this.transcripts.settleJournals?.((id) => {
+        // A stopped thread (terminal) is opened by no runtime: its lines go back now. A suspended
+        // one gets them when it is approved or resumed; an active one when it is recovered.
+        const record = this.registry.get(id)
+        return record !== null && !this.live.has(id) && !isActive(record.status) && record.status !== 'suspended'
+      })
     } catch (error) {
       this.report(error)
     }

@@ -8,7 +8,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
-import { scriptedModel, verifyReplay } from '../../src/index.js'
+import { createRuntime, scriptedModel, verifyReplay } from '../../src/index.js'
 import { createTestRuntime } from '../../src/testing.js'
 import { compiled } from '../helpers/dirs.js'
 
@@ -47,6 +47,37 @@ describe('spindle rebuild --compact', () => {
     expect(verifyReplay(dir, thread.id).matches).toBe(true)
     expect(spindle('doctor', '--dir', dir).code).toBe(0)
     fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('should refuse to compact a transcript that lacks lines a stopped process journaled, and compact it once a runtime wrote them back', async () => {
+    const rt = await createTestRuntime({ model: scriptedModel([{ text: 'done' }]) })
+    const thread = await rt.spawn({ directive: { name: 'lost', prompt: 'p' } })
+    await thread.done
+    const dir = rt.dir
+    await rt.close()
+    const file = path.join(dir, 'threads', thread.id, 'transcript.jsonl')
+    const size = fs.statSync(file).size
+    // A process journals repeated notes and is killed; the power loss takes them from the file.
+    const child = spawnSync(process.execPath, [compiled('test/persistence/journalWorker.js'), dir, '4', thread.id], { encoding: 'utf8' })
+    expect(child.signal, child.stderr).toBe('SIGKILL')
+    fs.truncateSync(file, size)
+
+    const refused = spindle('rebuild', thread.id, '--compact', '--apply', '--dir', dir)
+    expect(refused.code).toBe(9)
+    expect(refused.stderr).toContain('TRANSCRIPT_BEHIND_JOURNAL')
+    expect(fs.statSync(file).size).toBe(size)
+
+    // A runtime opening the directory writes a stopped thread's lines back and drops the journal.
+    const next = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }]) })
+    await next.close()
+    expect(fs.readdirSync(path.join(dir, 'journal'))).toEqual([])
+    const entries = (): number => fs.readFileSync(file, 'utf8').trim().split('\n').length
+    expect(entries()).toBe(7)
+    const applied = spindle('rebuild', thread.id, '--compact', '--apply', '--dir', dir)
+    expect(applied.code, applied.stderr).toBe(0)
+    // The four notes came back and compacted to their first; the old file is kept beside.
+    expect(entries()).toBe(4)
+    expect(fs.readdirSync(path.dirname(file)).some((n) => n.startsWith('transcript.jsonl.pre-compact-'))).toBe(true)
   })
 
   it('should report entries of unknown types, unknown threads and inputs the machine would not accept, and exit 5', async () => {
