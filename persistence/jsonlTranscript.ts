@@ -13,7 +13,7 @@ import type { DataPaths } from './paths.js'
 import { TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
-import { ForeignJournals, OwnJournal, repairFromJournal } from './transcriptJournal.js'
+import { fileIdentity, ForeignJournals, OwnJournal, repairFromJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
@@ -46,8 +46,8 @@ interface OpenFile {
   syncError: Error | null
   /** A failed append whose partial line could not be cut off: the end of the file is unknown. */
   appendError: unknown
-  /** The file's inode (journal records name it), read at the first journaled append. */
-  ino: string | null
+  /** The file's identity (journal records name it: see fileIdentity), read at the first journaled append. */
+  identity: string | null
 }
 
 function corrupt(file: string, threadId: string, message: string, details: Record<string, unknown> = {}): SpindleError {
@@ -137,6 +137,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
   const dirsInFlight = new Set<Promise<unknown>>()
+  /** A thread file's fdatasync failed: no journal epoch may be deleted by this store any more. */
+  let pinned: Error | null = null
   let journal = durability === 'fsync' && options.journal !== false ? new OwnJournal(paths.journal) : null
   // What other stores' journals hold: read once, at the first open (whatever this store's own
   // durability, a directory an 'fsync' runtime left after a power loss needs them).
@@ -219,14 +221,17 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   }
 
   function register(threadId: string, file: string, fd: number, position: TranscriptPosition): void {
-    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, ino: null })
+    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, identity: null })
   }
 
+  /** fdatasyncs one file; the caller has counted it in `open.syncing` (see the files sync). */
   async function syncFile(open: OpenFile): Promise<void> {
-    open.syncing++
     try {
+      // Never retried: a retry can succeed without the pages the failed one dropped.
+      if (open.syncError) throw open.syncError
       await fdatasync(open.fd)
     } catch (error) {
+      if (error === open.syncError) throw error
       // Sticky: after a failed fsync the kernel may have dropped the dirty pages and a retry can
       // succeed without them, so no later sync may vouch for this file (the PostgreSQL "fsyncgate").
       const cause = error as NodeJS.ErrnoException
@@ -236,10 +241,14 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       })
       // A closed file (see `close`) stays failed too: the journal lines it was to take over are gone.
       failed.add(open)
+      // And the journal keeps every epoch from here on: it may hold the only durable copy of lines
+      // this file dropped, whatever later syncs of other files (or of this one, closed) report.
+      if (journal) pinned ??= open.syncError
       throw open.syncError
     } finally {
       open.syncing--
-      if (open.closed && open.syncing === 0) fs.close(open.fd, () => {})
+      // A closed file waiting in `closing` is the next files sync's to fdatasync, then close.
+      if (open.closed && open.syncing === 0 && !closing.has(open)) fs.close(open.fd, () => {})
     }
   }
 
@@ -368,8 +377,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         throw error
       }
       if (journal) {
-        open.ino ??= String(fs.fstatSync(open.fd, { bigint: true }).ino)
-        journal.add(threadId, open.ino, open.position.bytes, encoded.line)
+        open.identity ??= fileIdentity(open.fd)
+        journal.add(threadId, open.identity, open.position.bytes, encoded.line)
       }
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
       if (durability === 'fsync') dirty.add(open)
@@ -409,7 +418,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           ownJournal.sync().catch((error: unknown) => {
             // After a failed fdatasync the kernel may have dropped the pages (see syncFile): from
             // here on every sync fdatasyncs the thread files themselves, which still hold every line.
-            if (journal === ownJournal) journal = null
+            // The journal's files stay for the next runtime; its descriptors are let go.
+            if (journal === ownJournal) {
+              journal = null
+              ownJournal.close(false)
+            }
             throw error
           }),
         ]
@@ -418,6 +431,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         const batch = [...dirty, ...closing]
         dirty = new Set()
         closing = new Set()
+        // Counted now, not when each fdatasync starts: a bounded number run at once, and a thread
+        // closed meanwhile must find its descriptor still held (close leaves a counted fd open).
+        for (const open of batch) open.syncing++
         // Records added from here on go to a new epoch; the ones before are deleted once these
         // fdatasyncs succeed.
         finish = ownJournal ? ownJournal.rotate() : null
@@ -441,7 +457,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       if (rejected) throw rejected.reason
       for (const open of failed) throw open.syncError
       // Every line the retired journal epochs hold is now in a durable thread file.
-      finish?.()
+      if (!pinned) finish?.()
     },
 
     async settleJournals(mayWriteBack?: (threadId: string) => boolean): Promise<{ removed: string[]; kept: string[] }> {
@@ -498,15 +514,22 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         }
       }
       // Files closed after their last files sync: made durable here, so the journal can go.
-      for (const open of closing) {
+      let undecided = false
+      for (const open of [...closing]) {
+        closing.delete(open)
         try {
-          // One still being fdatasynced on the pool closes itself, and keeps the journal.
-          if (open.syncing > 0 || open.syncError) continue
+          if (open.syncError) throw open.syncError
+          if (open.syncing > 0) {
+            // Still being fdatasynced on the pool: it closes itself when that ends, and the
+            // journal stays, since this cannot wait for the outcome.
+            undecided = true
+            continue
+          }
           fs.fdatasyncSync(open.fd)
-          fs.closeSync(open.fd)
-          closing.delete(open)
         } catch (error) {
           first ??= error
+        } finally {
+          if (open.syncing === 0) fs.closeSync(open.fd)
         }
       }
       try {
@@ -515,8 +538,13 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         first ??= error
       }
       // Only when every thread file is durable do its journal's records become redundant.
-      journal?.close(first === null && closing.size === 0 && failed.size === 0)
+      const ownJournal = journal
       journal = null
+      try {
+        ownJournal?.close(first === null && !undecided && failed.size === 0 && !pinned)
+      } catch (error) {
+        first ??= error
+      }
       if (first !== null) throw first
     },
   }

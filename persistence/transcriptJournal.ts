@@ -9,11 +9,12 @@
  * files still get every line at once (a process crash loses nothing); they are fdatasynced in
  * the background checkpoint round, after which the journal epochs written before it are deleted.
  *
- * A record is `<threadId> <inode> <offset> <transcript line>`: the exact bytes the thread's file
- * holds at `offset`, so after a power loss the lines a file lost are written back where they
- * were (`repairFromJournal`), and verified by the hash chain before anything is written. The
- * inode ties a record to the file it was written for: a transcript replaced since (compacted)
- * is never patched with another file's lines.
+ * A record is `<threadId> <inode>-<birth time ns> <offset> <transcript line>`: the exact bytes
+ * the thread's file holds at `offset`, so after a power loss the lines a file lost are written
+ * back where they were (`repairFromJournal`), and verified by the hash chain before anything is
+ * written. The file identity ties a record to the file it was written for: a transcript replaced
+ * since (compacted) is never patched with another file's lines, even when the filesystem gives
+ * the new file the old one's inode number.
  */
 import fs from 'node:fs'
 import os from 'node:os'
@@ -34,18 +35,39 @@ const APPEND_NEW = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O
 
 /** One transcript line as a journal holds it. */
 export interface JournalRecord {
-  ino: string
+  /** The file it was written for: inode and birth time (an inode number alone is soon reused). */
+  file: string
   at: number
   line: Buffer
 }
 
 /** What one journal file (a store's epoch) holds, per thread. */
-interface JournalFileIndex {
+export interface JournalFileIndex {
   file: string
   host: string | null
   pid: number | null
+  /** The writer's boot (Linux): a pid from another boot is not the writer, whoever has it now. */
+  boot: string | null
   /** Records per thread, in the order they were written. */
   threads: Map<string, JournalRecord[]>
+}
+
+/** The identity journal records give a transcript file. */
+export function fileIdentity(fd: number): string {
+  const stat = fs.fstatSync(fd, { bigint: true })
+  return `${stat.ino}-${stat.birthtimeNs}`
+}
+
+let bootId: string | null | undefined
+function currentBoot(): string | null {
+  if (bootId === undefined) {
+    try {
+      bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || null
+    } catch {
+      bootId = null
+    }
+  }
+  return bootId
 }
 
 function fdatasync(fd: number): Promise<void> {
@@ -69,7 +91,7 @@ function readAll(fd: number, start: number, end: number): Buffer {
  * chain check at repair time refuses whatever would depend on it).
  */
 export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
-  const index: JournalFileIndex = { file, host: null, pid: null, threads: new Map() }
+  const index: JournalFileIndex = { file, host: null, pid: null, boot: null, threads: new Map() }
   let offset = 0
   let first = true
   while (offset < bytes.length) {
@@ -84,6 +106,7 @@ export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
         if (header[HEADER_KEY] === 1) {
           index.host = typeof header.host === 'string' ? header.host : null
           index.pid = typeof header.pid === 'number' ? header.pid : null
+          index.boot = typeof header.boot === 'string' ? header.boot : null
           continue
         }
       } catch {
@@ -95,52 +118,74 @@ export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
     const c = b === -1 ? -1 : record.indexOf(0x20, b + 1)
     if (c === -1) continue
     const threadId = record.subarray(0, a).toString('latin1')
-    const ino = record.subarray(a + 1, b).toString('latin1')
+    const identity = record.subarray(a + 1, b).toString('latin1')
     const at = Number(record.subarray(b + 1, c).toString('latin1'))
     // A record naming no thread id (a forged or damaged file) could only point outside the data.
-    if (!isThreadId(threadId) || !/^\d+$/.test(ino) || !Number.isSafeInteger(at) || at < 0) continue
+    if (!isThreadId(threadId) || !/^\d+-\d+$/.test(identity) || !Number.isSafeInteger(at) || at < 0) continue
     let records = index.threads.get(threadId)
     if (!records) index.threads.set(threadId, (records = []))
-    records.push({ ino, at, line: Buffer.from(record.subarray(c + 1)) })
+    records.push({ file: identity, at, line: Buffer.from(record.subarray(c + 1)) })
   }
   return index
 }
 
+/** Every journal in `dir` except the ones whose names start with `own`, read now. */
+function readJournals(dir: string, own: string): JournalFileIndex[] {
+  let names: string[]
+  try {
+    names = fs.readdirSync(dir)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return []
+    throw error
+  }
+  const indexes: JournalFileIndex[] = []
+  for (const name of names.sort()) {
+    if (!name.endsWith(SUFFIX) || name.startsWith(own)) continue
+    const file = path.join(dir, name)
+    let bytes: Buffer
+    try {
+      bytes = fs.readFileSync(file)
+    } catch (error) {
+      // Deleted by its owner between readdir and here: it had nothing left to give.
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
+      throw error
+    }
+    indexes.push(parseJournal(file, bytes))
+  }
+  return indexes
+}
+
+function byThread(indexes: readonly JournalFileIndex[]): Map<string, JournalRecord[]> {
+  const all = new Map<string, JournalRecord[]>()
+  for (const index of indexes) {
+    for (const [threadId, records] of index.threads) {
+      const list = all.get(threadId)
+      if (list) list.push(...records)
+      else all.set(threadId, [...records])
+    }
+  }
+  return all
+}
+
+/** Whether the writer of a journal is gone for good: a dead pid on this host, or another boot. */
+function writerGone(index: JournalFileIndex): boolean {
+  if (index.host !== os.hostname() || index.pid === null) return false
+  const boot = currentBoot()
+  if (index.boot !== null && boot !== null && index.boot !== boot) return true
+  return index.pid !== process.pid && !pidAlive(index.pid)
+}
+
 /** The journals other stores left in `dir`: what a power loss may have taken from thread files. */
 export class ForeignJournals {
-  private readonly files: JournalFileIndex[] = []
-  private readonly byThread = new Map<string, JournalRecord[]>()
+  private files: JournalFileIndex[]
+  private byThread: Map<string, JournalRecord[]>
 
   constructor(
     private readonly dir: string,
-    own: string,
+    private readonly own: string,
   ) {
-    let names: string[]
-    try {
-      names = fs.readdirSync(dir)
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') return
-      throw error
-    }
-    for (const name of names.sort()) {
-      if (!name.endsWith(SUFFIX) || name.startsWith(own)) continue
-      const file = path.join(dir, name)
-      let bytes: Buffer
-      try {
-        bytes = fs.readFileSync(file)
-      } catch (error) {
-        // Deleted by its owner between readdir and here: it had nothing left to give.
-        if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
-        throw error
-      }
-      const index = parseJournal(file, bytes)
-      this.files.push(index)
-      for (const [threadId, records] of index.threads) {
-        const all = this.byThread.get(threadId)
-        if (all) all.push(...records)
-        else this.byThread.set(threadId, [...records])
-      }
-    }
+    this.files = readJournals(dir, own)
+    this.byThread = byThread(this.files)
   }
 
   get size(): number {
@@ -156,25 +201,28 @@ export class ForeignJournals {
   }
 
   /**
-   * Deletes every journal whose writer is gone (a dead pid on this host) once each thread it
-   * names holds its lines, durably: the thread's file is fdatasynced first, since a process that
-   * crashed may have left them in the page cache only. A thread without a state.json was never
-   * acknowledged, and a transcript replaced since (another inode) owes the journal nothing; a
-   * thread whose file lacks the lines (its owner has not recovered it yet) keeps the journal.
+   * Deletes every journal whose writer is gone once each thread it names holds all its lines,
+   * durably: the thread's file is fdatasynced first, since a process that crashed may have left
+   * them in the page cache only. The journals are read again first: one whose writer died after
+   * this store first read it holds more than it did then. A thread without a state.json was never
+   * acknowledged, and a transcript replaced since (another file) owes the journal nothing; a
+   * thread whose file lacks lines (its owner has not recovered it yet) keeps the journal.
    */
   async settle(
     transcriptOf: (threadId: string) => string,
     /** Writes a thread's lines back now (a stopped thread no runtime will open); true if it did. */
     writeBack: (threadId: string, records: JournalRecord[]) => boolean = () => false,
   ): Promise<{ removed: string[]; kept: string[] }> {
+    // Liveness first, then the read: a writer found dead has written all it ever will.
+    const gone = new Set(readJournals(this.dir, this.own).filter(writerGone).map((index) => index.file))
+    this.files = readJournals(this.dir, this.own)
+    this.byThread = byThread(this.files)
     const removed: string[] = []
     const kept: string[] = []
-    const host = os.hostname()
-    const remaining: JournalFileIndex[] = []
     const settled = async (id: string, records: JournalRecord[]): Promise<boolean> =>
       (await holds(transcriptOf(id), records)) || (writeBack(id, this.byThread.get(id) ?? records) && (await holds(transcriptOf(id), records)))
     for (const index of this.files) {
-      const dead = index.host === host && index.pid !== null && index.pid !== process.pid && !pidAlive(index.pid)
+      const dead = gone.has(index.file)
       const checks = dead ? await Promise.all([...index.threads].map(([id, records]) => settled(id, records))) : []
       if (dead && checks.every(Boolean)) {
         try {
@@ -185,24 +233,19 @@ export class ForeignJournals {
         removed.push(index.file)
       } else {
         kept.push(index.file)
-        remaining.push(index)
       }
     }
-    if (removed.length > 0) await fsyncDir(this.dir)
-    this.files.splice(0, this.files.length, ...remaining)
-    this.byThread.clear()
-    for (const index of remaining) {
-      for (const [threadId, records] of index.threads) {
-        const all = this.byThread.get(threadId)
-        if (all) all.push(...records)
-        else this.byThread.set(threadId, [...records])
-      }
+    if (removed.length > 0) {
+      await fsyncDir(this.dir)
+      const left = new Set(kept)
+      this.files = this.files.filter((index) => left.has(index.file))
+      this.byThread = byThread(this.files)
     }
     return { removed, kept }
   }
 }
 
-/** Whether `file` durably holds the last of `records` (see `ForeignJournals.settle`). */
+/** Whether `file` durably holds every one of `records` (see `ForeignJournals.settle`). */
 async function holds(file: string, records: JournalRecord[]): Promise<boolean> {
   let fd: number
   try {
@@ -212,7 +255,7 @@ async function holds(file: string, records: JournalRecord[]): Promise<boolean> {
     return !fs.existsSync(path.join(path.dirname(file), STATE_FILE))
   }
   try {
-    if (!holdsLast(fd, records)) return false
+    if (!holdsAll(fd, records)) return false
     await fdatasync(fd)
     return true
   } finally {
@@ -220,14 +263,18 @@ async function holds(file: string, records: JournalRecord[]): Promise<boolean> {
   }
 }
 
-/** Whether the open file holds the last of the records written for it (true when none were). */
-function holdsLast(fd: number, records: readonly JournalRecord[]): boolean {
-  const stat = fs.fstatSync(fd, { bigint: true })
-  const mine = records.filter((r) => r.ino === String(stat.ino))
-  if (mine.length === 0) return true
-  const last = mine.reduce((a, b) => (b.at > a.at ? b : a))
-  if (Number(stat.size) < last.at + last.line.length) return false
-  return readAll(fd, last.at, last.at + last.line.length).equals(last.line)
+/**
+ * Whether the open file holds, where each says, every record written for it (true when none
+ * were). Every one, not the last: a power loss can lose a block in the middle and keep the end.
+ */
+function holdsAll(fd: number, records: readonly JournalRecord[]): boolean {
+  const identity = fileIdentity(fd)
+  const size = Number(fs.fstatSync(fd).size)
+  for (const r of records) {
+    if (r.file !== identity) continue
+    if (r.at + r.line.length > size || !readAll(fd, r.at, r.at + r.line.length).equals(r.line)) return false
+  }
+  return true
 }
 
 /**
@@ -236,8 +283,7 @@ function holdsLast(fd: number, records: readonly JournalRecord[]): boolean {
  */
 export function journalLag(journalDir: string, transcriptOf: (threadId: string) => string): Array<{ threadId: string; journal: string }> {
   const lag: Array<{ threadId: string; journal: string }> = []
-  const journals = new ForeignJournals(journalDir, '\0')
-  for (const { file, threads } of journals.indexes()) {
+  for (const { file, threads } of readJournals(journalDir, '\0')) {
     for (const [threadId, records] of threads) {
       let fd: number
       try {
@@ -246,7 +292,7 @@ export function journalLag(journalDir: string, transcriptOf: (threadId: string) 
         continue
       }
       try {
-        if (!holdsLast(fd, records)) lag.push({ threadId, journal: file })
+        if (!holdsAll(fd, records)) lag.push({ threadId, journal: file })
       } finally {
         fs.closeSync(fd)
       }
@@ -269,8 +315,9 @@ export interface JournalRepair {
  * whose bytes the file does not hold where the record says; checks that the records from there on
  * are contiguous, hash-chained to the line before them in the file; keeps the file's bytes from
  * there on aside, writes the records and cuts the file after them. Returns null when the file
- * already holds every record, or when the records cannot be chained to it (then the file is left
- * as it is, and opening it reports what is wrong, as without a journal).
+ * already holds every record, or when the records cannot be chained to it or disagree with each
+ * other (then the file is left as it is, and opening it reports what is wrong, as without a
+ * journal).
  */
 export function repairFromJournal(
   fd: number,
@@ -278,13 +325,18 @@ export function repairFromJournal(
   records: readonly JournalRecord[],
   options: { fsync: boolean; saveAside: (offset: number, length: number) => string },
 ): JournalRepair | null {
-  const stat = fs.fstatSync(fd, { bigint: true })
-  const size = Number(stat.size)
-  const mine = records.filter((r) => r.ino === String(stat.ino))
-  if (mine.length === 0) return null
-  // Epochs and stores may repeat a line: one record per offset, in file order.
+  const identity = fileIdentity(fd)
+  const size = Number(fs.fstatSync(fd).size)
+  // Epochs and stores may repeat a line: one record per offset, in file order. Two that differ at
+  // one offset cannot both be this file's history: nothing is written on their word.
   const byAt = new Map<number, JournalRecord>()
-  for (const r of mine) byAt.set(r.at, r)
+  for (const r of records) {
+    if (r.file !== identity) continue
+    const seen = byAt.get(r.at)
+    if (seen && !seen.line.equals(r.line)) return null
+    byAt.set(r.at, r)
+  }
+  if (byAt.size === 0) return null
   const ordered = [...byAt.values()].sort((a, b) => a.at - b.at)
   let i = 0
   for (; i < ordered.length; i++) {
@@ -318,17 +370,20 @@ export function repairFromJournal(
   return { from, to: from + usable, savedTo }
 }
 
-/** The position of the entry that ends at `end`: from the journal record that ends there, or the file. */
+/**
+ * The position of the entry that ends at `end`: from the journal record that ends there, or read
+ * back from the file in growing windows (a line can be megabytes long: a large tool result).
+ */
 function lineBefore(fd: number, end: number, record: JournalRecord | null): Omit<TranscriptPosition, 'bytes'> | null {
   if (end === 0) return { seq: EMPTY_POSITION.seq, hash: EMPTY_POSITION.hash }
-  let text: string
-  if (record) {
-    text = record.line.toString('utf8')
-  } else {
-    const window = readAll(fd, Math.max(0, end - 1024 * 1024), end)
-    if (window.length === 0 || window[window.length - 1] !== 0x0a) return null
-    const newline = window.length >= 2 ? window.lastIndexOf(0x0a, window.length - 2) : -1
-    text = window.subarray(newline + 1).toString('utf8')
+  let text: string | null = record ? record.line.toString('utf8') : null
+  for (let window = 64 * 1024; text === null; window *= 4) {
+    const start = Math.max(0, end - window)
+    const chunk = readAll(fd, start, end)
+    if (chunk.length !== end - start || chunk[chunk.length - 1] !== 0x0a) return null
+    const newline = chunk.length >= 2 ? chunk.lastIndexOf(0x0a, chunk.length - 2) : -1
+    if (newline !== -1) text = chunk.subarray(newline + 1).toString('utf8')
+    else if (start === 0) text = chunk.toString('utf8')
   }
   try {
     const entry = JSON.parse(text) as { seq?: unknown; hash?: unknown }
@@ -362,8 +417,8 @@ export class OwnJournal {
 
   constructor(readonly dir: string) {}
 
-  add(threadId: string, ino: string, at: number, line: string): void {
-    this.pending.push(`${threadId} ${ino} ${at} ${line}`)
+  add(threadId: string, file: string, at: number, line: string): void {
+    this.pending.push(`${threadId} ${file} ${at} ${line}`)
   }
 
   /** Makes every record added so far durable (after every earlier sync). */
@@ -452,18 +507,19 @@ export class OwnJournal {
   }
 
   private openEpoch(): Epoch {
-    fs.mkdirSync(this.dir, { recursive: true })
+    // A new journal directory's own name must be durable too, before anything in it vouches.
+    const created = fs.mkdirSync(this.dir, { recursive: true }) !== undefined
     const file = path.join(this.dir, `${this.id}.${String(++this.epoch).padStart(6, '0')}${SUFFIX}`)
     const fd = fs.openSync(file, APPEND_NEW)
     try {
-      const header = JSON.stringify({ [HEADER_KEY]: 1, host: os.hostname(), pid: process.pid, createdAt: new Date().toISOString() }) + '\n'
+      const header = JSON.stringify({ [HEADER_KEY]: 1, host: os.hostname(), pid: process.pid, boot: currentBoot(), createdAt: new Date().toISOString() }) + '\n'
       fs.writeSync(fd, header)
     } catch (error) {
       fs.closeSync(fd)
       throw error
     }
     // The new name must be durable before the file's first fdatasync vouches for anything.
-    const named = fsyncDir(this.dir)
+    const named = Promise.all([fsyncDir(this.dir), created ? fsyncDir(path.dirname(this.dir)) : null]).then(() => {})
     named.catch(() => {})
     return { file, fd, named, inFlight: 0, retired: false }
   }

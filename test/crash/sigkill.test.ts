@@ -10,8 +10,7 @@ import { describe, expect, it } from 'vitest'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { readThreadFiles, verifyReplay } from '../../src/index.js'
 import type { Durability } from '../../src/index.js'
-import { parseJournal } from '../../persistence/transcriptJournal.js'
-import type { JournalRecord } from '../../persistence/transcriptJournal.js'
+import { durableSizes } from './trackDurable.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 const KILLS = Number(process.env.SPINDLE_CRASH_KILLS ?? 20)
@@ -23,10 +22,12 @@ function runWorker(
   dir: string,
   killAfterMs: number | null,
   durability: Durability,
+  trackDurable = false,
 ): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; pid: number }> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [compiled('test/crash/worker.js'), dir, String(THREADS), String(TURNS), durability], {
       stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, SPINDLE_TRACK_DURABLE: trackDurable ? '1' : '0' },
     })
     let stderr = ''
     child.stderr.on('data', (d) => (stderr += d))
@@ -39,32 +40,33 @@ function runWorker(
 }
 
 /**
- * Simulates what a power loss right after the kill of process `pid` takes: a thread file is
- * fdatasynced only in the background checkpoint round, so every byte from the first line that a
- * live epoch of that process's journal holds may be gone (the journal itself was fdatasynced;
- * lines an earlier process journaled were made durable before it settled or since). Each file is
- * cut there, and every other one keeps a torn start of its next line, as a write the disk half
- * finished.
+ * Simulates a power loss right after the kill: every transcript and journal file is cut back to
+ * the bytes a completed fdatasync made durable (the worker records them: trackDurable.ts); every
+ * other cut file keeps a torn start of what followed, as a write the disk half finished. Before
+ * cutting, it keeps in `acknowledged` the bytes of each transcript that a journal sync had vouched
+ * for: they must all be there, unchanged, at the end. Returns how many files lost bytes.
  */
-function losePageCache(dir: string, pid: number): number {
-  const journalDir = path.join(dir, 'journal')
-  if (!fs.existsSync(journalDir)) return 0
-  const first = new Map<string, JournalRecord>()
-  for (const name of fs.readdirSync(journalDir)) {
-    const file = path.join(journalDir, name)
-    const journal = parseJournal(file, fs.readFileSync(file))
-    if (journal.pid !== pid) continue
-    for (const [id, records] of journal.threads) {
-      for (const r of records) if (!first.has(id) || r.at < first.get(id)!.at) first.set(id, r)
-    }
-  }
+function losePageCache(dir: string, acknowledged: Map<string, Buffer>): number {
+  const { durable, acknowledged: acked } = durableSizes(fs.realpathSync(dir))
+  const files = [
+    ...(fs.existsSync(path.join(dir, 'threads')) ? fs.readdirSync(path.join(dir, 'threads')) : []).map((id) => path.join(dir, 'threads', id, 'transcript.jsonl')),
+    ...(fs.existsSync(path.join(dir, 'journal')) ? fs.readdirSync(path.join(dir, 'journal')).map((n) => path.join(dir, 'journal', n)) : []),
+  ]
   let cut = 0
-  for (const [id, record] of first) {
-    const transcript = path.join(dir, 'threads', id, 'transcript.jsonl')
-    if (!fs.existsSync(transcript) || String(fs.statSync(transcript, { bigint: true }).ino) !== record.ino) continue
-    fs.truncateSync(transcript, record.at)
-    if (cut++ % 2 === 0) fs.appendFileSync(transcript, record.line.subarray(0, Math.floor(record.line.length / 2)))
+  for (const file of files) {
+    if (!fs.existsSync(file)) continue
+    const real = fs.realpathSync(file)
+    const bytes = fs.readFileSync(file)
+    const ack = acked.get(real) ?? 0
+    if (ack > (acknowledged.get(real)?.length ?? 0)) acknowledged.set(real, bytes.subarray(0, ack))
+    const keep = durable.get(real) ?? 0
+    if (bytes.length <= keep) continue
+    fs.truncateSync(file, keep)
+    if (cut++ % 2 === 0) fs.appendFileSync(file, bytes.subarray(keep, keep + Math.floor((bytes.length - keep) / 2)))
   }
+  // What survives is what the next process finds durable; the log starts again from it.
+  fs.rmSync(path.join(dir, 'durable.log'), { force: true })
+  for (const file of files) if (fs.existsSync(file)) fs.appendFileSync(path.join(dir, 'durable.log'), `${fs.realpathSync(file)}\t${fs.statSync(file).size}\n`)
   return cut
 }
 
@@ -80,12 +82,13 @@ describe.each([
     let killed = 0
     let finishedEarly = false
     let linesCut = 0
+    const acknowledged = new Map<string, Buffer>()
     while (killed < kills && !finishedEarly) {
       // Random moments: during start-up, recovery, spawning and the turn loop.
-      const result = await runWorker(dir, 80 + Math.floor(Math.random() * 500), durability)
+      const result = await runWorker(dir, 80 + Math.floor(Math.random() * 500), durability, powerLoss)
       if (result.signal === 'SIGKILL') {
         killed++
-        if (powerLoss) linesCut += losePageCache(dir, result.pid)
+        if (powerLoss) linesCut += losePageCache(dir, acknowledged)
       } else {
         expect(result.code, result.stderr).toBe(0)
         finishedEarly = true
@@ -94,13 +97,21 @@ describe.each([
     expect(killed, 'the workload finished before every kill landed').toBe(kills)
     // The power loss took something each time it could: the journal was there to give it back.
     if (powerLoss) expect(linesCut).toBeGreaterThan(0)
-    const final = await runWorker(dir, null, durability)
+    const final = await runWorker(dir, null, durability, powerLoss)
     expect(final.code, final.stderr).toBe(0)
-
     const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability })
     const rows = registry.list()
     registry.close()
     expect(rows).toHaveLength(THREADS)
+    // Nothing acknowledged was lost or changed: every thread's transcript still starts with what a
+    // journal sync vouched for before each power loss. (A thread whose spawn never returned has no
+    // registry row: it ran nothing, and nothing of it was promised.)
+    if (powerLoss) expect(acknowledged.size).toBeGreaterThan(0)
+    const registered = new Set(rows.map((r) => r.id))
+    for (const [file, bytes] of acknowledged) {
+      if (!registered.has(path.basename(path.dirname(file)))) continue
+      expect(fs.readFileSync(file).subarray(0, bytes.length).equals(bytes), `acknowledged bytes of ${file}`).toBe(true)
+    }
     for (const row of rows) {
       if (row.status === 'error') {
         // A kill between registering a thread and its first transcript line: the spawn was never

@@ -8,10 +8,13 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { z } from 'zod'
-import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
+import { trackDurable } from './trackDurable.js'
 
 const [dir, threadsArg = '50', turnsArg = '8', durabilityArg = 'fsync'] = process.argv.slice(2)
 if (!dir) throw new Error('usage: worker <dir> [threads] [turns]')
+// The power-loss row: record what each fdatasync made durable, before spindle is loaded.
+if (process.env.SPINDLE_TRACK_DURABLE === '1') trackDurable(fs.realpathSync(dir))
+const { createRuntime, defineTool, scriptedModel } = await import('../../src/index.js')
 const threads = Number(threadsArg)
 const turns = Number(turnsArg)
 const ledger = path.join(dir, 'charges.log')

@@ -7,8 +7,9 @@
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths, TRANSCRIPT_FILE } from '../../persistence/paths.js'
 import type { TranscriptStore } from '../../persistence/types.js'
@@ -19,7 +20,14 @@ const IDS = ['alpha-aaaaaaaaaaaa', 'bravo-bbbbbbbbbbbb', 'charlie-cccccccccccc']
 let dirs: string[] = []
 let stores: TranscriptStore[] = []
 afterEach(() => {
-  for (const store of stores) store.closeAll()
+  vi.restoreAllMocks()
+  for (const store of stores) {
+    try {
+      store.closeAll()
+    } catch {
+      // A test that failed a sync on purpose.
+    }
+  }
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true })
   dirs = []
   stores = []
@@ -190,6 +198,122 @@ describe('transcript journal', () => {
     await appendAndJournal(s, [IDS[0]], 3)
     expect(journals()).toHaveLength(0)
     expect(s.read(IDS[0]).entries).toHaveLength(3)
+  })
+
+  it('should keep the journal epochs until every thread file\'s fdatasync has succeeded, even for a thread closed meanwhile', async () => {
+    const { store, journals, file } = setup()
+    const s = store()
+    for (const id of IDS) s.open(id)
+    await appendAndJournal(s, IDS, 3)
+    // The fault: the thread files' fdatasyncs are slow, and a thread is closed while they wait.
+    const held: Array<() => void> = []
+    const synced: string[] = []
+    const original = fs.fdatasync
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+      const target = fs.readlinkSync(`/proc/self/fd/${fd}`)
+      if (!target.endsWith(TRANSCRIPT_FILE)) return original(fd, callback)
+      held.push(() => original(fd, (error) => (synced.push(target), callback(error))))
+    }) as typeof fs.fdatasync)
+    const files = s.sync({ files: true })
+    await new Promise((r) => setTimeout(r, 20))
+    s.close(IDS[1])
+    s.close(IDS[2])
+    expect(journals()).toHaveLength(1)
+    while (held.length > 0 || synced.length < IDS.length) {
+      held.splice(0).forEach((release) => release())
+      await new Promise((r) => setTimeout(r, 5))
+    }
+    await files
+    // Each file was fdatasynced as itself (no descriptor closed under a queued sync), then the journal went.
+    expect(synced.sort()).toEqual(IDS.map((id) => fs.realpathSync(file(id))).sort())
+    expect(journals()).toHaveLength(0)
+  })
+
+  it('should keep every journal epoch once a thread file\'s fdatasync failed, also after that thread is closed', async () => {
+    const { store, journals } = setup()
+    const s = store()
+    for (const id of IDS) s.open(id)
+    await appendAndJournal(s, IDS, 2)
+    const original = fs.fdatasync
+    let failures = 0
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+      if (failures === 0 && fs.readlinkSync(`/proc/self/fd/${fd}`).includes(IDS[0])) {
+        failures++
+        return setImmediate(() => callback(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' })))
+      }
+      return original(fd, callback)
+    }) as typeof fs.fdatasync)
+    await expect(s.sync({ files: true })).rejects.toThrow(/fdatasync of .* failed/)
+    // The kernel may have dropped that file's pages: the journal holds the only durable copy.
+    s.close(IDS[0])
+    await appendAndJournal(s, [IDS[1]], 1, 2)
+    await s.sync({ files: true })
+    expect(journals().length).toBeGreaterThan(0)
+    s.closeAll()
+    expect(journals().length).toBeGreaterThan(0)
+  })
+
+  it('should write back lines lost after a line longer than a megabyte', async () => {
+    const { store, file } = setup()
+    const before = store()
+    before.open(IDS[0])
+    before.append(IDS[0], 'NOTE', { big: 'y'.repeat(3 * 1024 * 1024) })
+    await before.sync({ files: true })
+    const durable = fs.statSync(file(IDS[0])).size
+    await appendAndJournal(before, [IDS[0]], 2)
+    const original = fs.readFileSync(file(IDS[0]))
+    fs.truncateSync(file(IDS[0]), durable)
+
+    const opened = store().open(IDS[0])
+    expect(opened.restored).toBeDefined()
+    expect(fs.readFileSync(file(IDS[0])).equals(original)).toBe(true)
+  })
+
+  it('should write nothing back when two journals disagree about the same bytes', async () => {
+    const { store, file, lineEnds, journals, paths } = setup()
+    const before = store()
+    before.open(IDS[0])
+    await appendAndJournal(before, [IDS[0]], 3)
+    fs.truncateSync(file(IDS[0]), lineEnds(IDS[0])[0]!)
+    const cut = fs.readFileSync(file(IDS[0]))
+    // A second journal claims other bytes at the second line's offset.
+    const [journal] = journals()
+    const text = fs.readFileSync(journal!, 'utf8')
+    fs.writeFileSync(path.join(paths.journal, '1-forged.000001.journal'), text.replace('"i":1,', '"i":7,'))
+
+    const opened = store().open(IDS[0])
+    expect(opened.restored).toBeUndefined()
+    expect(fs.readFileSync(file(IDS[0])).equals(cut)).toBe(true)
+  })
+
+  it('should judge a dead process\'s journal by what it holds when settling, not when first read', async () => {
+    const { store, file, journals, paths } = setup()
+    // A journal whose writer is gone: a pid that has exited, on this host.
+    const exited = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'], { encoding: 'utf8' })
+    const deadPid = Number(exited.stdout)
+    const writer = store()
+    for (const id of IDS.slice(0, 2)) writer.open(id)
+    await appendAndJournal(writer, [IDS[0]], 2)
+    const [own] = journals()
+    const dead = path.join(paths.journal, `${deadPid}-gone.000001.journal`)
+    const header = JSON.stringify({ 'spindle-journal': 1, host: os.hostname(), pid: deadPid }) + '\n'
+    const records = (text: string) => text.split('\n').slice(1).join('\n')
+    fs.writeFileSync(dead, header + records(fs.readFileSync(own!, 'utf8')))
+
+    const reader = store()
+    // Its first open of an existing file reads the journals.
+    reader.open(IDS[0])
+    // After the reader first read it, the dead journal had grown: lines of a second thread that
+    // its file then lost.
+    await appendAndJournal(writer, [IDS[1]], 2)
+    fs.writeFileSync(dead, header + records(fs.readFileSync(own!, 'utf8')))
+    fs.truncateSync(file(IDS[1]), 0)
+    const settled = await reader.settleJournals!()
+    expect(settled.removed).not.toContain(dead)
+    expect(fs.existsSync(dead)).toBe(true)
+    // Once the second thread has its lines back, the dead journal owes nothing and goes.
+    expect(reader.open(IDS[1]).restored).toBeDefined()
+    expect((await reader.settleJournals!()).removed).toEqual([dead])
   })
 
   it('should delete a dead process\'s journal once every thread it names holds its lines, and not before', async () => {
