@@ -13,7 +13,7 @@ import type { DataPaths } from './paths.js'
 import { TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
-import { fileIdentity, ForeignJournals, OwnJournal, repairFromJournal } from './transcriptJournal.js'
+import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
@@ -239,8 +239,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         code: cause.code,
         path: open.file,
       })
-      // A closed file (see `close`) stays failed too: the journal lines it was to take over are gone.
-      failed.add(open)
+      // An open file stays failed until it is closed (every files sync reports it); a closed one
+      // is reported by this round only. Either way `pinned` keeps the journal's copy of its lines.
+      if (!open.closed) failed.add(open)
       // And the journal keeps every epoch from here on: it may hold the only durable copy of lines
       // this file dropped, whatever later syncs of other files (or of this one, closed) report.
       if (journal) pinned ??= open.syncError
@@ -359,6 +360,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           'has an incomplete line from a failed append that could not be cut off. Close the thread and open it again to recover.',
         )
       }
+      // Read before the line is written: a failing fstat must not leave a line the journal lacks.
+      if (journal) open.identity ??= recordIdentity(open.fd, paths.journal)
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
       // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
@@ -377,8 +380,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         throw error
       }
       if (journal) {
-        open.identity ??= fileIdentity(open.fd)
-        journal.add(threadId, open.identity, open.position.bytes, encoded.line)
+        journal.add(threadId, open.identity ?? recordIdentity(open.fd, paths.journal), open.position.bytes, encoded.line)
       }
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
       if (durability === 'fsync') dirty.add(open)
@@ -431,12 +433,12 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         const batch = [...dirty, ...closing]
         dirty = new Set()
         closing = new Set()
-        // Counted now, not when each fdatasync starts: a bounded number run at once, and a thread
-        // closed meanwhile must find its descriptor still held (close leaves a counted fd open).
-        for (const open of batch) open.syncing++
         // Records added from here on go to a new epoch; the ones before are deleted once these
         // fdatasyncs succeed.
         finish = ownJournal ? ownJournal.rotate() : null
+        // Counted now, not when each fdatasync starts: a bounded number run at once, and a thread
+        // closed meanwhile must find its descriptor still held (close leaves a counted fd open).
+        for (const open of batch) open.syncing++
         // Every file is tried, whatever fails: a failure stays with its file (see syncFile).
         const errors: unknown[] = []
         parts = [
@@ -455,7 +457,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       const rejected = results.find((r): r is PromiseRejectedResult => r.status === 'rejected')
       if (rejected) throw rejected.reason
-      for (const open of failed) throw open.syncError
+      // With the journal, a thread file that failed does not stop other threads' effects: the
+      // journal holds its lines (pinned). Files syncs (checkpoints) keep reporting it.
+      if (options?.files || !ownJournal) for (const open of failed) throw open.syncError
       // Every line the retired journal epochs hold is now in a durable thread file.
       if (!pinned) finish?.()
     },
@@ -537,6 +541,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       } catch (error) {
         first ??= error
       }
+      // A sync still in flight (a files sync's fdatasyncs, a directory's fsync) may be what makes
+      // a line durable: its journal records must outlive it.
+      if (inFlight.size > 0 || dirsInFlight.size > 0) undecided = true
       // Only when every thread file is durable do its journal's records become redundant.
       const ownJournal = journal
       journal = null

@@ -48,14 +48,65 @@ export interface JournalFileIndex {
   pid: number | null
   /** The writer's boot (Linux): a pid from another boot is not the writer, whoever has it now. */
   boot: string | null
+  /** The writer's start time: a live pid that started at another time is not the writer. */
+  start: string | null
   /** Records per thread, in the order they were written. */
   threads: Map<string, JournalRecord[]>
 }
 
-/** The identity journal records give a transcript file. */
-export function fileIdentity(fd: number): string {
+/**
+ * Whether this filesystem reports real birth times. Without statx (an old kernel, a seccomp
+ * filter) Node reports the change time as the birth time, which moves with every append; then
+ * records name the inode alone (`<ino>-0`). Probed once per journal directory: a file is created,
+ * and its change time moved past its birth (10 ms later: timestamps can be coarse).
+ */
+const birthTimesWork = new Map<string, boolean>()
+function probeBirthTimes(dir: string): boolean {
+  let works = birthTimesWork.get(dir)
+  if (works !== undefined) return works
+  works = false
+  try {
+    fs.mkdirSync(dir, { recursive: true })
+    const probe = path.join(dir, `.birth-probe-${process.pid}-${nanoid(6)}`)
+    const fd = fs.openSync(probe, 'wx')
+    try {
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10)
+      fs.futimesSync(fd, 1, 1)
+      const stat = fs.fstatSync(fd, { bigint: true })
+      works = stat.birthtimeNs !== 0n && stat.birthtimeNs !== stat.ctimeNs
+    } finally {
+      fs.closeSync(fd)
+      fs.unlinkSync(probe)
+    }
+  } catch {
+    // Nothing to probe with: the inode alone it is.
+  }
+  birthTimesWork.set(dir, works)
+  return works
+}
+
+/** The identity a writer's records give a transcript file: inode and birth time, or the inode alone. */
+export function recordIdentity(fd: number, journalDir: string): string {
   const stat = fs.fstatSync(fd, { bigint: true })
-  return `${stat.ino}-${stat.birthtimeNs}`
+  return probeBirthTimes(journalDir) ? `${stat.ino}-${stat.birthtimeNs}` : `${stat.ino}-0`
+}
+
+/** Whether a record was written for the open file `stat` describes (either form of identity). */
+function recordMatcher(fd: number): (r: JournalRecord) => boolean {
+  const stat = fs.fstatSync(fd, { bigint: true })
+  const full = `${stat.ino}-${stat.birthtimeNs}`
+  const inodeOnly = `${stat.ino}-0`
+  return (r) => r.file === full || r.file === inodeOnly
+}
+
+/** The start time of process `pid` (clock ticks since boot), or null where /proc cannot say. */
+function processStart(pid: number): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1')
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null
+  } catch {
+    return null
+  }
 }
 
 let bootId: string | null | undefined
@@ -91,7 +142,7 @@ function readAll(fd: number, start: number, end: number): Buffer {
  * chain check at repair time refuses whatever would depend on it).
  */
 export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
-  const index: JournalFileIndex = { file, host: null, pid: null, boot: null, threads: new Map() }
+  const index: JournalFileIndex = { file, host: null, pid: null, boot: null, start: null, threads: new Map() }
   let offset = 0
   let first = true
   while (offset < bytes.length) {
@@ -107,6 +158,7 @@ export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
           index.host = typeof header.host === 'string' ? header.host : null
           index.pid = typeof header.pid === 'number' ? header.pid : null
           index.boot = typeof header.boot === 'string' ? header.boot : null
+          index.start = typeof header.start === 'string' ? header.start : null
           continue
         }
       } catch {
@@ -167,12 +219,18 @@ function byThread(indexes: readonly JournalFileIndex[]): Map<string, JournalReco
   return all
 }
 
-/** Whether the writer of a journal is gone for good: a dead pid on this host, or another boot. */
+/**
+ * Whether the writer of a journal is gone for good: on this host, another boot, a dead pid, or a
+ * live pid that is another process (reused, or this one as PID 1 of a restarted container). A
+ * writer on another host is never judged: its journal stays.
+ */
 function writerGone(index: JournalFileIndex): boolean {
   if (index.host !== os.hostname() || index.pid === null) return false
   const boot = currentBoot()
   if (index.boot !== null && boot !== null && index.boot !== boot) return true
-  return index.pid !== process.pid && !pidAlive(index.pid)
+  if (index.pid !== process.pid && !pidAlive(index.pid)) return true
+  const start = processStart(index.pid)
+  return index.start !== null && start !== null && start !== index.start
 }
 
 /** The journals other stores left in `dir`: what a power loss may have taken from thread files. */
@@ -249,13 +307,19 @@ export class ForeignJournals {
 async function holds(file: string, records: JournalRecord[]): Promise<boolean> {
   let fd: number
   try {
-    fd = fs.openSync(file, 'r')
+    // Read-write, not appending: the bytes are written again where they are (see below).
+    fd = fs.openSync(file, 'r+')
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
     return !fs.existsSync(path.join(path.dirname(file), STATE_FILE))
   }
   try {
     if (!holdsAll(fd, records)) return false
+    // The same bytes written again, so the fdatasync below flushes them whatever their pages'
+    // state: a writer that saw an fdatasync fail may have left them clean in memory and missing
+    // on disk.
+    const mine = recordMatcher(fd)
+    for (const r of records) if (mine(r)) fs.writeSync(fd, r.line, 0, r.line.length, r.at)
     await fdatasync(fd)
     return true
   } finally {
@@ -268,10 +332,10 @@ async function holds(file: string, records: JournalRecord[]): Promise<boolean> {
  * were). Every one, not the last: a power loss can lose a block in the middle and keep the end.
  */
 function holdsAll(fd: number, records: readonly JournalRecord[]): boolean {
-  const identity = fileIdentity(fd)
+  const mine = recordMatcher(fd)
   const size = Number(fs.fstatSync(fd).size)
   for (const r of records) {
-    if (r.file !== identity) continue
+    if (!mine(r)) continue
     if (r.at + r.line.length > size || !readAll(fd, r.at, r.at + r.line.length).equals(r.line)) return false
   }
   return true
@@ -325,13 +389,13 @@ export function repairFromJournal(
   records: readonly JournalRecord[],
   options: { fsync: boolean; saveAside: (offset: number, length: number) => string },
 ): JournalRepair | null {
-  const identity = fileIdentity(fd)
+  const mine = recordMatcher(fd)
   const size = Number(fs.fstatSync(fd).size)
   // Epochs and stores may repeat a line: one record per offset, in file order. Two that differ at
   // one offset cannot both be this file's history: nothing is written on their word.
   const byAt = new Map<number, JournalRecord>()
   for (const r of records) {
-    if (r.file !== identity) continue
+    if (!mine(r)) continue
     const seen = byAt.get(r.at)
     if (seen && !seen.line.equals(r.line)) return null
     byAt.set(r.at, r)
@@ -507,12 +571,21 @@ export class OwnJournal {
   }
 
   private openEpoch(): Epoch {
-    // A new journal directory's own name must be durable too, before anything in it vouches.
-    const created = fs.mkdirSync(this.dir, { recursive: true }) !== undefined
+    // The journal directory's own name must be durable too, before anything in it vouches: once
+    // per store (a process that made it may have died before fsyncing its parent).
+    fs.mkdirSync(this.dir, { recursive: true })
+    const created = this.epoch === 0
     const file = path.join(this.dir, `${this.id}.${String(++this.epoch).padStart(6, '0')}${SUFFIX}`)
     const fd = fs.openSync(file, APPEND_NEW)
     try {
-      const header = JSON.stringify({ [HEADER_KEY]: 1, host: os.hostname(), pid: process.pid, boot: currentBoot(), createdAt: new Date().toISOString() }) + '\n'
+      const header = JSON.stringify({
+        [HEADER_KEY]: 1,
+        host: os.hostname(),
+        pid: process.pid,
+        boot: currentBoot(),
+        start: processStart(process.pid),
+        createdAt: new Date().toISOString(),
+      }) + '\n'
       fs.writeSync(fd, header)
     } catch (error) {
       fs.closeSync(fd)

@@ -123,6 +123,16 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
   const paths = dataPaths(dir)
   return withRegistry(dir, (registry) => {
     recordOf(registry, dir, id)
+    // A state.json rebuilt from a transcript that lacks journaled lines would point past what it
+    // replayed once the lines are written back.
+    const behind = options.apply ? journalLag(paths.journal, (t) => threadFile(paths, t, TRANSCRIPT_FILE)).find((l) => l.threadId === id) : undefined
+    if (behind) {
+      throw new SpindleError(
+        'TRANSCRIPT_BEHIND_JOURNAL',
+        `The transcript of ${id} lacks lines that ${behind.journal} holds (a power loss before the file's own fdatasync): open a runtime on ${dir} first, which writes them back (a suspended thread's when it is approved or resumed), then rebuild it.`,
+        { details: { threadId: id, journal: behind.journal } },
+      )
+    }
     const transcripts = createJsonlTranscriptStore({ paths, durability: 'fsync' })
     const { entries } = transcripts.read(id)
     let envelope: StateEnvelope | null = null

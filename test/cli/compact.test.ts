@@ -66,6 +66,12 @@ describe('spindle rebuild --compact', () => {
     expect(refused.code).toBe(9)
     expect(refused.stderr).toContain('TRANSCRIPT_BEHIND_JOURNAL')
     expect(fs.statSync(file).size).toBe(size)
+    // Nor rebuilds its state.json, which would point past what it replayed once the lines are back.
+    const state = fs.readFileSync(path.join(dir, 'threads', thread.id, 'state.json'))
+    const rebuild = spindle('rebuild', thread.id, '--apply', '--dir', dir)
+    expect(rebuild.code).toBe(9)
+    expect(rebuild.stderr).toContain('TRANSCRIPT_BEHIND_JOURNAL')
+    expect(fs.readFileSync(path.join(dir, 'threads', thread.id, 'state.json')).equals(state)).toBe(true)
 
     // A runtime opening the directory writes a stopped thread's lines back and drops the journal.
     const next = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }]) })

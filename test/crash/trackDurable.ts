@@ -35,6 +35,14 @@ export function trackDurable(dir: string): void {
   const note = (t: { file: string; size: number } | null, acked: string[] | null): void => {
     if (t) fs.appendFileSync(log, `${t.file}\t${t.size}\n${acked ? acked.join('') : ''}`)
   }
+  // A cut (a torn line moved aside, a write-back) shrinks what is on disk; what a later sync
+  // vouches for starts again from there.
+  const originalTruncate = fs.ftruncateSync
+  fs.ftruncateSync = ((fd: number, length?: number) => {
+    const t = tracked(fd)
+    originalTruncate(fd, length)
+    if (t) fs.appendFileSync(log, `cut\t${t.file}\t${length ?? 0}\n`)
+  }) as typeof fs.ftruncateSync
   for (const name of ['fdatasync', 'fsync'] as const) {
     const original = fs[name]
     fs[name] = ((fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
@@ -66,6 +74,12 @@ export function durableSizes(dir: string): { durable: Map<string, number>; ackno
   if (!fs.existsSync(log)) return { durable, acknowledged }
   for (const line of fs.readFileSync(log, 'utf8').split('\n')) {
     const fields = line.split('\t')
+    if (fields[0] === 'cut') {
+      // Bytes past a cut are on disk only once a later sync vouches for them.
+      const [, file, size] = fields
+      if (file && size !== undefined) durable.set(file, Math.min(durable.get(file) ?? 0, Number(size)))
+      continue
+    }
     const [map, file, size] = fields[0] === 'ack' ? [acknowledged, fields[1], fields[2]] : [durable, fields[0], fields[1]]
     if (!file || size === undefined) continue
     map.set(file, Math.max(map.get(file) ?? 0, Number(size)))

@@ -253,6 +253,76 @@ describe('transcript journal', () => {
     expect(journals().length).toBeGreaterThan(0)
   })
 
+  it('should not stop other threads when a closed thread\'s fdatasync failed: their lines are journaled, its are pinned', async () => {
+    const { store, journals } = setup()
+    const s = store()
+    for (const id of IDS) s.open(id)
+    await appendAndJournal(s, IDS, 2)
+    s.close(IDS[0])
+    const original = fs.fdatasync
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+      if (fs.readlinkSync(`/proc/self/fd/${fd}`).includes(IDS[0])) {
+        return setImmediate(() => callback(Object.assign(new Error('EIO: i/o error, fdatasync'), { code: 'EIO' })))
+      }
+      return original(fd, callback)
+    }) as typeof fs.fdatasync)
+    await expect(s.sync({ files: true })).rejects.toThrow(/fdatasync of .* failed/)
+    // The others go on: their next lines are durable through the journal, and checkpoints resume.
+    await appendAndJournal(s, [IDS[1], IDS[2]], 1, 2)
+    await expect(s.sync({ files: true })).resolves.toBeUndefined()
+    expect(journals().length).toBeGreaterThan(0)
+  })
+
+  it('should keep the journal when the store is closed while a files sync is still running', async () => {
+    const { store, journals } = setup()
+    const s = store()
+    s.open(IDS[0])
+    await appendAndJournal(s, [IDS[0]], 2)
+    const original = fs.fdatasync
+    const held: Array<() => void> = []
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+      held.push(() => original(fd, callback))
+    }) as typeof fs.fdatasync)
+    const files = s.sync({ files: true })
+    await new Promise((r) => setTimeout(r, 10))
+    s.closeAll()
+    expect(journals().length).toBeGreaterThan(0)
+    held.splice(0).forEach((release) => release())
+    await files
+  })
+
+  it('should take a journal whose header names this very pid but another start time as a gone writer\'s (PID 1 of a restarted container)', async () => {
+    const { store, journals, paths } = setup()
+    const writer = store(true)
+    writer.open(IDS[0])
+    await appendAndJournal(writer, [IDS[0]], 2)
+    await writer.sync({ files: true })
+    expect(journals()).toEqual([])
+    // A journal left by an earlier process that had this pid: its lines are all in the file.
+    writer.append(IDS[0], 'NOTE', { late: true })
+    await writer.sync()
+    const [epoch] = journals()
+    const text = fs.readFileSync(epoch!, 'utf8')
+    const earlier = path.join(paths.journal, `${process.pid}-earlier.000001.journal`)
+    fs.writeFileSync(earlier, JSON.stringify({ 'spindle-journal': 1, host: os.hostname(), pid: process.pid, start: 'another' }) + '\n' + text.split('\n').slice(1).join('\n'))
+    const settled = await store().settleJournals!()
+    expect(settled.removed).toEqual([earlier])
+  })
+
+  it('should write back records that name the file by its inode alone (a filesystem without birth times)', async () => {
+    const { store, file, lineEnds, journals } = setup()
+    const before = store()
+    before.open(IDS[0])
+    await appendAndJournal(before, [IDS[0]], 3)
+    const original = fs.readFileSync(file(IDS[0]))
+    fs.truncateSync(file(IDS[0]), lineEnds(IDS[0])[0]!)
+    const [journal] = journals()
+    fs.writeFileSync(journal!, fs.readFileSync(journal!, 'utf8').replace(/ (\d+)-\d+ /g, ' $1-0 '))
+
+    expect(store().open(IDS[0]).restored).toBeDefined()
+    expect(fs.readFileSync(file(IDS[0])).equals(original)).toBe(true)
+  })
+
   it('should write back lines lost after a line longer than a megabyte', async () => {
     const { store, file } = setup()
     const before = store()
