@@ -86,7 +86,9 @@ describe.each([
     let linesCut = 0
     const acknowledged = new Map<string, Buffer>()
     const stats = { ackedNotDurable: 0 }
-    while (killed < kills && !finishedEarly) {
+    // With a power loss, go on (up to twice as many kills) until one took acknowledged lines.
+    const more = (): boolean => powerLoss && stats.ackedNotDurable === 0 && killed < kills * 2
+    while ((killed < kills || more()) && !finishedEarly) {
       // Random moments: during start-up, recovery, spawning and the turn loop.
       const result = await runWorker(dir, 80 + Math.floor(Math.random() * 500), durability, powerLoss)
       if (result.signal === 'SIGKILL') {
@@ -97,7 +99,7 @@ describe.each([
         finishedEarly = true
       }
     }
-    expect(killed, 'the workload finished before every kill landed').toBe(kills)
+    expect(killed, 'the workload finished before every kill landed').toBeGreaterThanOrEqual(kills)
     // The power loss took something each time it could: the journal was there to give it back.
     if (powerLoss) expect(linesCut).toBeGreaterThan(0)
     // And at least once it took lines that had been acknowledged: the write-back was needed.
