@@ -463,7 +463,7 @@ function lineBefore(fd: number, end: number, record: JournalRecord | null): Omit
  * deleted by the function it returns, once the caller has made the thread files durable.
  *
  * Its file work goes through the libuv threadpool like every other; the stores that share the
- * pool bound their own fan-out (see JOURNAL_HEADROOM), so a journal sync never queues behind a
+ * pool bound their own fan-out (see poolShare.ts), so a journal sync never queues behind a
  * checkpoint round's hundreds of file operations (measured before: 25 ms of waiting for a 0.7 ms
  * fdatasync, and every effect waits for it).
  */
