@@ -4,7 +4,7 @@
  * could not read cleanly; and a whole recovery above the prefetch threshold, with damaged threads
  * among healthy ones, that must end as a recovery without it would.
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -15,7 +15,7 @@ import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js
 import { dataPaths } from '../../persistence/paths.js'
 import { bootThreadFileReader, prefetchThreadFiles } from '../../persistence/prefetch.js'
 import type { PrefetchedTranscript } from '../../persistence/prefetch.js'
-import { tempDir } from '../helpers/dirs.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
 
 const openFds = (): number => fs.readdirSync('/proc/self/fd').length
@@ -167,6 +167,14 @@ describe('a recovery large enough to prefetch', () => {
     fs.appendFileSync(file(torn, 'transcript.jsonl'), '{"seq":99,"ts":"2026-')
     const lost = ids[250]!
     fs.rmSync(file(lost, 'transcript.jsonl'))
+    // And lines a power loss took after a process journaled them: written back through the
+    // descriptor the worker handed over (persistence/transcriptJournal.ts).
+    const behind = ids[120]!
+    const size = fs.statSync(file(behind, 'transcript.jsonl')).size
+    const writer = spawnSync(process.execPath, [compiled('test/persistence/journalWorker.js'), dir, '3', behind], { encoding: 'utf8' })
+    expect(writer.signal, writer.stderr).toBe('SIGKILL')
+    const journaled = fs.readFileSync(file(behind, 'transcript.jsonl'))
+    fs.truncateSync(file(behind, 'transcript.jsonl'), size)
     const before = openFds()
 
     const problems: string[] = []
@@ -175,6 +183,8 @@ describe('a recovery large enough to prefetch', () => {
     expect(rt.lastRecovery.resumed).toHaveLength(THREADS - 1)
     expect(rt.lastRecovery.rebuilt).toEqual([truncated])
     expect(rt.lastRecovery.failed).toEqual([expect.objectContaining({ threadId: lost, code: 'TRANSCRIPT_CORRUPT' })])
+    expect(rt.lastRecovery.restored).toEqual([behind])
+    expect(fs.readFileSync(file(behind, 'transcript.jsonl')).subarray(0, journaled.length).equals(journaled)).toBe(true)
     expect(problems.some((p) => p.startsWith('STATE_CORRUPT') && p.includes(file(truncated, 'state.json')))).toBe(true)
     const outcomes = await Promise.all(rt.lastRecovery.resumed.map((id) => rt.get(id).done))
     expect(outcomes.filter((o) => o.status === 'completed' && o.result === 'finished at turn 2')).toHaveLength(THREADS - 1)
