@@ -15,6 +15,7 @@ import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
+import { fdatasync, readRange, writeAll } from './fdio.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -46,7 +47,7 @@ interface OpenFile {
   syncError: Error | null
   /** A failed append whose partial line could not be cut off: the end of the file is unknown. */
   appendError: unknown
-  /** The file's identity (journal records name it: see fileIdentity), read at the first journaled append. */
+  /** The file's identity (journal records name it: see recordIdentity), read at the first journaled append. */
   identity: string | null
 }
 
@@ -63,29 +64,6 @@ function notOpen(threadId: string): SpindleError {
 function isNoEntry(error: unknown): boolean {
   return (error as { code?: unknown } | null)?.code === 'ENOENT'
 }
-
-/** pread until `end` (or until the file ends, if it shrank meanwhile). */
-function readRange(fd: number, start: number, end: number): Buffer {
-  const buffer = Buffer.allocUnsafe(end - start)
-  let done = 0
-  while (done < buffer.length) {
-    const n = fs.readSync(fd, buffer, done, buffer.length - done, start + done)
-    if (n === 0) return buffer.subarray(0, done)
-    done += n
-  }
-  return buffer
-}
-
-function writeAll(fd: number, bytes: Buffer): void {
-  let written = 0
-  while (written < bytes.length) written += fs.writeSync(fd, bytes, written, bytes.length - written)
-}
-
-function fdatasync(fd: number): Promise<void> {
-  return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())))
-}
-
-
 
 /**
  * The line that ends at `from.bytes`, which must be the entry `from` names. Reads backwards in
@@ -361,7 +339,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         )
       }
       // Read before the line is written: a failing fstat must not leave a line the journal lacks.
-      if (journal) open.identity ??= recordIdentity(open.fd, paths.journal)
+      const identity = journal ? (open.identity ??= recordIdentity(open.fd, paths.journal)) : null
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
       // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
@@ -379,9 +357,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         }
         throw error
       }
-      if (journal) {
-        journal.add(threadId, open.identity ?? recordIdentity(open.fd, paths.journal), open.position.bytes, encoded.line)
-      }
+      if (journal && identity) journal.add(threadId, identity, open.position.bytes, encoded.line)
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
       if (durability === 'fsync') dirty.add(open)
       return entry
@@ -465,7 +441,6 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     },
 
     async settleJournals(mayWriteBack?: (threadId: string) => boolean): Promise<{ removed: string[]; kept: string[] }> {
-      if (foreign().size === 0) return { removed: [], kept: [] }
       return foreign().settle(fileOf, (threadId, records) => {
         // A thread this store has open was written back when it was opened.
         if (files.has(threadId) || !mayWriteBack?.(threadId)) return false

@@ -23,13 +23,18 @@ import { nanoid } from 'nanoid'
 import { isThreadId } from '../src/ids.js'
 import { pidAlive } from '../src/locks.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
+import { fdatasync, readRange, writeAll } from './fdio.js'
 import { parseTranscriptBytes } from './transcriptLines.js'
-import { STATE_FILE } from './paths.js'
+import { SpindleError } from '../src/errors.js'
+import type { DataPaths } from './paths.js'
+import { STATE_FILE, threadFile, TRANSCRIPT_FILE } from './paths.js'
 import { EMPTY_POSITION } from './types.js'
 import type { TranscriptPosition } from './types.js'
 
 const HEADER_KEY = 'spindle-journal'
 const SUFFIX = '.journal'
+/** A header line (who wrote the file) fits in this. */
+const HEADER_BYTES = 4096
 /** A new epoch file: never an existing one, every write at its end. */
 const APPEND_NEW = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_APPEND
 
@@ -121,21 +126,6 @@ function currentBoot(): string | null {
   return bootId
 }
 
-function fdatasync(fd: number): Promise<void> {
-  return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())))
-}
-
-function readAll(fd: number, start: number, end: number): Buffer {
-  const buffer = Buffer.allocUnsafe(Math.max(0, end - start))
-  let done = 0
-  while (done < buffer.length) {
-    const n = fs.readSync(fd, buffer, done, buffer.length - done, start + done)
-    if (n === 0) return buffer.subarray(0, done)
-    done += n
-  }
-  return buffer
-}
-
 /**
  * Parses a journal file. A last record without its newline is a write a crash cut short: it was
  * never vouched for, so it is dropped. A record that does not parse is skipped (its thread's
@@ -181,8 +171,11 @@ export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
   return index
 }
 
-/** Every journal in `dir` except the ones whose names start with `own`, read now. */
-function readJournals(dir: string, own: string): JournalFileIndex[] {
+/**
+ * Every journal in `dir` except the ones whose names start with `own`, read now; with `head`,
+ * only its first bytes (enough for the header: who wrote it).
+ */
+function readJournals(dir: string, own: string, head?: number): JournalFileIndex[] {
   let names: string[]
   try {
     names = fs.readdirSync(dir)
@@ -196,7 +189,16 @@ function readJournals(dir: string, own: string): JournalFileIndex[] {
     const file = path.join(dir, name)
     let bytes: Buffer
     try {
-      bytes = fs.readFileSync(file)
+      if (head === undefined) {
+        bytes = fs.readFileSync(file)
+      } else {
+        const fd = fs.openSync(file, 'r')
+        try {
+          bytes = readRange(fd, 0, head)
+        } finally {
+          fs.closeSync(fd)
+        }
+      }
     } catch (error) {
       // Deleted by its owner between readdir and here: it had nothing left to give.
       if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
@@ -207,7 +209,7 @@ function readJournals(dir: string, own: string): JournalFileIndex[] {
   return indexes
 }
 
-function byThread(indexes: readonly JournalFileIndex[]): Map<string, JournalRecord[]> {
+function recordsByThread(indexes: readonly JournalFileIndex[]): Map<string, JournalRecord[]> {
   const all = new Map<string, JournalRecord[]>()
   for (const index of indexes) {
     for (const [threadId, records] of index.threads) {
@@ -243,15 +245,7 @@ export class ForeignJournals {
     private readonly own: string,
   ) {
     this.files = readJournals(dir, own)
-    this.byThread = byThread(this.files)
-  }
-
-  get size(): number {
-    return this.files.length
-  }
-
-  indexes(): readonly JournalFileIndex[] {
-    return this.files
+    this.byThread = recordsByThread(this.files)
   }
 
   records(threadId: string): JournalRecord[] | undefined {
@@ -272,9 +266,9 @@ export class ForeignJournals {
     writeBack: (threadId: string, records: JournalRecord[]) => boolean = () => false,
   ): Promise<{ removed: string[]; kept: string[] }> {
     // Liveness first, then the read: a writer found dead has written all it ever will.
-    const gone = new Set(readJournals(this.dir, this.own).filter(writerGone).map((index) => index.file))
+    const gone = new Set(readJournals(this.dir, this.own, HEADER_BYTES).filter(writerGone).map((index) => index.file))
     this.files = readJournals(this.dir, this.own)
-    this.byThread = byThread(this.files)
+    this.byThread = recordsByThread(this.files)
     const removed: string[] = []
     const kept: string[] = []
     const settled = async (id: string, records: JournalRecord[]): Promise<boolean> =>
@@ -297,7 +291,7 @@ export class ForeignJournals {
       await fsyncDir(this.dir)
       const left = new Set(kept)
       this.files = this.files.filter((index) => left.has(index.file))
-      this.byThread = byThread(this.files)
+      this.byThread = recordsByThread(this.files)
     }
     return { removed, kept }
   }
@@ -336,7 +330,7 @@ function holdsAll(fd: number, records: readonly JournalRecord[]): boolean {
   const size = Number(fs.fstatSync(fd).size)
   for (const r of records) {
     if (!mine(r)) continue
-    if (r.at + r.line.length > size || !readAll(fd, r.at, r.at + r.line.length).equals(r.line)) return false
+    if (r.at + r.line.length > size || !readRange(fd, r.at, r.at + r.line.length).equals(r.line)) return false
   }
   return true
 }
@@ -345,10 +339,15 @@ function holdsAll(fd: number, records: readonly JournalRecord[]): boolean {
  * Threads whose transcript lacks lines a journal holds (for `spindle doctor`): what a runtime
  * opening the directory would write back. Reads only.
  */
-export function journalLag(journalDir: string, transcriptOf: (threadId: string) => string): Array<{ threadId: string; journal: string }> {
+export function journalLag(
+  journalDir: string,
+  transcriptOf: (threadId: string) => string,
+  only?: string,
+): Array<{ threadId: string; journal: string }> {
   const lag: Array<{ threadId: string; journal: string }> = []
   for (const { file, threads } of readJournals(journalDir, '\0')) {
     for (const [threadId, records] of threads) {
+      if (only !== undefined && threadId !== only) continue
       let fd: number
       try {
         fd = fs.openSync(transcriptOf(threadId), 'r')
@@ -363,6 +362,22 @@ export function journalLag(journalDir: string, transcriptOf: (threadId: string) 
     }
   }
   return lag
+}
+
+/**
+ * Throws TRANSCRIPT_BEHIND_JOURNAL when a journal holds lines the thread's transcript lacks: an
+ * offline command that rewrites the thread's files (`then`) would otherwise act on a transcript a
+ * runtime is about to lengthen.
+ */
+export function refuseIfBehindJournal(paths: DataPaths, threadId: string, then: string): void {
+  const [behind] = journalLag(paths.journal, (id) => threadFile(paths, id, TRANSCRIPT_FILE), threadId)
+  if (!behind) return
+  throw new SpindleError(
+    'TRANSCRIPT_BEHIND_JOURNAL',
+    `The transcript of ${threadId} lacks lines that ${behind.journal} holds (a power loss before the file's own fdatasync): ` +
+      `open a runtime on ${paths.root} first, which writes them back (a suspended thread's when it is approved or resumed), then ${then}.`,
+    { details: { threadId, journal: behind.journal } },
+  )
 }
 
 export interface JournalRepair {
@@ -405,7 +420,7 @@ export function repairFromJournal(
   let i = 0
   for (; i < ordered.length; i++) {
     const r = ordered[i]!
-    if (r.at + r.line.length > size || !readAll(fd, r.at, r.at + r.line.length).equals(r.line)) break
+    if (r.at + r.line.length > size || !readRange(fd, r.at, r.at + r.line.length).equals(r.line)) break
   }
   if (i === ordered.length) return null
   const run: JournalRecord[] = [ordered[i]!]
@@ -443,7 +458,7 @@ function lineBefore(fd: number, end: number, record: JournalRecord | null): Omit
   let text: string | null = record ? record.line.toString('utf8') : null
   for (let window = 64 * 1024; text === null; window *= 4) {
     const start = Math.max(0, end - window)
-    const chunk = readAll(fd, start, end)
+    const chunk = readRange(fd, start, end)
     if (chunk.length !== end - start || chunk[chunk.length - 1] !== 0x0a) return null
     const newline = chunk.length >= 2 ? chunk.lastIndexOf(0x0a, chunk.length - 2) : -1
     if (newline !== -1) text = chunk.subarray(newline + 1).toString('utf8')
@@ -614,7 +629,4 @@ function closeIfDone(epoch: Epoch): void {
   }
 }
 
-function writeAll(fd: number, bytes: Buffer): void {
-  let written = 0
-  while (written < bytes.length) written += fs.writeSync(fd, bytes, written, bytes.length - written)
-}
+

@@ -11,8 +11,8 @@ import { isDeepStrictEqual } from 'node:util'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths, STATE_FILE, threadDir, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
-import { journalLag } from '../persistence/transcriptJournal.js'
+import { dataPaths, STATE_FILE, threadDir, TRANSCRIPT_FILE } from '../persistence/paths.js'
+import { refuseIfBehindJournal } from '../persistence/transcriptJournal.js'
 import { encodeEntry } from '../persistence/transcriptLines.js'
 import type { TranscriptEntry, TranscriptPosition } from '../persistence/types.js'
 import { EMPTY_POSITION } from '../persistence/types.js'
@@ -65,14 +65,7 @@ export function compactThread(dir: string, id: string, options: { apply?: boolea
   }
   // A rewritten file (another inode) owes a journal nothing: lines a power loss took from this one
   // and only a journal still holds would be lost for good.
-  const behind = options.apply ? journalLag(paths.journal, (t) => threadFile(paths, t, TRANSCRIPT_FILE)).find((l) => l.threadId === id) : undefined
-  if (behind) {
-    throw new SpindleError(
-      'TRANSCRIPT_BEHIND_JOURNAL',
-      `The transcript of ${id} lacks lines that ${behind.journal} holds (a power loss before the file's own fdatasync): open a runtime on ${dir} first, which writes them back (a suspended thread's when it is approved or resumed), then compact it.`,
-      { details: { threadId: id, journal: behind.journal } },
-    )
-  }
+  if (options.apply) refuseIfBehindJournal(paths, id, 'compact it')
   const transcripts = createJsonlTranscriptStore({ paths, durability: 'fsync' })
   const { entries } = transcripts.read(id)
   const kept = compactEntries(entries)

@@ -11,7 +11,7 @@ import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
-import { journalLag } from '../persistence/transcriptJournal.js'
+import { journalLag, refuseIfBehindJournal } from '../persistence/transcriptJournal.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { locks } from './locks.js'
@@ -125,14 +125,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
     recordOf(registry, dir, id)
     // A state.json rebuilt from a transcript that lacks journaled lines would point past what it
     // replayed once the lines are written back.
-    const behind = options.apply ? journalLag(paths.journal, (t) => threadFile(paths, t, TRANSCRIPT_FILE)).find((l) => l.threadId === id) : undefined
-    if (behind) {
-      throw new SpindleError(
-        'TRANSCRIPT_BEHIND_JOURNAL',
-        `The transcript of ${id} lacks lines that ${behind.journal} holds (a power loss before the file's own fdatasync): open a runtime on ${dir} first, which writes them back (a suspended thread's when it is approved or resumed), then rebuild it.`,
-        { details: { threadId: id, journal: behind.journal } },
-      )
-    }
+    if (options.apply) refuseIfBehindJournal(paths, id, 'rebuild it')
     const transcripts = createJsonlTranscriptStore({ paths, durability: 'fsync' })
     const { entries } = transcripts.read(id)
     let envelope: StateEnvelope | null = null
