@@ -19,6 +19,20 @@ import { compiled, tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
 
 const openFds = (): number => fs.readdirSync('/proc/self/fd').length
+/**
+ * The descriptor count once it holds still for 200 ms: a worker an earlier test let go releases
+ * its own loop's descriptors when its thread ends, which may be after that test returned.
+ */
+async function settledFds(): Promise<number> {
+  let last = openFds()
+  for (let waited = 0; waited < 5_000; waited += 200) {
+    await new Promise((r) => setTimeout(r, 200))
+    const now = openFds()
+    if (now === last) return now
+    last = now
+  }
+  return last
+}
 const fdOf = (t: PrefetchedTranscript | undefined): number => (t && 'fd' in t ? t.fd : -1)
 
 function thread(root: string, id: string, files: { state?: string; transcript?: string }): void {
@@ -41,7 +55,7 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     thread(root, 'nostate-aaaaaaaaaaaa', { transcript: 'only a transcript\n' })
     thread(root, 'notranscript-aaaaaaaaaaaa', { state: '{"v":2,"n":3}' })
     thread(root, 'long-aaaaaaaaaaaa', { state: '{}', transcript: long })
-    const before = openFds()
+    const before = await settledFds()
     const prefetch = prefetchThreadFiles(root, ['both-aaaaaaaaaaaa', 'nostate-aaaaaaaaaaaa', 'notranscript-aaaaaaaaaaaa', 'long-aaaaaaaaaaaa'])
 
     const both = prefetch.take('both-aaaaaaaaaaaa')!
@@ -69,7 +83,7 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     const root = tempDir('spindle-prefetch-skip')
     const ids = Array.from({ length: 300 }, (_, i) => `t${i}-aaaaaaaaaaaa`)
     for (const id of ids) thread(root, id, { state: '{}', transcript: `${id}\n` })
-    const before = openFds()
+    const before = await settledFds()
     const prefetch = prefetchThreadFiles(root, ids)
     // Taken out of reach of the ones before it: those are released on the way.
     const taken = prefetch.take(ids[150]!)!
@@ -89,7 +103,7 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
   it('should let a worker booted for nothing go, opening nothing (every thread leased elsewhere)', async () => {
     const root = tempDir('spindle-prefetch-cancel')
     thread(root, 'idle-aaaaaaaaaaaa', { state: '{}', transcript: 'a\n' })
-    const before = openFds()
+    const before = await settledFds()
     bootThreadFileReader(root).cancel()
     // The worker's own event loop holds a few descriptors until it has exited.
     for (let waited = 0; openFds() > before && waited < 5_000; waited += 20) await new Promise((r) => setTimeout(r, 20))
@@ -114,7 +128,7 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     // A named pipe where state.json should be: opening it blocks until someone writes to it.
     const fifo = path.join(root, 'stuck-aaaaaaaaaaaa', 'state.json')
     execFileSync('mkfifo', [fifo])
-    const before = openFds()
+    const before = await settledFds()
     const prefetch = prefetchThreadFiles(root, ['stuck-aaaaaaaaaaaa', 'after-aaaaaaaaaaaa'])
     expect(prefetch.take('stuck-aaaaaaaaaaaa')).toBeUndefined()
     expect(prefetch.take('after-aaaaaaaaaaaa')).toBeUndefined()
@@ -175,7 +189,7 @@ describe('a recovery large enough to prefetch', () => {
     expect(writer.signal, writer.stderr).toBe('SIGKILL')
     const journaled = fs.readFileSync(file(behind, 'transcript.jsonl'))
     fs.truncateSync(file(behind, 'transcript.jsonl'), size)
-    const before = openFds()
+    const before = await settledFds()
 
     const problems: string[] = []
     const rt = await createRuntime({ dir, model: finishes, tools: [noop], durability: 'process', onProblem: (p) => problems.push(`${p.code} ${p.message}`) })
