@@ -91,6 +91,11 @@ export const RequestsSchema = z.strictObject({
   pollMs: z.number().int().positive(),
   /** Every this many polls, every thread directory is swept (stray and forged requests are refused). */
   sweepEvery: z.number().int().positive(),
+  /**
+   * Thread directories a poll looks in besides those the request bell names; a file written by
+   * hand is seen within ceil(threads / scanPerPoll) polls.
+   */
+  scanPerPoll: z.number().int().positive(),
 })
 
 export const ContextSchema = z.strictObject({

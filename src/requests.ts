@@ -23,6 +23,7 @@ import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../persistence/types.js'
 import { SpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
+import { ringBell } from './requestBell.js'
 
 export const CANCEL_FILE = 'cancel.requested'
 /** A request from another process to carry on a thread suspended for a reason other than a limit. */
@@ -202,6 +203,7 @@ export function requestCancel(dir: string, id: string, options: { reason?: strin
       requestedAt: new Date().toISOString(),
     }
     writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true })
+    ringBell(paths.root, id)
     return file
   })
 }
@@ -256,8 +258,10 @@ export function respondToApproval(
       details: { threadId: id },
     })
   }
-  const file = approvalFiles(dataPaths(dir), id, request.id).response
+  const paths = dataPaths(dir)
+  const file = approvalFiles(paths, id, request.id).response
   writeFileAtomicSync(file, `${JSON.stringify(response, null, 2)}\n`, { fsync: true })
+  ringBell(paths.root, id)
   return file
 }
 
@@ -287,6 +291,7 @@ export function requestResume(dir: string, id: string, options: { by?: string } 
     const file = resumeFile(paths, id)
     const request: CancelRequest = { nonce: record.nonce, ...(options.by !== undefined ? { by: options.by } : {}), requestedAt: new Date().toISOString() }
     writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true })
+    ringBell(paths.root, id)
     return file
   })
 }

@@ -13,6 +13,7 @@ import { toolDefinition } from '../actors/tools.js'
 import type { HookVerdict, Limits, TaskInfo, ThreadContext, ThreadEvent, ThreadInput, ThreadOutcome, ThreadPolicy } from '../machines/thread.machine.js'
 import { exceeded, outcomeOf, threadMachine } from '../machines/thread.machine.js'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
+import { BellReader } from './requestBell.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { GroupCommit } from '../persistence/groupCommit.js'
@@ -433,6 +434,10 @@ class RuntimeImpl implements Runtime {
   private readonly suspended = new Map<string, string | null>()
   private poller: NodeJS.Timeout | null = null
   private polls = 0
+  /** Rings of the request bell: which threads' directories have a new request file. */
+  private readonly bell: BellReader
+  /** Threads still to look in for request files written by hand, in this round of polls. */
+  private scanQueue: string[] = []
   private polling: Promise<RequestsReport> | null = null
   private closed = false
   private readonly orchestrator: Actor<typeof orchestratorMachine>
@@ -472,6 +477,7 @@ class RuntimeImpl implements Runtime {
   ) {
     this.dir = root
     this.clock = options.clock ?? systemClock
+    this.bell = new BellReader(root)
     const files = loadFileLayers(root, options.userConfig === undefined ? userConfigFile() : options.userConfig)
     this.config = mergeConfig(
       files.config,
@@ -2201,12 +2207,20 @@ class RuntimeImpl implements Runtime {
     if (this.options.store === 'memory' || this.closed) return report
     const paths = dataPaths(this.dir)
     if (sweep) this.sweep(paths, report)
-    for (const thread of [...this.live.values()]) {
-      if (thread.stopped) continue
-      if (fs.existsSync(cancelFile(paths, thread.id))) await this.handleCancelFile(paths, thread.id, report)
+    const rings = this.bell.read()
+    const everywhere = sweep || rings.missed || this.live.size + this.suspended.size <= this.config.requests.scanPerPoll
+    const look = everywhere ? null : this.lookIn(rings.ids)
+    const liveIds = look ? [...look].filter((id) => this.live.has(id)) : [...this.live.keys()]
+    const suspendedIds = look ? [...look].filter((id) => this.suspended.has(id)) : [...this.suspended.keys()]
+    for (const id of liveIds) {
+      const thread = this.live.get(id)
+      if (!thread || thread.stopped) continue
+      if (fs.existsSync(cancelFile(paths, id))) await this.handleCancelFile(paths, id, report)
     }
-    for (const [id, requestId] of [...this.suspended]) {
+    for (const id of suspendedIds) {
       if (this.closed) break
+      if (!this.suspended.has(id)) continue
+      const requestId = this.suspended.get(id) ?? null
       if (fs.existsSync(cancelFile(paths, id))) {
         await this.handleCancelFile(paths, id, report)
         continue
@@ -2218,6 +2232,25 @@ class RuntimeImpl implements Runtime {
       if (requestId && fs.existsSync(approvalFiles(paths, id, requestId).response)) await this.handleResponse(paths, id, requestId, report)
     }
     return report
+  }
+
+  /**
+   * The threads one poll looks in when it does not look in all: those the bell rang for, and the
+   * next `requests.scanPerPoll` in turn, so that a request file written by hand is found too.
+   */
+  private lookIn(rung: Set<string>): Set<string> {
+    const look = new Set(rung)
+    let refilled = false
+    for (let n = this.config.requests.scanPerPoll; n > 0; n--) {
+      if (this.scanQueue.length === 0) {
+        if (refilled) break
+        this.scanQueue = [...this.live.keys(), ...this.suspended.keys()]
+        refilled = true
+      }
+      const id = this.scanQueue.pop()
+      if (id !== undefined) look.add(id)
+    }
+    return look
   }
 
   /** Every thread directory: stray cancel files, suspended threads other processes left, missing approval requests. */

@@ -82,13 +82,13 @@ console.log(`* node ${SMALL_HEAP.join(' ')}: the heap settings for small hosts (
 // A suspended thread waits on disk: a runtime over many of them should cost what one over a few does.
 {
   console.log('\nsuspended threads (each waiting for approval) under a runtime that opens their directory:')
-  console.log('suspended  open ms  live actors  heap MB  peak RSS MB  approve one')
+  console.log('suspended  open ms  live actors  heap MB  peak RSS MB  idle poll ms  approve one')
   for (const count of [10, Number(process.env.BENCH_SUSPENDED ?? 10_000)]) {
     const dir = fresh('suspended')
     run(['suspend', dir, String(count)])
     const r = run(['open', dir])
     console.log(
-      `${String(count).padStart(9)}  ${f(r.openMs).padStart(7)}  ${String(r.live).padStart(11)}  ${f(r.heapMb, 1).padStart(7)}  ${f(r.peakRssMb, 1).padStart(11)}  ${r.approvedStatus}`,
+      `${String(count).padStart(9)}  ${f(r.openMs).padStart(7)}  ${String(r.live).padStart(11)}  ${f(r.heapMb, 1).padStart(7)}  ${f(r.peakRssMb, 1).padStart(11)}  ${f(r.idlePollMs, 2).padStart(12)}  ${r.approvedStatus}`,
     )
     fs.rmSync(dir, { recursive: true, force: true })
   }

@@ -106,10 +106,20 @@ if (mode === 'turns') {
   global.gc?.()
   const before = process.memoryUsage().rss
   const started = performance.now()
-  const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'approved and done' }]), durability: 'fsync', userConfig: null })
+  // BENCH_SCAN_PER_POLL: compare with a poll that looks in every thread directory.
+  const scan = process.env.BENCH_SCAN_PER_POLL ? { config: { requests: { scanPerPoll: Number(process.env.BENCH_SCAN_PER_POLL) } } } : {}
+  const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'approved and done' }]), durability: 'fsync', userConfig: null, ...scan })
   const ms = performance.now() - started
   global.gc?.()
   const heapMb = process.memoryUsage().heapUsed / 1048576
+  // What one poll for request files costs when there are none: the runtime does it every second.
+  const polls: number[] = []
+  for (let i = 0; i < 7; i++) {
+    const t = performance.now()
+    await rt.checkRequests()
+    polls.push(performance.now() - t)
+  }
+  polls.sort((x, y) => x - y)
   const suspended = rt.list({ status: 'suspended', limit: 1 })[0]!
   const approved = await rt.approve(suspended.id, { limits: { turns: 5 } })
   const outcome = await approved.done
@@ -118,6 +128,7 @@ if (mode === 'turns') {
       openMs: ms,
       live: rt.active().length,
       heapMb,
+      idlePollMs: polls[3],
       rssGrowthMb: (process.memoryUsage().rss - before) / 1048576,
       peakRssMb: process.resourceUsage().maxRSS / 1024,
       approvedStatus: outcome.status,
