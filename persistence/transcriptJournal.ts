@@ -222,14 +222,20 @@ function recordsByThread(indexes: readonly JournalFileIndex[]): Map<string, Jour
 }
 
 /**
- * Whether the writer of a journal is gone for good: on this host, another boot, a dead pid, or a
- * live pid that is another process (reused, or this one as PID 1 of a restarted container). A
- * writer on another host is never judged: its journal stays.
+ * Whether the writer of a journal is gone for good: a boot of the kernel before this one (whatever
+ * the host was called then), or on this host a dead pid or a live pid that is another process
+ * (reused, or this one as PID 1 of a restarted container).
+ *
+ * Another boot is judged even under another host name: a data directory lives on one host, since
+ * SQLite's WAL (registry.db, leases.db) does not work across hosts, so a writer that booted another
+ * kernel is this machine before a restart, or a machine the directory was moved from. A journal of
+ * this boot under another host name (a sibling container sharing the volume) stays: its pid cannot
+ * be looked up from here.
  */
 function writerGone(index: JournalFileIndex): boolean {
-  if (index.host !== os.hostname() || index.pid === null) return false
   const boot = currentBoot()
   if (index.boot !== null && boot !== null && index.boot !== boot) return true
+  if (index.host !== os.hostname() || index.pid === null) return false
   if (index.pid !== process.pid && !pidAlive(index.pid)) return true
   const start = processStart(index.pid)
   return index.start !== null && start !== null && start !== index.start

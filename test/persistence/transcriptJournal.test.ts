@@ -386,6 +386,26 @@ describe('transcript journal', () => {
     expect((await reader.settleJournals!()).removed).toEqual([dead])
   })
 
+  it('should delete a journal of an earlier boot under another host name, and keep one of this boot', async () => {
+    const { store, journals, paths } = setup()
+    const writer = store()
+    writer.open(IDS[0])
+    await appendAndJournal(writer, [IDS[0]], 2)
+    const [own] = journals()
+    const records = fs.readFileSync(own!, 'utf8').split('\n').slice(1).join('\n')
+    const boot = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()
+    // The directory was moved from another machine, or the host was renamed across a restart.
+    const earlier = path.join(paths.journal, '4242-moved.000001.journal')
+    fs.writeFileSync(earlier, JSON.stringify({ 'spindle-journal': 1, host: 'old-name', pid: 4242, boot: '00000000-0000-4000-8000-000000000000' }) + '\n' + records)
+    // A sibling container on this kernel: its pid means nothing here, so it may be alive.
+    const sibling = path.join(paths.journal, '4243-sibling.000001.journal')
+    fs.writeFileSync(sibling, JSON.stringify({ 'spindle-journal': 1, host: 'other-container', pid: 4243, boot }) + '\n' + records)
+
+    const settled = await store().settleJournals!()
+    expect(settled.removed).toEqual([earlier])
+    expect(fs.existsSync(sibling)).toBe(true)
+  })
+
   it('should delete a dead process\'s journal once every thread it names holds its lines, and not before', async () => {
     const { dir, store, file, lineEnds, journals } = setup()
     const child = spawnSync(process.execPath, [compiled('test/persistence/journalWorker.js'), dir, '5', IDS[0], IDS[1]], { encoding: 'utf8' })
