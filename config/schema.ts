@@ -116,9 +116,9 @@ export const SupervisionSchema = z.strictObject({
   strategy: z.enum(['one_for_one', 'one_for_all', 'rest_for_one']),
   /** A thread's restart type when its spawn does not say. */
   restart: z.enum(['permanent', 'transient', 'temporary']),
-  /** At most this many restarts of one group … */
+  /** At most this many restarts of one thread (one_for_one) or of one group (the other strategies) … */
   maxRestarts: z.number().int().nonnegative(),
-  /** … within this window; past it the group ends in `error` with a crash report. */
+  /** … within this window; past it what a restart would sweep ends in `error` with a crash report. */
   withinMs: z.number().int().positive(),
 })
 

@@ -13,6 +13,12 @@
  *   crash restarts the group (one_for_all, rest_for_one);
  * - transient: restarted after its own crash; left running when a sibling's crash restarts the group;
  * - temporary: never restarted; its crash ends it in `error`, and a group restart stops it.
+ *
+ * Restart intensity is counted over what one crash restarts: under `one_for_one` the thread's own
+ * restarts, under `one_for_all` and `rest_for_one` the group's. Past it, the supervisor gives up on
+ * what a restart would have swept: the crashed thread alone under `one_for_one` (its siblings are
+ * independent of it, like the threads host code spawns), the whole group under `one_for_all`, the
+ * crashed thread and those started after it under `rest_for_one`.
  */
 import { enqueueActions, setup } from 'xstate'
 
@@ -29,7 +35,10 @@ export interface SupervisedThread {
 }
 
 export interface OrchestratorContext {
-  /** Times of the restarts of each group, within the intensity window. */
+  /**
+   * Times of restarts within the intensity window: per thread (`group/id`) under `one_for_one`,
+   * per group under the strategies that restart siblings together.
+   */
   restarts: Record<string, number[]>
   defaultStrategy: SupervisionStrategy
   intensity: { maxRestarts: number; withinMs: number }
@@ -75,8 +84,29 @@ export interface OrchestratorInput {
   intensity: { maxRestarts: number; withinMs: number }
 }
 
-function recentRestarts(context: OrchestratorContext, group: string, at: number): number[] {
-  return (context.restarts[group] ?? []).filter((t) => t > at - context.intensity.withinMs)
+type Crash = Extract<OrchestratorEvent, { type: 'THREAD_CRASHED' }>
+
+function strategyOf(context: OrchestratorContext, event: Crash): SupervisionStrategy {
+  return event.strategy ?? context.defaultStrategy
+}
+
+/** Where a crash's restarts are counted: the thread alone under one_for_one, else its group. */
+function restartKey(context: OrchestratorContext, event: Crash): string {
+  const group = event.thread?.group ?? 'root'
+  return strategyOf(context, event) === 'one_for_one' ? `${group}/${event.id}` : group
+}
+
+/** The siblings a crash sweeps along (restarted with it, or given up with it). */
+function sweptSiblings(context: OrchestratorContext, event: Crash): SupervisedThread[] {
+  const strategy = strategyOf(context, event)
+  const siblings = [...event.siblings].sort((a, b) => a.seq - b.seq)
+  if (strategy === 'one_for_all') return siblings
+  if (strategy === 'rest_for_one') return siblings.filter((t) => t.seq > event.thread!.seq)
+  return []
+}
+
+function recentRestarts(context: OrchestratorContext, key: string, at: number): number[] {
+  return (context.restarts[key] ?? []).filter((t) => t > at - context.intensity.withinMs)
 }
 
 export const orchestratorMachine = setup({
@@ -92,7 +122,7 @@ export const orchestratorMachine = setup({
     intensityExceeded: ({ context, event }) =>
       event.type === 'THREAD_CRASHED' &&
       event.thread !== undefined &&
-      recentRestarts(context, event.thread.group, event.at).length >= context.intensity.maxRestarts,
+      recentRestarts(context, restartKey(context, event), event.at).length >= context.intensity.maxRestarts,
   },
   actions: {
     reportCrash: enqueueActions(({ event, enqueue }) => {
@@ -123,9 +153,12 @@ export const orchestratorMachine = setup({
     giveUpGroup: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
       const thread = event.thread!
-      const recent = recentRestarts(context, thread.group, event.at)
-      const ids = [event.id, ...[...event.siblings].sort((a, b) => a.seq - b.seq).map((t) => t.id)]
-      const where = thread.group === 'root' ? 'the root group' : `the children of ${thread.group}`
+      const recent = recentRestarts(context, restartKey(context, event), event.at)
+      const swept = sweptSiblings(context, event)
+      const ids = [event.id, ...swept.map((t) => t.id)]
+      const group = thread.group === 'root' ? 'the root group' : `the children of ${thread.group}`
+      const where = strategyOf(context, event) === 'one_for_one' ? 'it' : group
+      const stopping = swept.length === 0 ? `Ending ${event.id}` : `Ending ${ids.join(', ')} (${strategyOf(context, event)})`
       enqueue.emit({
         type: 'give_up',
         ids,
@@ -134,21 +167,20 @@ export const orchestratorMachine = setup({
         report:
           `Thread ${event.id} crashed (${event.error.code}: ${event.error.message}) after ${recent.length} restart(s) of ` +
           `${where} within ${context.intensity.withinMs} ms, more than the restart intensity allows ` +
-          `(${context.intensity.maxRestarts} in ${context.intensity.withinMs} ms). Stopping the group: ${ids.join(', ')}. ` +
+          `(${context.intensity.maxRestarts} in ${context.intensity.withinMs} ms). ${stopping}. ` +
           'Look at the crash in the transcript (thread_crashed notes), fix its cause, then resume or re-run the work.',
       })
     }),
     restartByStrategy: enqueueActions(({ context, event, enqueue }) => {
       if (event.type !== 'THREAD_CRASHED') return
       const thread = event.thread!
-      const strategy = event.strategy ?? context.defaultStrategy
-      const siblings = [...event.siblings].sort((a, b) => a.seq - b.seq)
-      const swept =
-        strategy === 'one_for_all' ? siblings : strategy === 'rest_for_one' ? siblings.filter((t) => t.seq > thread.seq) : []
+      const strategy = strategyOf(context, event)
+      const swept = sweptSiblings(context, event)
       const restarted = [event.id, ...swept.filter((t) => t.restart === 'permanent').map((t) => t.id)]
       const stopped = swept.filter((t) => t.restart === 'temporary').map((t) => t.id)
-      const recent = [...recentRestarts(context, thread.group, event.at), event.at]
-      enqueue.assign({ restarts: { ...context.restarts, [thread.group]: recent } })
+      const key = restartKey(context, event)
+      const recent = [...recentRestarts(context, key, event.at), event.at]
+      enqueue.assign({ restarts: { ...context.restarts, [key]: recent } })
       if (stopped.length > 0) {
         enqueue.emit({
           type: 'stop',

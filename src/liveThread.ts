@@ -313,6 +313,21 @@ export class LiveThread implements ThreadHandle {
     return true
   }
 
+  /**
+   * The thread's own files are damaged (a broken transcript chain found when its history was
+   * read): it ends in `error` with `error`, and nothing more is written to its transcript or
+   * state.json, which stay as they are for a person to repair. Restarting would only read the
+   * same damage again. The registry says `error`, so no later runtime rehydrates it either.
+   */
+  abandon(error: SpindleError): void {
+    if (this.finished || !this.actor) return
+    const context = this.actor.getSnapshot().context as ThreadContext
+    const failure = { code: error.code, message: error.message }
+    this.services.commit.stageRegistry(this.id, { status: 'error', at: this.services.now(), cost: { ...context.usage }, outcome: { error: failure } })
+    this.lastStatus = 'error'
+    this.finish({ ...outcomeOf('error', context), error: failure })
+  }
+
   /** Stops the actor without touching its checkpoint (runtime close, or a lease lost). */
   detach(reason: SpindleError): void {
     if (this.finished) return

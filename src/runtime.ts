@@ -170,6 +170,8 @@ export type LifecycleEventType = LifecycleEvent['type']
 const RECOVERY_PROGRESS_EVERY_MS = 100
 /** From this many threads to recover on, a worker reads their files ahead (below it, starting one costs more). */
 const PREFETCH_FROM = 256
+/** Errors that say a thread's own files are damaged: the thread cannot go on from them, and they are left as they are. */
+const DAMAGED_FILES = new Set<string>(['TRANSCRIPT_CHAIN_BROKEN', 'TRANSCRIPT_CORRUPT', 'STATE_CORRUPT'])
 
 export interface Problem {
   threadId?: string
@@ -1219,6 +1221,13 @@ class RuntimeImpl implements Runtime {
     const thread = this.live.get(id)
     if (!thread || thread.stopped) {
       this.report(error, id)
+      return
+    }
+    if (isSpindleError(error) && DAMAGED_FILES.has(error.code)) {
+      // Not a crash to restart: the same damage would be read again, and each restart would count
+      // against its group's restart intensity.
+      this.report(error, id)
+      thread.abandon(error)
       return
     }
     const described = describeError(error)

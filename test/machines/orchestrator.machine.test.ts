@@ -58,17 +58,39 @@ describe('orchestrator machine', () => {
     expect(s.crash('crashy')).toEqual([expect.objectContaining({ type: 'restart', ids: ['crashy', 'later'] })])
   })
 
-  it('should give up on the whole group past the restart intensity, and forget restarts outside the window', () => {
+  it('should count a thread\'s own restarts under one_for_one and give up on it alone, and forget restarts outside the window', () => {
     const s = supervisor('one_for_one', { maxRestarts: 2, withinMs: 5000 })
     s.add('a', 'permanent')
     s.add('b', 'permanent')
     expect(s.crash('a', 1000)[0]!.type).toBe('restart')
     expect(s.crash('a', 2000)[0]!.type).toBe('restart')
-    const gaveUp = s.crash('b', 3000)
-    expect(gaveUp).toEqual([expect.objectContaining({ type: 'give_up', ids: ['b', 'a'], group: 'p' })])
-    expect((gaveUp[0] as { report: string }).report).toContain('2 restart(s) of the children of p within 5000 ms')
+    // A sibling's crash is not charged with a's restarts: it is independent of a.
+    expect(s.crash('b', 2500)).toEqual([expect.objectContaining({ type: 'restart', ids: ['b'], restartsInWindow: 1 })])
+    const gaveUp = s.crash('a', 3000)
+    expect(gaveUp).toEqual([expect.objectContaining({ type: 'give_up', ids: ['a'], group: 'p' })])
+    expect((gaveUp[0] as { report: string }).report).toContain('2 restart(s) of it within 5000 ms')
     // Ten seconds later the window is empty again.
     expect(s.crash('a', 13_000)[0]!.type).toBe('restart')
+  })
+
+  it('should count the group\'s restarts under one_for_all and give up on the whole group', () => {
+    const s = supervisor('one_for_all', { maxRestarts: 2, withinMs: 5000 })
+    s.add('a', 'permanent')
+    s.add('b', 'permanent')
+    expect(s.crash('a', 1000)[0]!.type).toBe('restart')
+    expect(s.crash('b', 2000)[0]!.type).toBe('restart')
+    const gaveUp = s.crash('a', 3000)
+    expect(gaveUp).toEqual([expect.objectContaining({ type: 'give_up', ids: ['a', 'b'], group: 'p' })])
+    expect((gaveUp[0] as { report: string }).report).toContain('2 restart(s) of the children of p within 5000 ms')
+  })
+
+  it('should give up on the crashed thread and those started after it under rest_for_one', () => {
+    const s = supervisor('rest_for_one', { maxRestarts: 1, withinMs: 5000 })
+    s.add('first', 'permanent')
+    s.add('crashy', 'permanent')
+    s.add('later', 'transient')
+    expect(s.crash('crashy', 1000)[0]!.type).toBe('restart')
+    expect(s.crash('crashy', 2000)).toEqual([expect.objectContaining({ type: 'give_up', ids: ['crashy', 'later'] })])
   })
 
   it('should not restart a temporary thread, nor one it does not supervise', () => {

@@ -314,6 +314,20 @@ describe('supervision', () => {
     expect(rt.checkReplay(thread.id).matches).toBe(true)
   })
 
+  it('should give up on a thread that keeps crashing without touching its independent siblings', async () => {
+    const events: LifecycleEvent[] = []
+    const model = scriptedModel((r) =>
+      r.directiveName === 'buggy' ? (r.turn === 1 ? { toolCalls: [{ name: 'flaky', input: {} }] } : { text: 'unreachable' }) : r.turn <= 3 ? { toolCalls: [{ name: 'noop', input: {} }] } : { text: 'fine' },
+    )
+    const noop = defineTool({ name: 'noop', description: 'does nothing', input: z.object({}), idempotent: true, execute: () => null })
+    const rt = await runtime({ model, tools: [flakyTool(100), noop], onLifecycle: (e) => events.push(e) })
+    const healthy = await Promise.all([1, 2, 3].map((i) => rt.spawn({ directive: { name: `healthy${i}`, prompt: 'p' } })))
+    const buggy = await rt.spawn({ directive: { name: 'buggy', prompt: 'p' } })
+    expect(await buggy.done).toMatchObject({ status: 'error', error: { code: 'SUPERVISION_GAVE_UP', message: expect.stringContaining(`Ending ${buggy.id}.`) } })
+    for (const thread of healthy) expect(await thread.done).toMatchObject({ status: 'completed', result: 'fine' })
+    expect(events.filter((e) => e.type === 'supervision_gave_up')).toEqual([expect.objectContaining({ threadIds: [buggy.id] })])
+  })
+
   it('should not restart a temporary thread', async () => {
     const rt = await runtime({ model: callsFlakyOnce, tools: [flakyTool(1)] })
     const thread = await rt.spawn({ directive: { name: 'worker', prompt: 'p' }, restart: 'temporary' })

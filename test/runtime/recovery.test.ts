@@ -254,6 +254,32 @@ describe('bad input on disk', () => {
     expect((await rt.get(b).done).status).toBe('completed')
   })
 
+  it('should end only that thread in error when a break below its checkpoint shows at its next model call, writing nothing to its files', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    // state.json stays: recovery reads only the transcript after it, and the break is further back.
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    lines[2] = lines[2]!.replace('"turn":1', '"turn":7')
+    fs.writeFileSync(transcript, lines.join('\n'))
+    const before = fs.readFileSync(transcript)
+    const stateBefore = fs.readFileSync(threadFile(dir, a, 'state.json'))
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onLifecycle: (e) => events.push(e) })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
+    expect(await rt.get(a).done).toMatchObject({ status: 'error', error: { code: 'TRANSCRIPT_CHAIN_BROKEN', message: expect.stringContaining('at seq 3') } })
+    expect((await rt.get(b).done).status).toBe('completed')
+    // Damage is not a crash: no restarts, which would read it again and count against the group.
+    expect(events.filter((e) => e.type === 'thread_crashed' || e.type === 'supervision_gave_up')).toEqual([])
+    await rt.close()
+    expect(fs.readFileSync(transcript).equals(before)).toBe(true)
+    expect(fs.readFileSync(threadFile(dir, a, 'state.json')).equals(stateBefore)).toBe(true)
+    // A later runtime leaves it alone: the registry says error.
+    const next = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(next.lastRecovery.resumed).toEqual([])
+    expect(next.list({ status: 'error' }).map((r) => r.id)).toEqual([a])
+  })
+
   it('should settle a registry row without files as error, saying nothing acknowledged was lost', async () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
