@@ -14,6 +14,7 @@ import { TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
+import type { SkippedJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import { fdatasync, readRange, writeAll } from './fdio.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
@@ -30,6 +31,11 @@ export interface JsonlTranscriptOptions {
    * fdatasyncs each thread file appended to.
    */
   journal?: boolean
+  /**
+   * Told of an entry of the journal directory that cannot be read as a journal (a directory, no
+   * permission): it is skipped and left as it is, and threads open without its lines.
+   */
+  onJournalSkipped?: (skipped: SkippedJournal) => void
 }
 
 /** Read and write, every write at the end; without O_CREAT, so a missing file is an error we can see. */
@@ -121,7 +127,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   // What other stores' journals hold: read once, at the first open (whatever this store's own
   // durability, a directory an 'fsync' runtime left after a power loss needs them).
   let foreignJournals: ForeignJournals | null = null
-  const foreign = (): ForeignJournals => (foreignJournals ??= new ForeignJournals(paths.journal, journal?.id ?? '\0'))
+  const foreign = (): ForeignJournals => (foreignJournals ??= new ForeignJournals(paths.journal, journal?.id ?? '\0', options.onJournalSkipped))
 
   const fileOf = (threadId: string): string => threadFile(paths, threadId, TRANSCRIPT_FILE)
 

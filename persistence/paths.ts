@@ -1,3 +1,4 @@
+import fs from 'node:fs'
 import path from 'node:path'
 import { assertThreadId } from '../src/ids.js'
 import { SpindleError } from '../src/errors.js'
@@ -27,6 +28,33 @@ export function dataPaths(root: string): DataPaths {
     leases: path.join(abs, 'leases.db'),
     recovery: path.join(abs, 'recovery.db'),
     journal: path.join(abs, 'journal'),
+  }
+}
+
+/**
+ * Refuses a data directory whose own directories (`threads/`, `journal/`) exist as something other
+ * than directories: every thread would fail on them one by one, so the whole directory is refused
+ * up front, naming the entry. Nothing is changed.
+ */
+export function assertDirectories(paths: DataPaths): void {
+  for (const [dir, what] of [
+    [paths.threads, 'its threads'],
+    [paths.journal, 'its transcript journal'],
+  ] as const) {
+    let stat: fs.Stats
+    try {
+      stat = fs.statSync(dir)
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
+      throw error
+    }
+    if (!stat.isDirectory()) {
+      throw new SpindleError(
+        'DATA_DIR_INVALID',
+        `${dir} is not a directory: spindle keeps ${what} there. Move it aside (nothing in the data directory was changed) and open the directory again.`,
+        { details: { path: dir } },
+      )
+    }
   }
 }
 

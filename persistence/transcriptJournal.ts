@@ -171,17 +171,26 @@ export function parseJournal(file: string, bytes: Buffer): JournalFileIndex {
   return index
 }
 
+/** An entry of the journal directory that could not be read as a journal (a directory, no permission …). */
+export interface SkippedJournal {
+  file: string
+  reason: string
+}
+
 /**
  * Every journal in `dir` except the ones whose names start with `own`, read now; with `head`,
- * only its first bytes (enough for the header: who wrote it).
+ * only its first bytes (enough for the header: who wrote it). An entry that cannot be read is
+ * passed to `skip` and left alone: one stray entry must not stop every thread from opening.
  */
-function readJournals(dir: string, own: string, head?: number): JournalFileIndex[] {
+function readJournals(dir: string, own: string, head?: number, skip?: (skipped: SkippedJournal) => void): JournalFileIndex[] {
   let names: string[]
   try {
     names = fs.readdirSync(dir)
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return []
-    throw error
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT') return []
+    skip?.({ file: dir, reason: `the journal directory cannot be read (${code ?? (error as Error).message})` })
+    return []
   }
   const indexes: JournalFileIndex[] = []
   for (const name of names.sort()) {
@@ -200,9 +209,11 @@ function readJournals(dir: string, own: string, head?: number): JournalFileIndex
         }
       }
     } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
       // Deleted by its owner between readdir and here: it had nothing left to give.
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
-      throw error
+      if (code === 'ENOENT') continue
+      skip?.({ file, reason: code === 'EISDIR' ? 'it is a directory, not a journal file' : `it cannot be read (${code ?? (error as Error).message})` })
+      continue
     }
     indexes.push(parseJournal(file, bytes))
   }
@@ -246,12 +257,22 @@ export class ForeignJournals {
   private files: JournalFileIndex[]
   private byThread: Map<string, JournalRecord[]>
 
+  /** Entries already reported as unreadable: each is reported once. */
+  private readonly skipped = new Set<string>()
+
   constructor(
     private readonly dir: string,
     private readonly own: string,
+    private readonly onSkip?: (skipped: SkippedJournal) => void,
   ) {
-    this.files = readJournals(dir, own)
+    this.files = readJournals(dir, own, undefined, this.skip)
     this.byThread = recordsByThread(this.files)
+  }
+
+  private readonly skip = (skipped: SkippedJournal): void => {
+    if (this.skipped.has(skipped.file)) return
+    this.skipped.add(skipped.file)
+    this.onSkip?.(skipped)
   }
 
   records(threadId: string): JournalRecord[] | undefined {
@@ -272,8 +293,8 @@ export class ForeignJournals {
     writeBack: (threadId: string, records: JournalRecord[]) => boolean = () => false,
   ): Promise<{ removed: string[]; kept: string[] }> {
     // Liveness first, then the read: a writer found dead has written all it ever will.
-    const gone = new Set(readJournals(this.dir, this.own, HEADER_BYTES).filter(writerGone).map((index) => index.file))
-    this.files = readJournals(this.dir, this.own)
+    const gone = new Set(readJournals(this.dir, this.own, HEADER_BYTES, this.skip).filter(writerGone).map((index) => index.file))
+    this.files = readJournals(this.dir, this.own, undefined, this.skip)
     this.byThread = recordsByThread(this.files)
     const removed: string[] = []
     const kept: string[] = []
@@ -349,9 +370,10 @@ export function journalLag(
   journalDir: string,
   transcriptOf: (threadId: string) => string,
   only?: string,
+  skip?: (skipped: SkippedJournal) => void,
 ): Array<{ threadId: string; journal: string }> {
   const lag: Array<{ threadId: string; journal: string }> = []
-  for (const { file, threads } of readJournals(journalDir, '\0')) {
+  for (const { file, threads } of readJournals(journalDir, '\0', undefined, skip)) {
     for (const [threadId, records] of threads) {
       if (only !== undefined && threadId !== only) continue
       let fd: number

@@ -44,6 +44,7 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   DIRECTIVE_NOT_FOUND: 4,
   THREAD_LEASED: 9,
   TRANSCRIPT_BEHIND_JOURNAL: 9,
+  DATA_DIR_INVALID: 4,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']

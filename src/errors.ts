@@ -47,6 +47,8 @@ export type SpindleErrorCode =
   | 'THREAD_LEASED'
   | 'ORPHAN_MARKED'
   | 'TRANSCRIPT_BEHIND_JOURNAL'
+  | 'JOURNAL_UNREADABLE'
+  | 'DATA_DIR_INVALID'
 
 const BRAND = Symbol.for('spindle.error')
 

@@ -10,8 +10,9 @@ import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
+import { assertDirectories, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
 import { journalLag, refuseIfBehindJournal } from '../persistence/transcriptJournal.js'
+import type { SkippedJournal } from '../persistence/transcriptJournal.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { locks } from './locks.js'
@@ -203,6 +204,7 @@ export interface Finding {
  */
 export function doctor(dir: string): { threads: number; findings: Finding[] } {
   const paths = dataPaths(dir)
+  assertDirectories(paths)
   const checkpoints = createFileCheckpointStore({ paths, durability: 'process' })
   const transcripts = createJsonlTranscriptStore({ paths, durability: 'process' })
   const findings: Finding[] = []
@@ -264,7 +266,15 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       repair: 'Nothing was acknowledged from it; remove the directory when convenient.',
     })
   }
-  for (const { threadId, journal } of journalLag(paths.journal, (id) => threadFile(paths, id, TRANSCRIPT_FILE))) {
+  const skipped = (entry: SkippedJournal) =>
+    findings.push({
+      threadId: '(journal)',
+      kind: 'damage',
+      code: 'JOURNAL_UNREADABLE',
+      message: `${entry.file} is in the transcript journal but ${entry.reason}: runtimes skip it.`,
+      repair: `Move it out of ${paths.journal}; if it is a journal spindle wrote, make it readable and open a runtime on the directory.`,
+    })
+  for (const { threadId, journal } of journalLag(paths.journal, (id) => threadFile(paths, id, TRANSCRIPT_FILE), undefined, skipped)) {
     findings.push({
       threadId,
       kind: 'lag',

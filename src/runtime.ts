@@ -21,7 +21,7 @@ import type { CommitStats } from '../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
-import { dataPaths, threadDir } from '../persistence/paths.js'
+import { assertDirectories, dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteLeases } from '../persistence/sqliteLeases.js'
@@ -386,6 +386,8 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   let ledger: Ledger
   let leases: LeaseStore
   let recovery: RecoveryStore
+  // Bound late: stores report problems found while the runtime recovers.
+  let runtime: RuntimeImpl | undefined
   if (memory) {
     transcripts = createMemoryTranscriptStore()
     checkpoints = createMemoryCheckpointStore()
@@ -394,15 +396,24 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     leases = openSqliteLeases({ path: ':memory:', durability })
     recovery = openSqliteRecovery({ path: ':memory:', durability })
   } else {
+    assertDirectories(paths)
     fs.mkdirSync(paths.threads, { recursive: true })
-    transcripts = createJsonlTranscriptStore({ paths, durability })
+    transcripts = createJsonlTranscriptStore({
+      paths,
+      durability,
+      onJournalSkipped: ({ file, reason }) =>
+        runtime?.reportProblem(
+          new SpindleError('JOURNAL_UNREADABLE', `Skipped ${file} in the transcript journal: ${reason}. Threads open without whatever it holds; move it out of ${paths.journal} (if it is a journal spindle wrote, make it readable and open the directory again).`, {
+            details: { file },
+          }),
+        ),
+    })
     checkpoints = createFileCheckpointStore({ paths, durability })
     registry = openSqliteRegistry({ path: paths.registry, durability })
     ledger = openSqliteLedger({ path: paths.ledger, durability })
     leases = openSqliteLeases({ path: paths.leases, durability })
     recovery = openSqliteRecovery({ path: paths.recovery, durability })
   }
-  let runtime: RuntimeImpl
   try {
     runtime = new RuntimeImpl(options, durability, paths.root, transcripts, checkpoints, registry, ledger, leases, recovery)
   } catch (error) {
@@ -2555,6 +2566,11 @@ class RuntimeImpl implements Runtime {
   private transcriptExists(id: string): boolean {
     if (this.options.store === 'memory') return false
     return fs.existsSync(`${this.threadPath(id)}/transcript.jsonl`)
+  }
+
+  /** @internal A problem a store found (no thread of its own): to `onProblem`. */
+  reportProblem(error: unknown): void {
+    this.report(error)
   }
 
   private report(error: unknown, threadId?: string): void {

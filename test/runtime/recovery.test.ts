@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
 import { showRecovery, statusLine } from '../../src/progress.js'
+import { doctor } from '../../src/operator.js'
 import { createRuntime, defineTool, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
@@ -278,6 +279,36 @@ describe('bad input on disk', () => {
     const next = await runtime({ dir, model: finishes, tools: [noop] })
     expect(next.lastRecovery.resumed).toEqual([])
     expect(next.list({ status: 'error' }).map((r) => r.id)).toEqual([a])
+  })
+
+  it('should skip and report a directory in journal/, carrying every thread on, and doctor should name it', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const stray = path.join(dir, 'journal', 'x.journal')
+    fs.mkdirSync(stray, { recursive: true })
+    const problems: Array<{ code: string; message: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    const outcomes = await Promise.all([rt.get(a).done, rt.get(b).done])
+    expect(outcomes.map((o) => o.status)).toEqual(['completed', 'completed'])
+    expect(problems).toEqual([expect.objectContaining({ code: 'JOURNAL_UNREADABLE', message: expect.stringContaining(stray) })])
+    expect(fs.statSync(stray).isDirectory()).toBe(true)
+    await rt.close()
+    expect(doctor(dir).findings).toEqual([expect.objectContaining({ code: 'JOURNAL_UNREADABLE', message: expect.stringContaining(stray) })])
+  })
+
+  it('should refuse a data directory whose threads/ or journal/ is a file, naming it and changing nothing', async () => {
+    for (const entry of ['journal', 'threads']) {
+      const dir = tempDir()
+      await leaveTwoThreadsMidCall(dir)
+      const target = path.join(dir, entry)
+      fs.rmSync(target, { recursive: true, force: true })
+      fs.writeFileSync(target, 'not a directory')
+      const registryBefore = fs.readFileSync(path.join(dir, 'registry.db'))
+      await expect(createRuntime({ dir, model: finishes, tools: [noop] })).rejects.toMatchObject({ code: 'DATA_DIR_INVALID', message: expect.stringContaining(target) })
+      expect(fs.readFileSync(target, 'utf8')).toBe('not a directory')
+      expect(fs.readFileSync(path.join(dir, 'registry.db')).equals(registryBefore)).toBe(true)
+      expect(() => doctor(dir)).toThrow(expect.objectContaining({ code: 'DATA_DIR_INVALID' }))
+    }
   })
 
   it('should settle a registry row without files as error, saying nothing acknowledged was lost', async () => {
