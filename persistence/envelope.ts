@@ -1,3 +1,5 @@
+import type { StateValue } from 'xstate'
+import { threadMachine } from '../machines/thread.machine.js'
 import { SpindleError } from '../src/errors.js'
 import { upgradeContextV1toV2 } from './upgrade.js'
 import type { StateEnvelope, ThreadStatus, TranscriptPosition } from './types.js'
@@ -36,7 +38,53 @@ export function upgradeEnvelope(raw: unknown, file: string, threadId: string): S
     if (env[field] === undefined || env[field] === null) throw corrupt(`field "${field}" is missing`)
   }
   if (env.threadId !== threadId) throw corrupt(`it belongs to thread ${String(env.threadId)}, not ${threadId}`)
+  const problem = snapshotProblem(env.snapshot, threadId)
+  if (problem) throw corrupt(problem)
   return raw as StateEnvelope
+}
+
+/** Every state value of the thread machine, as `running.callingModel` keys (built once). */
+let stateKeys: Set<string> | null = null
+
+function knownStateKeys(): Set<string> {
+  if (stateKeys) return stateKeys
+  const keys = new Set<string>()
+  const walk = (node: { states: Record<string, unknown> }, prefix: string): void => {
+    for (const [key, child] of Object.entries(node.states)) {
+      keys.add(prefix + key)
+      walk(child as { states: Record<string, unknown> }, `${prefix}${key}.`)
+    }
+  }
+  walk(threadMachine.root, '')
+  return (stateKeys = keys)
+}
+
+function stateKey(value: unknown): string | null {
+  if (typeof value === 'string') return value
+  if (typeof value !== 'object' || value === null) return null
+  const entries = Object.entries(value as Record<string, unknown>)
+  if (entries.length !== 1) return null
+  const inner = stateKey(entries[0]![1])
+  return inner === null ? null : `${entries[0]![0]}.${inner}`
+}
+
+/**
+ * What is wrong with a stored snapshot that parsed as JSON, or null. Checks what every reader
+ * relies on before it restores the snapshot: a state of the thread machine, and a context of this
+ * thread with its usage. A snapshot that fails here is rebuilt from the transcript.
+ */
+function snapshotProblem(snapshot: unknown, threadId: string): string | null {
+  if (typeof snapshot !== 'object' || snapshot === null || Array.isArray(snapshot)) return 'its snapshot is not an object'
+  const { value, context } = snapshot as { value?: StateValue; context?: Record<string, unknown> }
+  const key = stateKey(value)
+  if (key === null || !knownStateKeys().has(key)) return `its snapshot's state ${JSON.stringify(value) ?? 'undefined'} is not a state of the thread machine`
+  if (typeof context !== 'object' || context === null) return 'its snapshot has no context'
+  if (context.threadId !== threadId) return `its snapshot's context belongs to ${JSON.stringify(context.threadId) ?? 'no thread'}`
+  const usage = context.usage as Record<string, unknown> | undefined
+  if (typeof usage !== 'object' || usage === null || typeof usage.turns !== 'number' || typeof usage.spend !== 'number') {
+    return 'its snapshot has no usage (turns, spend)'
+  }
+  return null
 }
 
 /** The envelope of a snapshot taken at `transcript`, at time `now` (ms). */

@@ -208,6 +208,14 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
           text = fs.readFileSync(file, 'utf8')
         } catch (error) {
           if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
+          if ((error as NodeJS.ErrnoException).code === 'EISDIR') {
+            // Not STATE_CORRUPT: a rebuilt state.json could never be renamed over a directory.
+            throw new SpindleError(
+              'DATA_DIR_INVALID',
+              `${file} is a directory, not a file: spindle can neither read nor replace the thread's state.json. Move it aside (nothing was changed) and run \`spindle rebuild ${threadId} --apply\`; the transcript holds the thread's history.`,
+              { cause: error, details: { path: file, threadId } },
+            )
+          }
           throw error
         }
       }

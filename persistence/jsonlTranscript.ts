@@ -61,6 +61,11 @@ function corrupt(file: string, threadId: string, message: string, details: Recor
   return new SpindleError('TRANSCRIPT_CORRUPT', `The transcript ${file} ${message}`, { details: { path: file, threadId, ...details } })
 }
 
+/** A transcript path that holds a directory (or another non-file): nothing can be read or appended. */
+function notAFile(file: string): SpindleError {
+  return corrupt(file, path.basename(path.dirname(file)), 'is a directory, not a file: move it aside (nothing was changed). The thread cannot go on without its transcript.')
+}
+
 function notOpen(threadId: string): SpindleError {
   return new SpindleError('THREAD_NOT_FOUND', `The transcript of ${threadId} is not open: open it before appending to it.`, {
     details: { threadId },
@@ -136,6 +141,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       return fs.openSync(file, OPEN_EXISTING)
     } catch (error) {
       if (isNoEntry(error)) return null
+      if ((error as NodeJS.ErrnoException).code === 'EISDIR') throw notAFile(file)
       throw error
     }
   }
@@ -480,7 +486,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         throw error
       }
       try {
-        const parsed = parseTranscriptBytes(readRange(fd, 0, fs.fstatSync(fd).size), EMPTY_POSITION, file)
+        const stat = fs.fstatSync(fd)
+        if (!stat.isFile()) throw notAFile(file)
+        const parsed = parseTranscriptBytes(readRange(fd, 0, stat.size), EMPTY_POSITION, file)
         return { entries: parsed.entries, torn: parsed.torn ? { bytes: parsed.torn.bytes } : null }
       } finally {
         fs.closeSync(fd)

@@ -58,6 +58,40 @@ export function assertDirectories(paths: DataPaths): void {
   }
 }
 
+/** Whether a file exists with something in it. */
+function holdsBytes(file: string): boolean {
+  try {
+    return fs.statSync(file).size > 0
+  } catch {
+    return false
+  }
+}
+
+/**
+ * Refuses a data directory that lost its registry: `registry.db` missing or empty (with no WAL)
+ * while `threads/` holds checkpointed threads. Opening it would create an empty registry and
+ * abandon them all without a word. A registry is created at a runtime's first open, before any
+ * thread, so a crash during the first spawn never looks like this.
+ */
+export function assertRegistryKept(paths: DataPaths): void {
+  if (holdsBytes(paths.registry) || holdsBytes(`${paths.registry}-wal`)) return
+  let names: string[]
+  try {
+    names = fs.readdirSync(paths.threads)
+  } catch {
+    return
+  }
+  const checkpointed = names.filter((name) => fs.existsSync(path.join(paths.threads, name, 'state.json')))
+  if (checkpointed.length === 0) return
+  throw new SpindleError(
+    'REGISTRY_FAILED',
+    `${paths.registry} is ${fs.existsSync(paths.registry) ? 'empty' : 'missing'}, but ${paths.threads} holds ${checkpointed.length} checkpointed thread(s) ` +
+      `(${checkpointed.slice(0, 3).join(', ')}${checkpointed.length > 3 ? ', …' : ''}): the registry was lost or replaced. Restore registry.db from a backup. ` +
+      'Opening the directory now would leave those threads without registry rows, and no runtime would carry them on; nothing was changed.',
+    { details: { path: paths.registry, threads: checkpointed.length } },
+  )
+}
+
 /**
  * The directory of one thread. Refuses ids that are not spindle ids and, as a second fence, any
  * path that would resolve outside `<root>/threads`.

@@ -29,6 +29,9 @@ export function sqliteHint(what: string, code: string): string {
     return 'Check that the file and its directory exist and are writable by this user.'
   }
   if (code.startsWith('SQLITE_CORRUPT') || code === 'SQLITE_NOTADB') {
+    if (what === 'the registry') {
+      return "The file is damaged: restore it from a backup. The threads' own files are not affected, but without their registry rows no runtime carries them on (one refuses to open the directory rather than abandon them)."
+    }
     return "The file is damaged: move it aside and start again; the threads' own files are not affected."
   }
   return 'Check the file and the disk it is on.'

@@ -465,6 +465,13 @@ cli.parseAsync(process.argv).then(
       process.stderr.write(`spindle: ${error.message} [${error.code}]\n`)
       process.exit(EXIT[error.code] ?? 1)
     }
+    const errno = error as NodeJS.ErrnoException
+    if (error instanceof Error && typeof errno.code === 'string' && typeof errno.syscall === 'string') {
+      // A file system refusal (a directory where a file belongs, no permission …): its message
+      // names the call and the path, which is what to fix; a stack trace would only hide it.
+      process.stderr.write(`spindle: ${error.message}\n`)
+      process.exit(1)
+    }
     process.stderr.write(`spindle: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
     process.exit(1)
   },

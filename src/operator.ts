@@ -10,7 +10,7 @@ import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { assertDirectories, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
+import { assertDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
 import { journalLag, refuseIfBehindJournal } from '../persistence/transcriptJournal.js'
 import type { SkippedJournal } from '../persistence/transcriptJournal.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
@@ -26,11 +26,13 @@ import { isActive } from './threadStatus.js'
 
 function openRegistry(dir: string): Registry {
   const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry)) {
+  if (!fs.existsSync(paths.registry) && !fs.existsSync(paths.threads)) {
     throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
       details: { dir: paths.root },
     })
   }
+  // A lost registry with threads left: say so, and never create an empty one in its place.
+  assertRegistryKept(paths)
   return openSqliteRegistry({ path: paths.registry, durability: 'process' })
 }
 
@@ -263,7 +265,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       kind: 'stray',
       code: 'UNREGISTERED_FILES',
       message: `${path.join(paths.threads, id)} has no registry row: a spawn that never returned.`,
-      repair: 'Nothing was acknowledged from it; remove the directory when convenient.',
+      repair: 'Nothing was acknowledged from it (unless registry.db was replaced by an older copy: then restore the newest); remove the directory when convenient.',
     })
   }
   const skipped = (entry: SkippedJournal) =>

@@ -21,7 +21,7 @@ import type { CommitStats } from '../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
-import { assertDirectories, dataPaths, threadDir } from '../persistence/paths.js'
+import { assertDirectories, assertRegistryKept, dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteLeases } from '../persistence/sqliteLeases.js'
@@ -397,6 +397,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     recovery = openSqliteRecovery({ path: ':memory:', durability })
   } else {
     assertDirectories(paths)
+    assertRegistryKept(paths)
     fs.mkdirSync(paths.threads, { recursive: true })
     transcripts = createJsonlTranscriptStore({
       paths,
@@ -2462,7 +2463,7 @@ class RuntimeImpl implements Runtime {
       )
     }
     report?.rebuilt.push(id)
-    if (damaged) this.report(new Error(`state.json of ${id} was rebuilt from its transcript`), id)
+    if (damaged) this.report(new SpindleError('STATE_CORRUPT', `state.json of ${id} was rebuilt from its transcript; the thread goes on from there.`, { details: { threadId: id } }), id)
     return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
   }
 

@@ -130,6 +130,26 @@ const recoveryMatrix: Recovery[] = [
     },
   },
   {
+    scenario: 'state.json whose snapshot is valid JSON but no state of the thread machine',
+    setup: (disk) => synced(disk, 1),
+    fault: (disk) => fs.writeFileSync(disk.file(T), JSON.stringify({ ...envelope(T), snapshot: { status: 'active', value: { nonsense: 'x' }, context: {} } })),
+    holds: 'throw STATE_CORRUPT naming the file and the state on load (recovery then rebuilds it from the transcript)',
+    check: (disk) => {
+      expect(() => disk.store.load(T)).toThrow(
+        expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining(`${disk.file(T)} is not a valid thread state: its snapshot's state {"nonsense":"x"}`) }),
+      )
+    },
+  },
+  {
+    scenario: 'state.json is a directory',
+    setup: async () => {},
+    fault: (disk) => fs.mkdirSync(disk.file(T), { recursive: true }),
+    holds: 'throw DATA_DIR_INVALID naming it on load (not STATE_CORRUPT: a rebuilt file could not replace it)',
+    check: (disk) => {
+      expect(() => disk.store.load(T)).toThrow(expect.objectContaining({ code: 'DATA_DIR_INVALID', message: expect.stringContaining(`${disk.file(T)} is a directory`) }))
+    },
+  },
+  {
     scenario: "one thread's directory is a regular file",
     setup: async () => {},
     fault: blockThreadDir,

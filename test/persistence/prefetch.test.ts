@@ -107,7 +107,8 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     bootThreadFileReader(root).cancel()
     // The worker's own event loop holds a few descriptors until it has exited.
     for (let waited = 0; openFds() > before && waited < 5_000; waited += 20) await new Promise((r) => setTimeout(r, 20))
-    expect(openFds()).toBe(before)
+    // At most as many as before: a worker an earlier test let go may close its own meanwhile.
+    expect(openFds()).toBeLessThanOrEqual(before)
   })
 
   it('should leave a file it could not read cleanly to the store, which reports it as it always does', async () => {

@@ -227,6 +227,35 @@ describe('bad input on disk', () => {
     expect(outcomes.map((o) => o.status)).toEqual(['completed', 'completed'])
   })
 
+  it('should rebuild a state.json whose snapshot is valid JSON but no state of the thread machine', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const file = threadFile(dir, a, 'state.json')
+    const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
+    envelope.snapshot = { status: 'active', value: { nonsense: 'x' }, context: {} }
+    fs.writeFileSync(file, JSON.stringify(envelope))
+    const problems: Array<{ code: string; message: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery.rebuilt).toEqual([a])
+    expect(problems[0]).toMatchObject({ code: 'STATE_CORRUPT', message: expect.stringContaining(`${file} is not a valid thread state: its snapshot's state {"nonsense":"x"}`) })
+    const outcomes = await Promise.all([rt.get(a).done, rt.get(b).done])
+    expect(outcomes.map((o) => o.status)).toEqual(['completed', 'completed'])
+  })
+
+  it('should mark only the thread whose state.json is a directory error, naming it and changing nothing', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const file = threadFile(dir, a, 'state.json')
+    fs.rmSync(file)
+    fs.mkdirSync(file)
+    const transcriptBefore = fs.readFileSync(threadFile(dir, a, 'transcript.jsonl'))
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery.failed).toEqual([{ threadId: a, code: 'DATA_DIR_INVALID', message: expect.stringContaining(`${file} is a directory`) }])
+    expect((await rt.get(b).done).status).toBe('completed')
+    expect(fs.statSync(file).isDirectory()).toBe(true)
+    expect(fs.readFileSync(threadFile(dir, a, 'transcript.jsonl')).equals(transcriptBefore)).toBe(true)
+  })
+
   it('should tolerate a torn last transcript line, keeping the fragment aside', async () => {
     const dir = tempDir()
     const [a] = await leaveTwoThreadsMidCall(dir)
@@ -309,6 +338,26 @@ describe('bad input on disk', () => {
       expect(fs.readFileSync(path.join(dir, 'registry.db')).equals(registryBefore)).toBe(true)
       expect(() => doctor(dir)).toThrow(expect.objectContaining({ code: 'DATA_DIR_INVALID' }))
     }
+  })
+
+  it('should refuse a directory whose registry.db was lost, changing nothing, and carry on once it is restored', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const registry = path.join(dir, 'registry.db')
+    const backup = fs.readFileSync(registry)
+    for (const lose of [() => fs.writeFileSync(registry, ''), () => fs.rmSync(registry)]) {
+      lose()
+      await expect(createRuntime({ dir, model: finishes, tools: [noop] })).rejects.toMatchObject({
+        code: 'REGISTRY_FAILED',
+        message: expect.stringContaining(`${registry} is`),
+      })
+      expect(() => doctor(dir)).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
+      // No empty registry was made in its place: the refusal stands until it is restored.
+      expect(fs.existsSync(registry) ? fs.statSync(registry).size : 0).toBe(0)
+    }
+    fs.writeFileSync(registry, backup)
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
   })
 
   it('should settle a registry row without files as error, saying nothing acknowledged was lost', async () => {
