@@ -2,10 +2,12 @@
  * Reading a thread's files without a runtime, and checking that its transcript replays to its
  * state.json. The basis of snapshot replay tests and of `spindle rebuild`.
  */
+import fs from 'node:fs'
 import { isDeepStrictEqual } from 'node:util'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths } from '../persistence/paths.js'
+import { dataPaths, threadDir } from '../persistence/paths.js'
+import { SpindleError } from './errors.js'
 import type { StateEnvelope, TranscriptEntry } from '../persistence/types.js'
 import { replayTranscript } from './replay.js'
 
@@ -18,6 +20,9 @@ export interface ThreadFiles {
 /** Reads and verifies a thread's state.json and transcript. Throws the stores' errors (STATE_CORRUPT, TRANSCRIPT_CHAIN_BROKEN …). */
 export function readThreadFiles(dir: string, threadId: string): ThreadFiles {
   const paths = dataPaths(dir)
+  if (!fs.existsSync(threadDir(paths, threadId))) {
+    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${threadId} in ${paths.root} (no ${threadDir(paths, threadId)}).`, { details: { threadId } })
+  }
   const envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(threadId)
   const { entries, torn } = createJsonlTranscriptStore({ paths, durability: 'process' }).read(threadId)
   return { envelope, entries, torn }

@@ -3,6 +3,7 @@
  * reclaiming those — never a live one younger than its TTL unless forced — with an audit log.
  */
 import fs from 'node:fs'
+import { SpindleError } from './errors.js'
 import os from 'node:os'
 import path from 'node:path'
 import { dataPaths } from '../persistence/paths.js'
@@ -58,8 +59,18 @@ export function lockState(lease: Lease, now: number, host = os.hostname()): Lock
 }
 
 function withLeases<T>(dir: string, fn: (leases: LeaseStore) => T): T {
-  const file = dataPaths(dir).leases
-  if (!fs.existsSync(file)) return fn(emptyStore)
+  const paths = dataPaths(dir)
+  const file = paths.leases
+  if (!fs.existsSync(file)) {
+    // A data directory whose runtimes never took a lease has none; a directory with no registry
+    // either is not a data directory (like every other command, say so).
+    if (!fs.existsSync(paths.registry)) {
+      throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
+        details: { dir: paths.root },
+      })
+    }
+    return fn(emptyStore)
+  }
   const leases = openSqliteLeases({ path: file, durability: 'process' })
   try {
     return fn(leases)

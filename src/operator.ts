@@ -23,6 +23,7 @@ import { replayTranscript } from './replay.js'
 import { checkTranscript } from './transcriptCheck.js'
 import type { TranscriptFinding } from './transcriptCheck.js'
 import { isActive } from './threadStatus.js'
+import { loadFileLayers } from '../config/load.js'
 
 function openRegistry(dir: string): Registry {
   const paths = dataPaths(dir)
@@ -285,8 +286,19 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       repair: 'Open a runtime on this directory: it writes the lines back (a suspended thread\'s when it is approved or resumed).',
     })
   }
-  findings.push(...ledgerFindings(dir), ...lockFindings(dir))
+  findings.push(...ledgerFindings(dir), ...lockFindings(dir), ...configFindings(paths.root))
   return { threads: records.length, findings }
+}
+
+/** The directory's own config.yaml: a runtime refuses to open the directory while it is invalid. */
+function configFindings(root: string): Finding[] {
+  try {
+    loadFileLayers(root, null)
+    return []
+  } catch (error) {
+    const { code, message } = describeError(error)
+    return [{ threadId: '(config)', kind: 'damage', code, message, repair: 'Fix the file as the message says: until then no runtime opens this directory.' }]
+  }
 }
 
 /** Budget balances that do not add up (ledger.db). */

@@ -47,8 +47,9 @@ export const ApprovalResponseSchema = z
     limits: LimitsSchema.partial().optional(),
     /** Accepted as a synonym of `limits`. */
     new_limits: LimitsSchema.partial().optional(),
-    message: z.string().optional(),
-    by: z.string().optional(),
+    /** Goes into the transcript and the decision file: a paragraph, not a document. */
+    message: z.string().max(10_000).optional(),
+    by: z.string().max(200).optional(),
   })
   .transform(({ new_limits, limits, ...rest }) => ({ ...rest, ...(limits ?? new_limits ? { limits: limits ?? new_limits } : {}) }))
 export type ApprovalResponse = z.infer<typeof ApprovalResponseSchema>
@@ -99,6 +100,27 @@ export function claim(from: string, to: string): boolean {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false
     throw error
   }
+}
+
+/**
+ * Renames `from` to `to`, or, when `to` is taken (an earlier refused request), to `to` with `-2`,
+ * `-3` … before its extension: evidence of one forged request never replaces another's. Returns
+ * where it went, or null when it could not be moved (it then stays where it was).
+ */
+export function setAside(from: string, to: string): string | null {
+  const ext = path.extname(to)
+  const stem = to.slice(0, to.length - ext.length)
+  for (let n = 1; n < 1000; n++) {
+    const target = n === 1 ? to : `${stem}-${n}${ext}`
+    if (fs.existsSync(target)) continue
+    try {
+      fs.renameSync(from, target)
+      return target
+    } catch {
+      return null
+    }
+  }
+  return null
 }
 
 export type ReadResult<T> = { ok: true; value: T } | { ok: false; problem: string }
@@ -251,6 +273,9 @@ export function respondToApproval(
   response: { approved: boolean; limits?: Partial<Limits>; message?: string; by?: string },
 ): string {
   assertThreadId(id)
+  if (!fs.existsSync(threadDir(dataPaths(dir), id))) {
+    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dataPaths(dir).root}.`, { details: { threadId: id } })
+  }
   const pending = pendingApprovals(dir, id)
   const request = pending[pending.length - 1]
   if (!request) {

@@ -70,6 +70,7 @@ import {
   logRequest,
   readRequestFile,
   requestCancel,
+  setAside,
 } from './requests.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
 import { createActor } from 'xstate'
@@ -1325,7 +1326,9 @@ class RuntimeImpl implements Runtime {
   chain(id: string): ThreadRecord[] {
     this.assertOpen()
     assertThreadId(id)
-    return this.registry.chain(id)
+    const chain = this.registry.chain(id)
+    if (chain.length === 0) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.dir}.`, { details: { threadId: id } })
+    return chain
   }
 
   /**
@@ -2307,16 +2310,15 @@ class RuntimeImpl implements Runtime {
     }
   }
 
-  private refuseCancel(paths: ReturnType<typeof dataPaths>, id: string | null, file: string, reason: string, report: RequestsReport): void {
-    const refusedAs = path.join(path.dirname(file), 'cancel.refused.json')
-    try {
-      fs.renameSync(file, refusedAs)
-    } catch {}
+  /** `current` is where the request lies now (claimed, or where it was written): `file` names it. */
+  private refuseCancel(paths: ReturnType<typeof dataPaths>, id: string | null, file: string, reason: string, report: RequestsReport, current = file): void {
+    const keptAs = setAside(current, path.join(path.dirname(file), 'cancel.refused.json'))
     report.refused.push({ threadId: id, kind: 'cancel', file, reason })
     logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'cancel', threadId: id, file, outcome: 'refused', reason })
     const live = id ? this.live.get(id) : undefined
     live?.note('cancel_refused', { at: this.clock.now(), file, reason })
-    this.report(new SpindleError('CANCEL_REFUSED', `Refused the cancel request ${file}: ${reason}.`, { details: { threadId: id, file } }), id ?? undefined)
+    const kept = keptAs ? ` (kept as ${keptAs})` : ''
+    this.report(new SpindleError('CANCEL_REFUSED', `Refused the cancel request ${file}${kept}: ${reason}.`, { details: { threadId: id, file, keptAs } }), id ?? undefined)
   }
 
   /**
@@ -2347,7 +2349,7 @@ class RuntimeImpl implements Runtime {
     const claimed = this.claimNonceRequest(file, (request) => cancelRefusal(this.registry.get(id), request))
     if (!claimed) return
     if (claimed.refusal !== null) {
-      this.refuseCancel(paths, id, claimed.claimed, claimed.refusal, report)
+      this.refuseCancel(paths, id, file, claimed.refusal, report, claimed.claimed)
       return
     }
     const reason = claimed.request.reason ?? 'cancelled by request file'
@@ -2374,7 +2376,7 @@ class RuntimeImpl implements Runtime {
     }
     if (refusal !== null) {
       try {
-        fs.renameSync(claimed.claimed, path.join(path.dirname(file), 'resume.refused.json'))
+        setAside(claimed.claimed, path.join(path.dirname(file), 'resume.refused.json'))
       } catch {}
       report.refused.push({ threadId: id, kind: 'resume', file, reason: refusal })
       logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
@@ -2390,7 +2392,7 @@ class RuntimeImpl implements Runtime {
     const read = readRequestFile(files.taken, ApprovalResponseSchema)
     const reject = (reason: string): void => {
       try {
-        fs.renameSync(files.taken, files.rejected)
+        setAside(files.taken, files.rejected)
       } catch {}
       report.refused.push({ threadId: id, kind: 'approval', file: files.response, reason })
       logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file: files.response, outcome: 'refused', reason })

@@ -49,6 +49,8 @@ describe('spindle doctor', () => {
     db.close()
     // 5. a thread directory without a registry row
     fs.mkdirSync(path.join(dir, 'threads', 'stray-aaaaaaaaaaaa'))
+    // 6. the directory's config.yaml no longer parses: no runtime would open it
+    fs.writeFileSync(path.join(dir, 'config.yaml'), 'limits:\n  turns: [unclosed\n')
 
     const { code, report } = doctor(dir)
     expect(code).toBe(5)
@@ -60,6 +62,7 @@ describe('spindle doctor', () => {
         [edited, 'STATE_MISMATCH'],
         [registry, 'REGISTRY_MISMATCH'],
         ['stray-aaaaaaaaaaaa', 'UNREGISTERED_FILES'],
+        ['(config)', 'CONFIG_INVALID'],
       ]),
     )
     expect(report.findings.some((f) => f.threadId === healthy)).toBe(false)

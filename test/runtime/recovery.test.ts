@@ -11,7 +11,7 @@ import { z } from 'zod'
 import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
 import { showRecovery, statusLine } from '../../src/progress.js'
 import { doctor } from '../../src/operator.js'
-import { createRuntime, defineTool, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
+import { createRuntime, defineTool, respondToApproval, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
 
@@ -385,5 +385,10 @@ describe('bad input on disk', () => {
     expect(() => rt.get('../etc-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
     expect(() => rt.get('research-aaaaaaaaaaaa/../../x')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
     expect(() => rt.get('research-aaaaaaaaaaaa')).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND', message: expect.stringContaining('research-aaaaaaaaaaaa') }))
+    // Every way in names an unknown id as unknown, not as damage or as a state it is not in.
+    const unknown = 'ghost-aaaaaaaaaaaa'
+    expect(() => rt.chain(unknown)).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
+    expect(() => verifyReplay(rt.dir, unknown)).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
+    expect(() => respondToApproval(rt.dir, unknown, { approved: true })).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
   })
 })

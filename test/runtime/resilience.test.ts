@@ -351,6 +351,29 @@ describe('forged cancel files are refused and logged', () => {
   })
 })
 
+describe('refused requests are kept as evidence', () => {
+  it('should keep every forged cancel file of a thread, each under its own name, and name where it went', async () => {
+    const model = scriptedModel(() => ({ faults: [{ fault: 'hang' }], reply: { text: '' } }))
+    const problems: Array<{ code: string; message: string }> = []
+    const rt = await runtime({ model, onProblem: (p) => problems.push(p) })
+    const live = await rt.spawn({ directive: { name: 'live', prompt: 'p' } })
+    await until(live, inState('callingModel'))
+    const dir = path.join(rt.dir, 'threads', live.id)
+    const cancel = path.join(dir, 'cancel.requested')
+    for (const guess of ['first-guess', 'second-guess']) {
+      fs.writeFileSync(cancel, JSON.stringify({ nonce: guess }))
+      await rt.checkRequests()
+    }
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'cancel.refused.json'), 'utf8'))).toMatchObject({ nonce: 'first-guess' })
+    expect(JSON.parse(fs.readFileSync(path.join(dir, 'cancel.refused-2.json'), 'utf8'))).toMatchObject({ nonce: 'second-guess' })
+    expect(problems.filter((p) => p.code === 'CANCEL_REFUSED').map((p) => p.message)).toEqual([
+      expect.stringContaining(`Refused the cancel request ${cancel} (kept as ${path.join(dir, 'cancel.refused.json')})`),
+      expect.stringContaining(`Refused the cancel request ${cancel} (kept as ${path.join(dir, 'cancel.refused-2.json')})`),
+    ])
+    expect(live.status).toBe('running')
+  })
+})
+
 describe('policy hooks', () => {
   it("should decide as written: when error.category == 'rate_limited' && thread.turn > 3", async () => {
     const limited = { fault: 'http' as const, status: 429, headers: { 'retry-after': '1' } }
