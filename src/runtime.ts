@@ -435,6 +435,19 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   return runtime
 }
 
+/**
+ * A reason, message or `by` given to a decision: recorded in the transcript, so it must be text of
+ * a sensible length.
+ */
+function assertText(value: unknown, field: string): void {
+  if (value === undefined) return
+  if (typeof value !== 'string' || value.length > 10_000) {
+    throw new SpindleError('INVALID_OPTIONS', `${field} must be a string of at most 10,000 characters (got ${typeof value === 'string' ? `${value.length} characters` : typeof value}).`, {
+      details: { field },
+    })
+  }
+}
+
 class RuntimeImpl implements Runtime {
   readonly dir: string
   lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [] }
@@ -2007,6 +2020,8 @@ class RuntimeImpl implements Runtime {
   }
 
   async approve(id: string, options: ApproveOptions = {}): Promise<ThreadHandle> {
+    assertText(options.by, 'by')
+    assertText(options.message, 'message')
     const stored = await this.readSuspended(id)
     const { context } = stored
     if (context.suspendReason === 'budget' && context.budgetHit) {
@@ -2104,6 +2119,8 @@ class RuntimeImpl implements Runtime {
   }
 
   async deny(id: string, reason?: string, options: { by?: string } = {}): Promise<ThreadOutcome> {
+    assertText(reason, 'reason')
+    assertText(options.by, 'by')
     const stored = await this.readSuspended(id)
     const requestId = stored.context.limitHit?.requestId ?? null
     const by = options.by ?? 'api'
@@ -2158,6 +2175,7 @@ class RuntimeImpl implements Runtime {
   }
 
   async resume(id: string, options: { by?: string } = {}): Promise<ThreadHandle> {
+    assertText(options.by, 'by')
     const stored = await this.readSuspended(id)
     if (stored.context.suspendReason === 'limit') {
       const hit = stored.context.limitHit
@@ -2174,6 +2192,7 @@ class RuntimeImpl implements Runtime {
   async cancel(id: string, reason = 'cancelled by operator'): Promise<CancelResult> {
     this.assertOpen()
     assertThreadId(id)
+    assertText(reason, 'reason')
     return this.cancelAs(id, reason, 'api')
   }
 

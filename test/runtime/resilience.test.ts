@@ -191,6 +191,17 @@ describe('max_turns hit → the operator answers with a response file', () => {
   })
 })
 
+describe('decisions take text', () => {
+  it('should refuse a by, message or reason that is not text of a sensible length, leaving the thread suspended', async () => {
+    const rt = await runtime({ model: looping, tools: [noop] })
+    const thread = await suspendedAtLimit(rt, { turns: 1 })
+    await expect(rt.approve(thread.id, { by: 5 as unknown as string })).rejects.toMatchObject({ code: 'INVALID_OPTIONS', message: expect.stringContaining('by must be a string') })
+    await expect(rt.approve(thread.id, { message: 'x'.repeat(10_001) })).rejects.toMatchObject({ code: 'INVALID_OPTIONS' })
+    await expect(rt.deny(thread.id, { text: 'no' } as unknown as string)).rejects.toMatchObject({ code: 'INVALID_OPTIONS' })
+    expect(rt.get(thread.id).status).toBe('suspended')
+  })
+})
+
 describe('max_tokens hit → deny', () => {
   it('should end a denied thread cancelled with its partial result and cost', async () => {
     const rt = await runtime({ model: looping, tools: [noop] })
