@@ -59,6 +59,7 @@ import type { CodeHook, CompiledHooks, HookEvent, HookInput, HookSet, HookSpec }
 import { compileHooks } from './policies/hooks.js'
 import type { ApprovalRequest, CancelRequest } from './requests.js'
 import {
+  APPROVALS_DIR,
   ApprovalResponseSchema,
   CANCEL_FILE,
   CancelRequestSchema,
@@ -462,6 +463,8 @@ class RuntimeImpl implements Runtime {
   private readonly suspended = new Map<string, string | null>()
   private poller: NodeJS.Timeout | null = null
   private polls = 0
+  /** createRuntime has finished opening the directory. */
+  private opened = false
   /** Rings of the request bell: which threads' directories have a new request file. */
   private readonly bell: BellReader
   /** Threads still to look in for request files written by hand, in this round of polls. */
@@ -1221,6 +1224,7 @@ class RuntimeImpl implements Runtime {
 
   /** @internal Recovery is over: the orchestrator is ready and host code is told. */
   ready(): void {
+    this.opened = true
     this.orchestrator.send({ type: 'READY' })
     this.emitLifecycle({ type: 'runtime_ready', at: this.clock.now(), recovery: this.lastRecovery })
   }
@@ -2307,6 +2311,9 @@ class RuntimeImpl implements Runtime {
         this.writeApprovalRequest(record.id, this.approvalRequest(record.id, context))
       }
     }
+    // Not while the directory is being opened: one readdir per suspended thread would slow every
+    // open of many of them, and the first periodic sweep comes soon enough for a stray file.
+    if (this.opened) for (const [id, requestId] of this.suspended) this.refuseStrayResponses(paths, id, requestId, report)
     let names: string[]
     try {
       names = fs.readdirSync(paths.threads)
@@ -2326,6 +2333,34 @@ class RuntimeImpl implements Runtime {
       if (record && isActive(record.status)) continue
       const reason = record ? `the thread is ${record.status}; only a running or suspended thread can be cancelled` : 'no such thread in the registry'
       this.refuseCancel(paths, record ? record.id : null, file, reason, report)
+    }
+  }
+
+  /**
+   * Response files of a suspended thread that answer no open request of it (a request id mistyped
+   * by hand, or one already decided): set aside and reported, so the person who wrote one learns
+   * it was not taken instead of waiting on it.
+   */
+  private refuseStrayResponses(paths: ReturnType<typeof dataPaths>, id: string, requestId: string | null, report: RequestsReport): void {
+    const dir = path.join(threadDir(paths, id), APPROVALS_DIR)
+    let names: string[]
+    try {
+      names = fs.readdirSync(dir)
+    } catch {
+      return
+    }
+    for (const name of names) {
+      if (!name.endsWith('.response.json')) continue
+      const rid = name.slice(0, -'.response.json'.length)
+      if (rid === requestId) continue
+      const file = path.join(dir, name)
+      const decided = fs.existsSync(path.join(dir, `${rid}.decision.json`))
+      const open = requestId ? ` Its open request is ${path.join(dir, `${requestId}.request.json`)}.` : ' It has no open approval request.'
+      const reason = decided ? `request ${rid} was already decided` : `thread ${id} has no approval request ${rid}`
+      const keptAs = setAside(file, path.join(dir, `${rid}.response.rejected.json`))
+      report.refused.push({ threadId: id, kind: 'approval', file, reason })
+      logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file, outcome: 'refused', reason })
+      this.report(new SpindleError('REQUEST_INVALID', `Rejected ${file}${keptAs ? ` (kept as ${keptAs})` : ''}: ${reason}.${open}`, { details: { threadId: id, file } }), id)
     }
   }
 

@@ -174,6 +174,21 @@ describe('max_turns hit → the operator answers with a response file', () => {
     expect(readRequestLog(rt.dir)).toEqual([expect.objectContaining({ kind: 'approval', threadId: thread.id, outcome: 'honoured' })])
   })
 
+  it('should set aside a response that answers no open request of the thread, and say which one is open', async () => {
+    const problems: Array<{ code: string; message: string }> = []
+    const rt = await runtime({ model: looping, tools: [noop], onProblem: (p) => problems.push(p) })
+    const thread = await suspendedAtLimit(rt, { turns: 1 })
+    const open = requestFileOf(rt, thread.id)
+    const typo = path.join(approvalsDir(rt, thread.id), 'turns-9-typo.response.json')
+    fs.writeFileSync(typo, JSON.stringify({ approved: true }))
+    const report = await rt.checkRequests({ sweep: true })
+    expect(report.refused).toEqual([expect.objectContaining({ threadId: thread.id, kind: 'approval', file: typo, reason: `thread ${thread.id} has no approval request turns-9-typo` })])
+    expect(fs.existsSync(typo)).toBe(false)
+    expect(fs.existsSync(path.join(approvalsDir(rt, thread.id), 'turns-9-typo.response.rejected.json'))).toBe(true)
+    expect(problems.at(-1)?.message).toContain(`Its open request is ${path.join(approvalsDir(rt, thread.id), `${open.id}.request.json`)}`)
+    expect(rt.get(thread.id).status).toBe('suspended')
+  })
+
   it('should reject an invalid response file, keep the request open and lose nothing', async () => {
     const rt = await runtime({ model: looping, tools: [noop] })
     const thread = await suspendedAtLimit(rt, { turns: 1 })
