@@ -22,3 +22,17 @@ export function until(thread: ThreadHandle, predicate: (view: ThreadView) => boo
 }
 
 export const inState = (name: string) => (view: ThreadView) => JSON.stringify(view.state).includes(name)
+
+/**
+ * Settles `rt` until `condition` holds, for up to `ms` of wall-clock time: a count of event-loop
+ * turns alone runs out early on a machine busy with other work, while file I/O is slow.
+ */
+export async function eventually(rt: { settle(): Promise<void> }, condition: () => boolean, ms = 20_000): Promise<boolean> {
+  const deadline = Date.now() + ms
+  while (!condition()) {
+    if (Date.now() > deadline) return false
+    await rt.settle()
+    await new Promise((resolve) => setTimeout(resolve, 2))
+  }
+  return true
+}

@@ -14,7 +14,7 @@ import type { TestRuntime } from '../../src/testing.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { SPAWN_ENTRY } from '../../src/replay.js'
-import { inState, until } from '../helpers/threads.js'
+import { eventually, inState, until } from '../helpers/threads.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 
 const runtime = testRuntimes()
@@ -98,10 +98,7 @@ describe('a wave of child threads', () => {
     root.subscribe((view) => seen.push(`${view.status}:${JSON.stringify(view.state)}`))
     // Wait until the leaf exists and hangs in its model call.
     let leafId: string | undefined
-    for (let i = 0; i < 200 && !leafId; i++) {
-      await rt.settle()
-      leafId = rt.list().find((r) => r.directiveName === 'leaf' && r.status === 'running')?.id
-    }
+    await eventually(rt, () => !!(leafId = rt.list().find((r) => r.directiveName === 'leaf' && r.status === 'running')?.id))
     expect(leafId).toBeDefined()
     const midId = rt.list().find((r) => r.directiveName === 'mid')!.id
 
@@ -160,10 +157,7 @@ describe('budgets across the tree', () => {
     const rt = await runtime({ model: spender, tools: [noop], onLifecycle: (e) => events.push(e) })
     const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' }, limits: { spend: 1 } })
     let child: string | undefined
-    for (let i = 0; i < 300 && !child; i++) {
-      await rt.settle()
-      child = rt.list({ status: 'suspended' }).find((r) => r.directiveName === 'spender')?.id
-    }
+    await eventually(rt, () => !!(child = rt.list({ status: 'suspended' }).find((r) => r.directiveName === 'spender')?.id))
     expect(child).toBeDefined()
     const suspended = await rt.get(child!).done
     expect(suspended).toMatchObject({ status: 'suspended', suspendReason: 'budget' })
@@ -220,13 +214,13 @@ describe('recovery escalation and budget governance', () => {
     // Nothing starts before the cooldown has passed.
     expect(rt.list()).toHaveLength(1)
     await rt.advance(30_000)
-    for (let i = 0; i < 100 && rt.list().length < 2; i++) await rt.settle()
+    await eventually(rt, () => rt.list().length >= 2)
     const second = rt.list().find((r) => r.id !== first.id)!
     expect(second.directiveName).toBe('coder')
     expect((await rt.get(second.id).done).status).toBe('error')
     await rt.settle()
     await rt.advance(30_000)
-    for (let i = 0; i < 100 && rt.list().length < 3; i++) await rt.settle()
+    await eventually(rt, () => rt.list().length >= 3)
     const third = rt.list().find((r) => r.directiveName === 'debugger')!
     expect(await rt.get(third.id).done).toMatchObject({ status: 'completed', result: 'fixed by debugger' })
     const started = events.filter((e) => e.type === 'recovery_started')
@@ -368,10 +362,7 @@ describe('supervision', () => {
     })
     const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' } })
     let crashyDone = false
-    for (let i = 0; i < 300 && !crashyDone; i++) {
-      await rt.settle()
-      crashyDone = rt.list().some((r) => r.directiveName === 'crashy' && r.status === 'completed')
-    }
+    await eventually(rt, () => (crashyDone = rt.list().some((r) => r.directiveName === 'crashy' && r.status === 'completed')))
     expect(crashyDone).toBe(true)
     const steady = rt.list().find((r) => r.directiveName === 'steady')!
     const crashy = rt.list().find((r) => r.directiveName === 'crashy')!
