@@ -58,6 +58,24 @@ export function sqliteGuard(store: SqliteStore): <T>(action: string, fn: () => T
 }
 
 /**
+ * Switches the file to WAL. SQLite answers SQLITE_BUSY at once, without its busy handler, when
+ * another connection is switching the same new file at that moment (processes opening a fresh
+ * data directory together): retried, briefly, for up to the busy timeout.
+ */
+function enterWal(db: Database.Database): void {
+  const pause = new Int32Array(new SharedArrayBuffer(4))
+  for (let waited = 0; ; waited += 5) {
+    try {
+      db.pragma('journal_mode = WAL')
+      return
+    } catch (error) {
+      if (!(error instanceof Database.SqliteError) || !error.code.startsWith('SQLITE_BUSY') || waited >= BUSY_TIMEOUT_MS) throw error
+      Atomics.wait(pause, 0, 0, 5)
+    }
+  }
+}
+
+/**
  * Opens `store.file` (or ':memory:'), then runs the migrations it has not run yet in one
  * transaction (`PRAGMA user_version` counts them). Refuses a file migrated by a newer spindle.
  */
@@ -66,10 +84,11 @@ export function openSqliteFile(store: SqliteStore, options: { synchronous: 'FULL
   let db: Database.Database | undefined
   try {
     db = new Database(file)
-    // An in-memory database cannot use WAL (it has no file to keep a log beside).
-    if (file !== ':memory:') db.pragma('journal_mode = WAL')
-    db.pragma(`synchronous = ${options.synchronous}`)
+    // First: switching to WAL takes a lock another process opening the file may hold a moment.
     db.pragma(`busy_timeout = ${BUSY_TIMEOUT_MS}`)
+    // An in-memory database cannot use WAL (it has no file to keep a log beside).
+    if (file !== ':memory:') enterWal(db)
+    db.pragma(`synchronous = ${options.synchronous}`)
     const version = db.pragma('user_version', { simple: true }) as number
     const known = options.migrations.length
     if (version > known) {
@@ -80,8 +99,11 @@ export function openSqliteFile(store: SqliteStore, options: { synchronous: 'FULL
     if (version < known) {
       const target = db
       target.transaction(() => {
-        for (let i = version; i < known; i++) target.exec(options.migrations[i]!)
-        target.pragma(`user_version = ${known}`)
+        // Read again under the write lock: another process opening the same file at the same
+        // moment may have run these migrations since the read above.
+        const current = target.pragma('user_version', { simple: true }) as number
+        for (let i = current; i < known; i++) target.exec(options.migrations[i]!)
+        if (current < known) target.pragma(`user_version = ${known}`)
       }).immediate()
     }
     return db
