@@ -452,27 +452,36 @@ process.stdout.on('error', (error: NodeJS.ErrnoException) => {
   throw error
 })
 
+/**
+ * Exits once everything written to stdout and stderr is out: writes to a pipe are asynchronous,
+ * and `process.exit` at once cut `spindle ls --json | jq` off at the pipe's 64 KiB.
+ */
+function exitWhenFlushed(code: number): void {
+  process.exitCode = code
+  process.stdout.write('', () => process.stderr.write('', () => process.exit(code)))
+}
+
 let exitCode = 0
 const cli = program((code) => (exitCode = code)).exitOverride()
 cli.parseAsync(process.argv).then(
-  () => process.exit(exitCode),
+  () => exitWhenFlushed(exitCode),
   (error: unknown) => {
     if (error instanceof CommanderError) {
       // Help and version are not failures; everything else commander rejects is a usage error.
-      process.exit(error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? 0 : 2)
+      return exitWhenFlushed(error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? 0 : 2)
     }
     if (isSpindleError(error)) {
       process.stderr.write(`spindle: ${error.message} [${error.code}]\n`)
-      process.exit(EXIT[error.code] ?? 1)
+      return exitWhenFlushed(EXIT[error.code] ?? 1)
     }
     const errno = error as NodeJS.ErrnoException
     if (error instanceof Error && typeof errno.code === 'string' && typeof errno.syscall === 'string') {
       // A file system refusal (a directory where a file belongs, no permission …): its message
       // names the call and the path, which is what to fix; a stack trace would only hide it.
       process.stderr.write(`spindle: ${error.message}\n`)
-      process.exit(1)
+      return exitWhenFlushed(1)
     }
     process.stderr.write(`spindle: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
-    process.exit(1)
+    exitWhenFlushed(1)
   },
 )

@@ -32,6 +32,17 @@ beforeAll(async () => {
 })
 
 describe('spindle ls', () => {
+  it('should write all of a listing larger than a pipe holds (64 KiB) before it exits', async () => {
+    const many = tempDir('spindle-cli-many')
+    const rt = await createRuntime({ dir: many, model: scriptedModel((r) => ({ text: `answer of ${r.threadId}`.repeat(4) })), durability: 'process' })
+    await Promise.all((await Promise.all(Array.from({ length: 300 }, (_, i) => rt.spawn({ directive: { name: `t${i}`, prompt: 'p' } })))).map((t) => t.done))
+    await rt.close()
+    const run = spindle('ls', '--dir', many, '--json')
+    expect(run.code).toBe(0)
+    expect(run.stdout.length).toBeGreaterThan(65_536)
+    expect(JSON.parse(run.stdout)).toHaveLength(300)
+  })
+
   it('should list every thread as JSON', () => {
     const run = spindle('ls', '--dir', dir, '--json')
     expect(run.code).toBe(0)
