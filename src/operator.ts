@@ -247,7 +247,11 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
         findings.push({ threadId: id, kind: 'lag', code: 'STATE_BEHIND', message: `state.json of ${id} is behind its transcript.`, repair: `spindle rebuild ${id} --apply` })
       }
     }
-    if (record.status !== replayed.status && !isActive(record.status)) {
+    // Registry behind the transcript, which recovery brings in line: a thread it calls running, or
+    // one it calls suspended whose decision (approval, resume, cancel) was recorded by a process
+    // killed before it committed the status.
+    const behind = isActive(record.status) || record.status === 'suspended'
+    if (record.status !== replayed.status && !behind) {
       damage('REGISTRY_MISMATCH', `The registry says ${id} is ${record.status}; its transcript says ${replayed.status}.`, `spindle rebuild ${id} --apply`)
     } else if (record.status !== replayed.status) {
       findings.push({

@@ -21,7 +21,7 @@ import type { CommitStats } from '../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
-import { assertDirectories, assertRegistryKept, dataPaths, threadDir } from '../persistence/paths.js'
+import { assertDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadDir, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteLeases } from '../persistence/sqliteLeases.js'
@@ -693,6 +693,33 @@ class RuntimeImpl implements Runtime {
     return taken.acquired
   }
 
+  /**
+   * Threads the registry calls suspended whose transcript was written after their state.json: a
+   * process killed right after an approval, a resume or a cancel of a suspended thread had recorded
+   * the decision (the transcript is the truth) but not yet committed the status it led to. Recovery
+   * replays them like the running ones; one still suspended after its tail is settled as it was.
+   */
+  private suspendedMovedOn(): Array<{ id: string; status: ThreadStatus; parentId: string | null }> {
+    if (this.options.store === 'memory') return []
+    const paths = dataPaths(this.dir)
+    const moved: Array<{ id: string; status: ThreadStatus; parentId: string | null }> = []
+    for (const record of this.registry.list({ status: 'suspended' })) {
+      if (this.live.has(record.id)) continue
+      let transcript: number
+      try {
+        transcript = fs.statSync(threadFile(paths, record.id, TRANSCRIPT_FILE)).mtimeMs
+      } catch {
+        continue
+      }
+      let state = -1
+      try {
+        state = fs.statSync(threadFile(paths, record.id, STATE_FILE)).mtimeMs
+      } catch {}
+      if (transcript > state) moved.push({ id: record.id, status: 'suspended', parentId: record.parentId ?? null })
+    }
+    return moved
+  }
+
   /** Takes the leases of many threads in one transaction; a lease held by a dead local process is taken too. */
   private leaseAll(ids: string[]): Set<string> {
     if (ids.length === 0) return new Set()
@@ -1103,7 +1130,7 @@ class RuntimeImpl implements Runtime {
   async recover(): Promise<RecoveryReport> {
     this.assertOpen()
     const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [] }
-    const candidates = this.registry.activeStatuses().filter((record) => !this.live.has(record.id))
+    const candidates = [...this.registry.activeStatuses(), ...this.suspendedMovedOn()].filter((record) => !this.live.has(record.id))
     // Thousands of threads: their files are read on another core while this one restores actors.
     // The worker boots while the leases are taken, and reads only once they are ours: until then
     // another process may still be appending to them.

@@ -8,6 +8,7 @@ import path from 'node:path'
 import { SimulatedClock, createActor } from 'xstate'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
+import Database from 'better-sqlite3'
 import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
 import { showRecovery, statusLine } from '../../src/progress.js'
 import { doctor } from '../../src/operator.js'
@@ -95,6 +96,56 @@ describe('process restart', () => {
     const report = await rt.recover()
     expect(report.resumed).toContain(a)
     expect((await rt.get(a).done).status).toBe('completed')
+  })
+})
+
+describe('killed right after a decision on a suspended thread', () => {
+  it('should carry out an approval the transcript holds though the registry still says suspended, exactly once', async () => {
+    const dir = tempDir()
+    const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
+    const first = await runtime({ dir, model: looping, tools: [noop] })
+    const thread = await first.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 1 } })
+    expect(await thread.done).toMatchObject({ status: 'suspended', suspendReason: 'limit' })
+    await first.close()
+    const state = threadFile(dir, thread.id, 'state.json')
+    const suspendedState = fs.readFileSync(state)
+
+    const second = await runtime({ dir, model: looping, tools: [noop] })
+    expect(await (await second.approve(thread.id, { limits: { turns: 3 } })).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
+    await second.close()
+    // What a SIGKILL right after the approval leaves: the decision and RESUME are in the
+    // transcript, but neither the new state.json nor the registry's status was committed.
+    const transcript = threadFile(dir, thread.id, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    const resume = lines.findIndex((line) => line.includes('"type":"RESUME"'))
+    fs.writeFileSync(transcript, lines.slice(0, resume + 1).join('\n') + '\n')
+    fs.writeFileSync(state, suspendedState)
+    const past = new Date(Date.now() - 60_000)
+    fs.utimesSync(state, past, past)
+    const db = new Database(path.join(dir, 'registry.db'))
+    db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(thread.id)
+    db.close()
+
+    const third = await runtime({ dir, model: looping, tools: [noop] })
+    expect(third.lastRecovery.resumed).toEqual([thread.id])
+    expect(await third.get(thread.id).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
+    const entries = fs.readFileSync(transcript, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { type: string })
+    expect(entries.filter((e) => e.type === 'approval_decided')).toHaveLength(1)
+    expect(entries.filter((e) => e.type === 'RESUME')).toHaveLength(1)
+    await third.close()
+    expect(doctor(dir).findings).toEqual([])
+  })
+
+  it('should leave a suspended thread whose transcript holds nothing new alone', async () => {
+    const dir = tempDir()
+    const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
+    const first = await runtime({ dir, model: looping, tools: [noop] })
+    const thread = await first.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 1 } })
+    await thread.done
+    await first.close()
+    const second = await runtime({ dir, model: looping, tools: [noop] })
+    expect(second.lastRecovery).toMatchObject({ resumed: [], settled: [] })
+    expect(second.get(thread.id).status).toBe('suspended')
   })
 })
 
