@@ -61,6 +61,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
   const extend = db.prepare<[number, string, string]>('UPDATE leases SET expires_at = ? WHERE thread_id = ? AND owner = ?')
   const del = db.prepare<[string, string]>('DELETE FROM leases WHERE thread_id = ? AND owner = ?')
   const delAny = db.prepare<[string]>('DELETE FROM leases WHERE thread_id = ?')
+  const revokeRow = db.prepare<[string, string]>('UPDATE leases SET owner = ? WHERE thread_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
   const allTokens = db.prepare<[], { thread_id: string; token: number }>('SELECT thread_id, token FROM tokens')
 
@@ -184,6 +185,16 @@ export function openSqliteLeases(options: { path: string; durability: Durability
           const row = get.get(threadId)
           if (row) delAny.run(threadId)
           return row ? toLease(row) : null
+        }).immediate(),
+      ),
+    revoke: (threadId) =>
+      guard(`revoke the lease of ${threadId}`, () =>
+        db.transaction(() => {
+          const row = get.get(threadId)
+          if (!row) return null
+          // Same expiry, pid and host (a dead owner still frees it at once); an owner no runtime has.
+          revokeRow.run(`revoked:${row.owner}`, threadId)
+          return toLease(row)
         }).immediate(),
       ),
     close: () => db.close(),

@@ -304,6 +304,13 @@ export interface LeaseStore {
   list(): Lease[]
   /** Removes a lease whatever its state (`spindle locks --apply`); returns what was removed. */
   remove(threadId: string): Lease | null
+  /**
+   * Takes a live lease away from its owner without freeing the thread (`spindle locks --force`):
+   * the owner's next renewal finds it gone and it stops writing, and nobody else can take the
+   * thread before the lease's expiry, by which time the owner has stopped (self-fencing) even if
+   * it never renews. Returns the lease as it was, or null when there is none.
+   */
+  revoke(threadId: string): Lease | null
   close(): void
 }
 

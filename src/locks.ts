@@ -105,12 +105,15 @@ export function locks(dir: string, options: { apply?: boolean; force?: boolean; 
         report.kept.push(view)
         continue
       }
-      const removed = store.remove(view.threadId)
+      // A live owner may be mid-write: its lease is revoked, not freed, so no other runtime runs
+      // the thread until the owner has stopped (at its next heartbeat, or at the lease's expiry).
+      const forced = view.state === 'live'
+      const removed = forced ? store.revoke(view.threadId) : store.remove(view.threadId)
       if (!removed) continue
       report.reclaimed.push(view)
       fs.appendFileSync(
         locksLogFile(dir),
-        `${JSON.stringify({ at: new Date(now).toISOString(), action: 'reclaimed', forced: view.state === 'live', by: `${os.hostname()}:${process.pid}`, lease: removed, state: view.state })}\n`,
+        `${JSON.stringify({ at: new Date(now).toISOString(), action: forced ? 'revoked' : 'reclaimed', forced, by: `${os.hostname()}:${process.pid}`, lease: removed, state: view.state, ...(forced ? { freeAt: new Date(removed.expiresAt).toISOString() } : {}) })}\n`,
       )
     }
     return report

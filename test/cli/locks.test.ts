@@ -9,6 +9,7 @@ import Database from 'better-sqlite3'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { pidAlive } from '../../src/locks.js'
+import { createRuntime, scriptedModel } from '../../src/index.js'
 
 function spindle(...args: string[]): { code: number | null; stdout: string; stderr: string } {
   const run = spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8' })
@@ -92,7 +93,16 @@ describe('spindle locks', () => {
       const forced = JSON.parse(spindle('locks', '--dir', dir, '--apply', '--force', '--json').stdout)
       expect(forced.reclaimed).toHaveLength(3)
       const log = fs.readFileSync(path.join(dir, 'locks.log.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l))
-      expect(log.every((e) => e.forced === true)).toBe(true)
+      expect(log.every((e) => e.forced === true && e.action === 'revoked')).toBe(true)
+      // Revoked, not freed: the live owner may still be writing until its next heartbeat, so a
+      // runtime opened now must not run those threads too (it would run their tools twice).
+      const other = await createRuntime({ dir, model: scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }]), userConfig: null })
+      try {
+        expect(other.lastRecovery.resumed).toEqual([])
+        expect(other.lastRecovery.elsewhere).toHaveLength(3)
+      } finally {
+        await other.close()
+      }
     } finally {
       worker.child.kill('SIGKILL')
       await worker.exited
