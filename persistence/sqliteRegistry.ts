@@ -74,6 +74,9 @@ function prepareStatements(db: Database.Database) {
     activeStatuses: db.prepare<[], { id: string; status: ThreadStatus; parentId: string | null }>(
       `SELECT id, status, parent_id AS parentId FROM threads WHERE status IN ('created','running') ORDER BY created_at, id`,
     ),
+    statuses: db.prepare<[string], { id: string; status: ThreadStatus; parentId: string | null }>(
+      `SELECT id, status, parent_id AS parentId FROM threads WHERE status IN (SELECT value FROM json_each(?)) ORDER BY created_at, id`,
+    ),
     // LIMIT -1 means no limit in SQLite, so one statement serves both cases.
     all: db.prepare<[number], Row>('SELECT * FROM threads ORDER BY created_at, id LIMIT ?'),
     // The statuses arrive as one JSON array, so one prepared statement serves any number of them.
@@ -201,6 +204,10 @@ class SqliteRegistry implements Registry {
 
   activeStatuses(): Array<{ id: string; status: ThreadStatus; parentId: string | null }> {
     return this.guard('list active threads', () => this.statements.activeStatuses.all())
+  }
+
+  statuses(statuses: readonly ThreadStatus[]): Array<{ id: string; status: ThreadStatus; parentId: string | null }> {
+    return this.guard('list threads', () => this.statements.statuses.all(JSON.stringify(statuses)))
   }
 
   list(filter: { status?: ThreadStatus | ThreadStatus[]; limit?: number } = {}): ThreadRecord[] {

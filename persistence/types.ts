@@ -175,6 +175,8 @@ export interface Registry {
   listActive(): ThreadRecord[]
   /** The same threads, only id, status and parent: what recovery needs, without parsing every row's JSON. */
   activeStatuses(): Array<{ id: string; status: ThreadStatus; parentId: string | null }>
+  /** Id, status and parent of the threads in any of `statuses`, without parsing their rows' JSON. */
+  statuses(statuses: readonly ThreadStatus[]): Array<{ id: string; status: ThreadStatus; parentId: string | null }>
   list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[]
   listChildren(id: string): ThreadRecord[]
   /** The continuation chain that `id` belongs to, oldest first (follows previous_thread_id both ways). */

@@ -703,7 +703,7 @@ class RuntimeImpl implements Runtime {
     if (this.options.store === 'memory') return []
     const paths = dataPaths(this.dir)
     const moved: Array<{ id: string; status: ThreadStatus; parentId: string | null }> = []
-    for (const record of this.registry.list({ status: 'suspended' })) {
+    for (const record of this.registry.statuses(['suspended'])) {
       if (this.live.has(record.id)) continue
       let transcript: number
       try {
@@ -715,7 +715,7 @@ class RuntimeImpl implements Runtime {
       try {
         state = fs.statSync(threadFile(paths, record.id, STATE_FILE)).mtimeMs
       } catch {}
-      if (transcript > state) moved.push({ id: record.id, status: 'suspended', parentId: record.parentId ?? null })
+      if (transcript > state) moved.push(record)
     }
     return moved
   }

@@ -152,6 +152,15 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         ])
       }))
 
+      it('should give the threads in any of the given statuses as id, status and parent only', withRegistry((r) => {
+        onePerStatus(r)
+        const suspended = r.list({ status: 'suspended' }).map((t) => ({ id: t.id, status: t.status, parentId: t.parentId ?? null }))
+        expect(suspended).toHaveLength(1)
+        expect(r.statuses(['suspended'])).toEqual(suspended)
+        expect(r.statuses(['created', 'running'])).toEqual(r.activeStatuses())
+        expect(r.statuses([])).toEqual([])
+      }))
+
       it('should list every thread ordered by creation time, then id', withRegistry((r) => {
         r.register(thread('b-aaaaaaaaaaaa', { createdAt: 2 }))
         r.register(thread('c-aaaaaaaaaaaa', { createdAt: 1 }))
