@@ -180,7 +180,13 @@ export const orchestratorMachine = setup({
       const stopped = swept.filter((t) => t.restart === 'temporary').map((t) => t.id)
       const key = restartKey(context, event)
       const recent = [...recentRestarts(context, key, event.at), event.at]
-      enqueue.assign({ restarts: { ...context.restarts, [key]: recent } })
+      // Keys whose restarts all left the window go: one per thread that ever crashed would pile up.
+      const restarts: Record<string, number[]> = {}
+      for (const [other, times] of Object.entries(context.restarts)) {
+        if (other !== key && recentRestarts(context, other, event.at).length > 0) restarts[other] = times
+      }
+      restarts[key] = recent
+      enqueue.assign({ restarts })
       if (stopped.length > 0) {
         enqueue.emit({
           type: 'stop',

@@ -73,6 +73,16 @@ describe('orchestrator machine', () => {
     expect(s.crash('a', 13_000)[0]!.type).toBe('restart')
   })
 
+  it('should forget the restarts of threads whose window has passed, however many crashed', () => {
+    const s = supervisor('one_for_one', { maxRestarts: 3, withinMs: 5000 })
+    for (let i = 0; i < 100; i++) {
+      s.add(`t${i}`, 'transient')
+      s.crash(`t${i}`, i * 1000)
+    }
+    // Only the crashes of the last five seconds are still counted.
+    expect(Object.keys(s.actor.getSnapshot().context.restarts)).toHaveLength(5)
+  })
+
   it('should count the group\'s restarts under one_for_all and give up on the whole group', () => {
     const s = supervisor('one_for_all', { maxRestarts: 2, withinMs: 5000 })
     s.add('a', 'permanent')
