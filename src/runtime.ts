@@ -1284,7 +1284,13 @@ class RuntimeImpl implements Runtime {
       // Not a crash to restart: the same damage would be read again, and each restart would count
       // against its group's restart intensity.
       this.report(error, id)
+      const context: ThreadContext = { ...thread.context(), error: { code: error.code, message: error.message } }
       thread.abandon(error)
+      // What the end of any thread in error does (observe), without a transition to observe.
+      this.fireHook(thread, 'after_complete', context, { outcome: { status: 'error', result: context.result } })
+      this.childFailed(id, context)
+      if (this.config.recovery.enabled) this.recoverTask(id, context)
+      this.releaseBudget(id, context.previousThreadId != null)
       return
     }
     const described = describeError(error)
@@ -2597,6 +2603,8 @@ class RuntimeImpl implements Runtime {
 
   private markUnrecoverable(id: string, error: unknown, report: RecoveryReport): void {
     this.releaseLease(id)
+    // Its reservation goes back to its parent, as for any thread that ends in error.
+    this.releaseBudget(id, this.registry.get(id)?.previousThreadId != null)
     const { code, message } = describeError(error)
     report.failed.push({ threadId: id, code, message })
     this.report(error, id)

@@ -12,6 +12,7 @@ import Database from 'better-sqlite3'
 import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
 import { showRecovery, statusLine } from '../../src/progress.js'
 import { doctor } from '../../src/operator.js'
+import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { createRuntime, defineTool, respondToApproval, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
@@ -359,6 +360,34 @@ describe('bad input on disk', () => {
     const next = await runtime({ dir, model: finishes, tools: [noop] })
     expect(next.lastRecovery.resumed).toEqual([])
     expect(next.list({ status: 'error' }).map((r) => r.id)).toEqual([a])
+  })
+
+  it('should give a damaged child\'s budget back to its parent and tell the parent, as for any child in error', async () => {
+    const dir = tempDir()
+    const spendsThenHangs = scriptedModel((r) =>
+      r.turn === 1 ? { toolCalls: [{ name: 'noop', input: {} }], usage: { inputTokens: 1, outputTokens: 1, cost: 0.5 } } : { faults: [{ fault: 'hang' }], reply: { text: 'never' } },
+    )
+    const first = await runtime({ dir, model: spendsThenHangs, tools: [noop] })
+    const parent = await first.spawn({ directive: { name: 'parent', prompt: 'p' }, limits: { spend: 10 } })
+    const child = await first.spawn({ directive: { name: 'child', prompt: 'p' }, limits: { spend: 4 }, parentId: parent.id })
+    await until(child, (v) => v.usage.turns === 1 && inState('callingModel')(v))
+    await first.close()
+    const transcript = threadFile(dir, child.id, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    lines[2] = lines[2]!.replace('"turn":1', '"turn":7')
+    fs.writeFileSync(transcript, lines.join('\n'))
+    const events: LifecycleEvent[] = []
+    const second = await runtime({ dir, model: finishes, tools: [noop], onLifecycle: (e) => events.push(e) })
+    expect(await second.get(child.id).done).toMatchObject({ status: 'error', error: { code: 'TRANSCRIPT_CHAIN_BROKEN' } })
+    expect(events.filter((e) => e.type === 'child_thread_failed')).toEqual([expect.objectContaining({ threadId: child.id, parentId: parent.id })])
+    await second.close()
+    const ledger = openSqliteLedger({ path: path.join(dir, 'ledger.db'), durability: 'process' })
+    try {
+      expect(ledger.get(child.id)?.released).toBe(true)
+      expect(ledger.get(parent.id)?.reserved.spend).toBe(0)
+    } finally {
+      ledger.close()
+    }
   })
 
   it('should skip and report a directory in journal/, carrying every thread on, and doctor should name it', async () => {
