@@ -694,10 +694,13 @@ class RuntimeImpl implements Runtime {
   }
 
   /**
-   * Threads the registry calls suspended whose transcript was written after their state.json: a
-   * process killed right after an approval, a resume or a cancel of a suspended thread had recorded
-   * the decision (the transcript is the truth) but not yet committed the status it led to. Recovery
-   * replays them like the running ones; one still suspended after its tail is settled as it was.
+   * Threads the registry calls suspended that moved on: a process killed right after an approval,
+   * a resume or a cancel of a suspended thread had recorded the decision (the transcript is the
+   * truth) but not committed the status it led to. Their state.json says another status (killed
+   * between state.json and the registry), or their transcript holds more than state.json covers
+   * (killed before state.json). Recovery replays them like running ones; one still suspended after
+   * its tail is settled as it was. The others are taken under watch here, as the sweep would, so
+   * each state.json is read once.
    */
   private suspendedMovedOn(): Array<{ id: string; status: ThreadStatus; parentId: string | null }> {
     if (this.options.store === 'memory') return []
@@ -705,17 +708,33 @@ class RuntimeImpl implements Runtime {
     const moved: Array<{ id: string; status: ThreadStatus; parentId: string | null }> = []
     for (const record of this.registry.statuses(['suspended'])) {
       if (this.live.has(record.id)) continue
-      let transcript: number
+      let envelope: StateEnvelope | null
       try {
-        transcript = fs.statSync(threadFile(paths, record.id, TRANSCRIPT_FILE)).mtimeMs
+        envelope = this.checkpoints.load(record.id)
+      } catch {
+        // Damaged: recovery rebuilds it from the transcript (or says why it cannot).
+        this.suspended.delete(record.id)
+        moved.push(record)
+        continue
+      }
+      let size: number
+      try {
+        size = fs.statSync(threadFile(paths, record.id, TRANSCRIPT_FILE)).size
       } catch {
         continue
       }
-      let state = -1
-      try {
-        state = fs.statSync(threadFile(paths, record.id, STATE_FILE)).mtimeMs
-      } catch {}
-      if (transcript > state) moved.push(record)
+      if (!envelope || envelope.status !== 'suspended' || size > envelope.transcript.bytes) {
+        // Watched here as suspended until now (another runtime woke it, then died): no longer.
+        this.suspended.delete(record.id)
+        moved.push(record)
+        continue
+      }
+      if (this.suspended.has(record.id)) continue
+      const context = (envelope.snapshot as { context: ThreadContext }).context
+      this.suspended.set(record.id, context.limitHit?.requestId ?? null)
+      if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
+        this.writeApprovalRequest(record.id, this.approvalRequest(record.id, context))
+      }
     }
     return moved
   }
@@ -2388,6 +2407,9 @@ class RuntimeImpl implements Runtime {
       if (rid === requestId) continue
       const file = path.join(dir, name)
       const decided = fs.existsSync(path.join(dir, `${rid}.decision.json`))
+      // An open request this runtime does not know of (another runtime on the directory woke the
+      // thread and it suspended again there): the answer is that runtime's to act on.
+      if (!decided && fs.existsSync(path.join(dir, `${rid}.request.json`))) continue
       const open = requestId ? ` Its open request is ${path.join(dir, `${requestId}.request.json`)}.` : ' It has no open approval request.'
       const reason = decided ? `request ${rid} was already decided` : `thread ${id} has no approval request ${rid}`
       const keptAs = setAside(file, path.join(dir, `${rid}.response.rejected.json`))

@@ -11,7 +11,7 @@ import { z } from 'zod'
 import Database from 'better-sqlite3'
 import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
 import { showRecovery, statusLine } from '../../src/progress.js'
-import { doctor } from '../../src/operator.js'
+import { doctor, rebuildThread } from '../../src/operator.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { createRuntime, defineTool, respondToApproval, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
@@ -135,6 +135,31 @@ describe('killed right after a decision on a suspended thread', () => {
     expect(entries.filter((e) => e.type === 'RESUME')).toHaveLength(1)
     await third.close()
     expect(doctor(dir).findings).toEqual([])
+  })
+
+  it('should carry on a thread whose state.json was written running but whose registry row still says suspended', async () => {
+    const dir = tempDir()
+    const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
+    const first = await runtime({ dir, model: looping, tools: [noop] })
+    const thread = await first.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 1 } })
+    await thread.done
+    await first.close()
+    const second = await runtime({ dir, model: looping, tools: [noop] })
+    await (await second.approve(thread.id, { limits: { turns: 3 } })).done
+    await second.close()
+    // A kill between the round's state.json and its registry commit: state.json is at RESUME
+    // (running), and its mtime is no later than the transcript's; the registry says suspended.
+    const transcript = threadFile(dir, thread.id, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    fs.writeFileSync(transcript, lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1).join('\n') + '\n')
+    rebuildThread(dir, thread.id, { apply: true })
+    const db = new Database(path.join(dir, 'registry.db'))
+    db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(thread.id)
+    db.close()
+
+    const third = await runtime({ dir, model: looping, tools: [noop] })
+    expect(third.lastRecovery.resumed).toEqual([thread.id])
+    expect(await third.get(thread.id).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
   })
 
   it('should leave a suspended thread whose transcript holds nothing new alone', async () => {

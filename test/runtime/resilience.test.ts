@@ -187,6 +187,13 @@ describe('max_turns hit → the operator answers with a response file', () => {
     expect(fs.existsSync(path.join(approvalsDir(rt, thread.id), 'turns-9-typo.response.rejected.json'))).toBe(true)
     expect(problems.at(-1)?.message).toContain(`Its open request is ${path.join(approvalsDir(rt, thread.id), `${open.id}.request.json`)}`)
     expect(rt.get(thread.id).status).toBe('suspended')
+    // An answer to an open request this runtime did not issue (another runtime on the directory
+    // woke the thread, and it suspended there again) is that runtime's: left alone.
+    const elsewhere = path.join(approvalsDir(rt, thread.id), 'turns-2-other.response.json')
+    fs.writeFileSync(path.join(approvalsDir(rt, thread.id), 'turns-2-other.request.json'), '{}')
+    fs.writeFileSync(elsewhere, JSON.stringify({ approved: true }))
+    expect((await rt.checkRequests({ sweep: true })).refused).toEqual([])
+    expect(fs.existsSync(elsewhere)).toBe(true)
   })
 
   it('should reject an invalid response file, keep the request open and lose nothing', async () => {
