@@ -732,9 +732,7 @@ class RuntimeImpl implements Runtime {
       if (this.suspended.has(record.id)) continue
       const context = (envelope.snapshot as { context: ThreadContext }).context
       this.suspended.set(record.id, context.limitHit?.requestId ?? null)
-      if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
-        this.writeApprovalRequest(record.id, this.approvalRequest(record.id, context))
-      }
+      this.ensureApprovalRequest(paths, record.id, context)
     }
     return moved
   }
@@ -2000,6 +1998,19 @@ class RuntimeImpl implements Runtime {
     }
   }
 
+  /**
+   * Writes a suspended thread's missing approval request (a process killed between a suspension
+   * and its request file). Looks for the files first: building a request costs more than that,
+   * and opening a directory of 10,000 suspended threads does this for each.
+   */
+  private ensureApprovalRequest(paths: ReturnType<typeof dataPaths>, id: string, context: ThreadContext): void {
+    const requestId = context.limitHit?.requestId
+    if (context.suspendReason !== 'limit' || !requestId || this.options.store === 'memory') return
+    const files = approvalFiles(paths, id, requestId)
+    if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
+    this.writeApprovalRequest(id, this.approvalRequest(id, context))
+  }
+
   private writeApprovalRequest(id: string, request: ApprovalRequest): void {
     if (this.options.store === 'memory' || this.closed) return
     try {
@@ -2359,9 +2370,7 @@ class RuntimeImpl implements Runtime {
       const context = this.storedContext(record.id)
       if (!context) continue
       this.suspended.set(record.id, context.limitHit?.requestId ?? null)
-      if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
-        this.writeApprovalRequest(record.id, this.approvalRequest(record.id, context))
-      }
+      this.ensureApprovalRequest(paths, record.id, context)
     }
     // Not while the directory is being opened: one readdir per suspended thread would slow every
     // open of many of them, and the first periodic sweep comes soon enough for a stray file.
