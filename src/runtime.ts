@@ -731,8 +731,7 @@ class RuntimeImpl implements Runtime {
       }
       if (this.suspended.has(record.id)) continue
       const context = (envelope.snapshot as { context: ThreadContext }).context
-      this.suspended.set(record.id, context.limitHit?.requestId ?? null)
-      this.ensureApprovalRequest(paths, record.id, context)
+      this.watchSuspended(paths, record.id, context)
     }
     return moved
   }
@@ -1998,6 +1997,12 @@ class RuntimeImpl implements Runtime {
     }
   }
 
+  /** A suspended thread on disk, watched here for request files from now on. */
+  private watchSuspended(paths: ReturnType<typeof dataPaths>, id: string, context: ThreadContext): void {
+    this.suspended.set(id, context.limitHit?.requestId ?? null)
+    this.ensureApprovalRequest(paths, id, context)
+  }
+
   /**
    * Writes a suspended thread's missing approval request (a process killed between a suspension
    * and its request file). Looks for the files first: building a request costs more than that,
@@ -2369,8 +2374,7 @@ class RuntimeImpl implements Runtime {
       if (this.suspended.has(record.id) || this.live.has(record.id)) continue
       const context = this.storedContext(record.id)
       if (!context) continue
-      this.suspended.set(record.id, context.limitHit?.requestId ?? null)
-      this.ensureApprovalRequest(paths, record.id, context)
+      this.watchSuspended(paths, record.id, context)
     }
     // Not while the directory is being opened: one readdir per suspended thread would slow every
     // open of many of them, and the first periodic sweep comes soon enough for a stray file.

@@ -101,35 +101,51 @@ describe('process restart', () => {
 })
 
 describe('killed right after a decision on a suspended thread', () => {
-  it('should carry out an approval the transcript holds though the registry still says suspended, exactly once', async () => {
-    const dir = tempDir()
-    const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
+  const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
+
+  /** A thread suspended at its turn limit in `dir`, by a runtime that then closed. */
+  async function suspendedAtTurnLimit(dir: string): Promise<string> {
     const first = await runtime({ dir, model: looping, tools: [noop] })
     const thread = await first.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 1 } })
     expect(await thread.done).toMatchObject({ status: 'suspended', suspendReason: 'limit' })
     await first.close()
-    const state = threadFile(dir, thread.id, 'state.json')
-    const suspendedState = fs.readFileSync(state)
+    return thread.id
+  }
 
+  /** Approves `id` to 3 turns in a runtime that runs it there (it suspends again) and closes. */
+  async function approvedToThreeTurns(dir: string, id: string): Promise<void> {
     const second = await runtime({ dir, model: looping, tools: [noop] })
-    expect(await (await second.approve(thread.id, { limits: { turns: 3 } })).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
+    expect(await (await second.approve(id, { limits: { turns: 3 } })).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
     await second.close()
+  }
+
+  /** Cuts the transcript just after RESUME and sets the registry back to suspended: what a kill then leaves. */
+  function killedAfterResume(dir: string, id: string): string {
+    const transcript = threadFile(dir, id, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    fs.writeFileSync(transcript, lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1).join('\n') + '\n')
+    const db = new Database(path.join(dir, 'registry.db'))
+    db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(id)
+    db.close()
+    return transcript
+  }
+
+  it('should carry out an approval the transcript holds though the registry still says suspended, exactly once', async () => {
+    const dir = tempDir()
+    const id = await suspendedAtTurnLimit(dir)
+    const state = threadFile(dir, id, 'state.json')
+    const suspendedState = fs.readFileSync(state)
+    await approvedToThreeTurns(dir, id)
     // What a SIGKILL right after the approval leaves: the decision and RESUME are in the
     // transcript, but neither the new state.json nor the registry's status was committed.
-    const transcript = threadFile(dir, thread.id, 'transcript.jsonl')
-    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
-    const resume = lines.findIndex((line) => line.includes('"type":"RESUME"'))
-    fs.writeFileSync(transcript, lines.slice(0, resume + 1).join('\n') + '\n')
+    const transcript = killedAfterResume(dir, id)
     fs.writeFileSync(state, suspendedState)
     const past = new Date(Date.now() - 60_000)
     fs.utimesSync(state, past, past)
-    const db = new Database(path.join(dir, 'registry.db'))
-    db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(thread.id)
-    db.close()
 
     const third = await runtime({ dir, model: looping, tools: [noop] })
-    expect(third.lastRecovery.resumed).toEqual([thread.id])
-    expect(await third.get(thread.id).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
+    expect(third.lastRecovery.resumed).toEqual([id])
+    expect(await third.get(id).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
     const entries = fs.readFileSync(transcript, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { type: string })
     expect(entries.filter((e) => e.type === 'approval_decided')).toHaveLength(1)
     expect(entries.filter((e) => e.type === 'RESUME')).toHaveLength(1)
@@ -139,39 +155,27 @@ describe('killed right after a decision on a suspended thread', () => {
 
   it('should carry on a thread whose state.json was written running but whose registry row still says suspended', async () => {
     const dir = tempDir()
-    const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
-    const first = await runtime({ dir, model: looping, tools: [noop] })
-    const thread = await first.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 1 } })
-    await thread.done
-    await first.close()
-    const second = await runtime({ dir, model: looping, tools: [noop] })
-    await (await second.approve(thread.id, { limits: { turns: 3 } })).done
-    await second.close()
+    const id = await suspendedAtTurnLimit(dir)
+    await approvedToThreeTurns(dir, id)
     // A kill between the round's state.json and its registry commit: state.json is at RESUME
     // (running), and its mtime is no later than the transcript's; the registry says suspended.
-    const transcript = threadFile(dir, thread.id, 'transcript.jsonl')
-    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
-    fs.writeFileSync(transcript, lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1).join('\n') + '\n')
-    rebuildThread(dir, thread.id, { apply: true })
+    killedAfterResume(dir, id)
+    rebuildThread(dir, id, { apply: true })
     const db = new Database(path.join(dir, 'registry.db'))
-    db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(thread.id)
+    db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(id)
     db.close()
 
     const third = await runtime({ dir, model: looping, tools: [noop] })
-    expect(third.lastRecovery.resumed).toEqual([thread.id])
-    expect(await third.get(thread.id).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
+    expect(third.lastRecovery.resumed).toEqual([id])
+    expect(await third.get(id).done).toMatchObject({ status: 'suspended', cost: { turns: 3 } })
   })
 
   it('should leave a suspended thread whose transcript holds nothing new alone', async () => {
     const dir = tempDir()
-    const looping = scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }] }))
-    const first = await runtime({ dir, model: looping, tools: [noop] })
-    const thread = await first.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 1 } })
-    await thread.done
-    await first.close()
+    const id = await suspendedAtTurnLimit(dir)
     const second = await runtime({ dir, model: looping, tools: [noop] })
     expect(second.lastRecovery).toMatchObject({ resumed: [], settled: [] })
-    expect(second.get(thread.id).status).toBe('suspended')
+    expect(second.get(id).status).toBe('suspended')
   })
 })
 
