@@ -63,97 +63,63 @@ export function openSqliteLeases(options: { path: string; durability: Durability
   const delAny = db.prepare<[string]>('DELETE FROM leases WHERE thread_id = ?')
   const revokeRow = db.prepare<[string, string]>('UPDATE leases SET owner = ? WHERE thread_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
-  const allTokens = db.prepare<[], { thread_id: string; token: number }>('SELECT thread_id, token FROM tokens')
 
-  // A batch's new leases and tokens in one statement each: thousands of rows (a recovery) as one
-  // JSON array instead of two statement runs per thread.
-  const putMany = db.prepare<[string]>(
+  // A batch (a recovery: thousands of threads) is taken with a few set-based statements instead
+  // of a read and a write per thread: which other owners hold live leases among the ids (one
+  // liveness verdict per owner), which leases stay held, then one INSERT … SELECT for the rest.
+  const liveOwners = db.prepare<[string, string, number], Row>(
+    'SELECT * FROM leases WHERE thread_id IN (SELECT value FROM json_each(?)) AND owner != ? AND expires_at > ? GROUP BY owner',
+  )
+  const stillHeld = db.prepare<[string, string, number, string], Row>(
+    `SELECT * FROM leases WHERE thread_id IN (SELECT value FROM json_each(?)) AND owner != ? AND expires_at > ?
+       AND owner NOT IN (SELECT value FROM json_each(?))`,
+  )
+  const extendMany = db.prepare<[number, string, string]>('UPDATE leases SET expires_at = ? WHERE owner = ? AND thread_id IN (SELECT value FROM json_each(?))')
+  // A lease changing hands gets a token above both its current one and the last one handed out.
+  const takeMany = db.prepare(
     `INSERT INTO leases (thread_id, owner, pid, host, acquired_at, expires_at, token)
-     SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, value->>6 FROM json_each(?) WHERE true
+     SELECT j.value, @owner, @pid, @host, @now, @expiresAt, MAX(COALESCE(l.token, 0), COALESCE(t.token, 0)) + 1
+       FROM json_each(@ids) AS j LEFT JOIN leases AS l ON l.thread_id = j.value LEFT JOIN tokens AS t ON t.thread_id = j.value
+      WHERE l.thread_id IS NULL OR (l.owner != @owner AND (l.expires_at <= @now OR l.owner IN (SELECT value FROM json_each(@stale))))
      ON CONFLICT(thread_id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, host = excluded.host,
        acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, token = excluded.token`,
   )
-  const upsertTokens = db.prepare<[string]>(
-    `INSERT INTO tokens (thread_id, token) SELECT value->>0, value->>6 FROM json_each(?) WHERE true
+  const recordTokens = db.prepare<[string, string]>(
+    `INSERT INTO tokens (thread_id, token) SELECT thread_id, token FROM leases WHERE owner = ? AND thread_id IN (SELECT value FROM json_each(?)) AND true
      ON CONFLICT(thread_id) DO UPDATE SET token = excluded.token`,
   )
 
-  /** Where acquireOne reads a thread's lease and last token: one query each, or maps read in bulk. */
-  interface Reads {
-    lease(threadId: string): Row | undefined
-    token(threadId: string): number | undefined
-    /** Told what acquireOne wrote, so bulk reads stay current (an id may come twice). */
-    wrote?(row: Row): void
-    /** Set: new leases are collected here and written by the caller, all at once. */
-    pending?: Array<[string, string, number, string, number, number, number]>
-  }
-  const readEach: Reads = { lease: (id) => get.get(id), token: (id) => lastToken.get(id)?.token }
-
-  /** Reads for a batch of many threads: every lease and token at once (recovery takes thousands). */
-  function readAll(): Reads {
-    const leases = new Map(all.all().map((row) => [row.thread_id, row]))
-    const tokens = new Map(allTokens.all().map((row) => [row.thread_id, row.token]))
-    return {
-      pending: [],
-      lease: (id) => leases.get(id),
-      token: (id) => tokens.get(id),
-      wrote: (row) => {
-        leases.set(row.thread_id, row)
-        tokens.set(row.thread_id, Math.max(tokens.get(row.thread_id) ?? 0, row.token))
-      },
-    }
-  }
-
   const guard = sqliteGuard(store)
 
-  function acquireOne(
-    threadId: string,
-    owner: { id: string; pid: number; host: string },
-    ttlMs: number,
-    now: number,
-    stale?: (lease: Lease) => boolean,
-    reads: Reads = readEach,
-  ): { acquired: boolean; lease: Lease } {
-    const current = reads.lease(threadId)
-    if (current && current.owner !== owner.id && current.expires_at > now && !stale?.(toLease(current))) return { acquired: false, lease: toLease(current) }
+  function acquireOne(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: boolean; lease: Lease } {
+    const current = get.get(threadId)
+    if (current && current.owner !== owner.id && current.expires_at > now) return { acquired: false, lease: toLease(current) }
     if (current && current.owner === owner.id) {
       extend.run(now + ttlMs, threadId, owner.id)
-      reads.wrote?.({ ...current, expires_at: now + ttlMs })
       return { acquired: true, lease: toLease({ ...current, expires_at: now + ttlMs }) }
     }
-    const token = Math.max(current?.token ?? 0, reads.token(threadId) ?? 0) + 1
+    const token = Math.max(current?.token ?? 0, lastToken.get(threadId)?.token ?? 0) + 1
     const lease: Lease = { threadId, owner: owner.id, pid: owner.pid, host: owner.host, acquiredAt: now, expiresAt: now + ttlMs, token }
-    if (reads.pending) reads.pending.push([threadId, owner.id, owner.pid, owner.host, now, now + ttlMs, token])
-    else {
-      put.run(lease)
-      upsertToken.run(threadId, token)
-    }
-    reads.wrote?.({ thread_id: threadId, owner: owner.id, pid: owner.pid, host: owner.host, acquired_at: now, expires_at: now + ttlMs, token })
+    put.run(lease)
+    upsertToken.run(threadId, token)
     return { acquired: true, lease }
   }
 
-  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) =>
-    acquireOne(threadId, owner, ttlMs, now, stale),
+  const acquireTx = db.transaction((threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number) =>
+    acquireOne(threadId, owner, ttlMs, now),
   )
 
   const acquireManyTx = db.transaction((threadIds: readonly string[], owner: { id: string; pid: number; host: string }, ttlMs: number, now: number, stale?: (lease: Lease) => boolean) => {
-    const acquired: string[] = []
-    const held: Lease[] = []
-    // acquireOne, not acquireTx: a nested transaction is a savepoint per thread, and the whole
-    // batch commits or rolls back together anyway.
-    const reads = threadIds.length >= 64 ? readAll() : readEach
-    for (const id of threadIds) {
-      const result = acquireOne(id, owner, ttlMs, now, stale, reads)
-      if (result.acquired) acquired.push(id)
-      else held.push(result.lease)
-    }
-    if (reads.pending?.length) {
-      // An id given twice comes twice: the later row (the higher token) is applied last and wins.
-      const rows = JSON.stringify(reads.pending)
-      putMany.run(rows)
-      upsertTokens.run(rows)
-    }
-    return { acquired, held }
+    // An id given twice is taken once: the second time it is already this owner's.
+    const unique = [...new Set(threadIds)]
+    const ids = JSON.stringify(unique)
+    const staleOwners = JSON.stringify(stale ? liveOwners.all(ids, owner.id, now).filter((row) => stale(toLease(row))).map((row) => row.owner) : [])
+    const held = new Map(stillHeld.all(ids, owner.id, now, staleOwners).map((row) => [row.thread_id, toLease(row)]))
+    const expiresAt = now + ttlMs
+    extendMany.run(expiresAt, owner.id, ids)
+    takeMany.run({ ids, owner: owner.id, pid: owner.pid, host: owner.host, now, expiresAt, stale: staleOwners })
+    recordTokens.run(owner.id, ids)
+    return { acquired: unique.filter((id) => !held.has(id)), held: unique.filter((id) => held.has(id)).map((id) => held.get(id)!) }
   })
 
   const renewTx = db.transaction((owner: string, threadIds: readonly string[], ttlMs: number, now: number) => {

@@ -294,7 +294,10 @@ export interface LeaseStore {
     owner: { id: string; pid: number; host: string },
     ttlMs: number,
     now: number,
-    /** A live lease of another owner that may be taken anyway (its process is known dead). */
+    /**
+     * Whether another owner's live lease may be taken anyway (its process is known dead). Asked
+     * once per owner, with one of its leases: a dead process held all of its threads.
+     */
     stale?: (lease: Lease) => boolean,
   ): { acquired: string[]; held: Lease[] }
   /** Extends every lease `owner` still holds among `threadIds`; returns the ids it no longer holds. */
