@@ -274,13 +274,22 @@ export function runToolLogic(host: EffectHost) {
   })
 }
 
+/** The longest delay a Node timer takes; a longer one fires after 1 ms instead. */
+const MAX_TIMER_MS = 2_147_483_647
+
 /** A deadline that survives restarts: the wait is recomputed from `dueAt` each time it starts. */
 export function waitUntilLogic(host: EffectHost) {
   return fromCallback<ThreadEvent, WaitUntilInput>(({ input }) => {
-    const remaining = Math.max(0, input.dueAt - host.clock.now())
-    const handle = host.clock.setTimeout(() => {
-      host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() })
-    }, remaining)
+    let handle: unknown
+    // A wait past a timer's range (a Retry-After of weeks, a quota reset date) is waited in steps.
+    const arm = (): void => {
+      const remaining = Math.max(0, input.dueAt - host.clock.now())
+      handle = host.clock.setTimeout(() => {
+        if (input.dueAt - host.clock.now() > 0 && remaining > MAX_TIMER_MS) return arm()
+        host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() })
+      }, Math.min(remaining, MAX_TIMER_MS))
+    }
+    arm()
     return () => host.clock.clearTimeout(handle)
   })
 }

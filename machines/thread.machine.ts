@@ -227,6 +227,8 @@ export type ThreadEvent =
     }
   | { type: 'FAIL'; at: number; error: { code: string; message: string } }
   | { type: 'HAND_OFF'; at: number; nextThreadId: string }
+  /** A new process took the running thread over: the time it was down is not active time. */
+  | { type: 'RECOVERED'; at: number }
 
 export type ThreadEventType = ThreadEvent['type']
 
@@ -244,6 +246,7 @@ export const THREAD_EVENT_TYPES: readonly ThreadEventType[] = [
   'HAND_OFF',
   'CHILDREN_SETTLED',
   'BUDGET_EXHAUSTED',
+  'RECOVERED',
 ]
 
 export interface ThreadInput {
@@ -539,6 +542,7 @@ export const threadMachine = setup({
         budgetHit: { amount: event.amount, used: event.used, max: event.max },
       }
     }),
+    markRecovered: assign(({ event }) => (event.type === 'RECOVERED' ? { lastAt: event.at } : {})),
     recordHandOff: assign(({ event }) => (event.type === 'HAND_OFF' ? { nextThreadId: event.nextThreadId } : {})),
   },
 }).createMachine({
@@ -591,6 +595,7 @@ export const threadMachine = setup({
         ],
         FAIL: { target: 'error', actions: 'failWithError' },
         HAND_OFF: { target: 'continued', actions: 'recordHandOff' },
+        RECOVERED: { actions: 'markRecovered' },
       },
       states: {
         checkingLimits: {

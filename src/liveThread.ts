@@ -106,6 +106,7 @@ export class LiveThread implements ThreadHandle {
   private lastTurns = -1
   private finished = false
   private pendingNotes: Array<[string, unknown]> = []
+  private pendingInput: ThreadEvent | null = null
   /** A restored actor's first notification repeats what is on disk: no checkpoint for it. */
   private restoring = false
 
@@ -233,6 +234,11 @@ export class LiveThread implements ThreadHandle {
     this.pendingNotes.push([type, data])
   }
 
+  /** An input recorded and applied just before the thread's next one (as `noteBeforeNext`, for the machine). */
+  deliverBeforeNext(event: ThreadEvent): void {
+    this.pendingInput = event
+  }
+
   /**
    * True (and the thread detached, and the host told) once this process may no longer act for the
    * thread: checked on every write, and before an effect that writes nothing first (a model call).
@@ -266,6 +272,11 @@ export class LiveThread implements ThreadHandle {
   deliver(event: ThreadEvent): boolean {
     const actor = this.actor
     if (this.finished || !actor || this.fencedOff()) return false
+    if (this.pendingInput !== null) {
+      const pending = this.pendingInput
+      this.pendingInput = null
+      if (actor.getSnapshot().can(pending)) this.deliver(pending)
+    }
     const snapshot = actor.getSnapshot()
     if (snapshot.status !== 'active' || !snapshot.can(event)) return false
     const { type, ...data } = event

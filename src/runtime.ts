@@ -1987,7 +1987,9 @@ class RuntimeImpl implements Runtime {
       proposed: hit.proposed,
       cost,
       message: escalationMessage(context.directive.name, hit, cost),
-      createdAt: new Date(this.clock.now()).toISOString(),
+      // When the thread suspended (its last input's time), also for a request written after a
+      // restart: the stated timeout runs from the request, not from the process that wrote it.
+      createdAt: new Date(context.lastAt ?? this.clock.now()).toISOString(),
       timeoutSeconds: context.policy.escalation.requestTimeoutSeconds,
       respond: {
         file: files ? path.relative(this.dir, files.response) : '(memory store: use rt.approve / rt.deny)',
@@ -2631,6 +2633,7 @@ class RuntimeImpl implements Runtime {
     thread.start(this.machine, { snapshot })
     this.supervise(id, record.parentId ?? null)
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })
+    else thread.deliverBeforeNext({ type: 'RECOVERED', at: this.clock.now() })
     report.resumed.push(id)
     this.emitLifecycle({ type: 'thread_recovered', at: this.clock.now(), threadId: id, state: value })
     return context.usage.spend

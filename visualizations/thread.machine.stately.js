@@ -49,6 +49,9 @@ export const machine = createMachine({
         "HAND_OFF": {
           "target": "continued",
           "actions": "recordHandOff"
+        },
+        "RECOVERED": {
+          "actions": "markRecovered"
         }
       },
       "states": {

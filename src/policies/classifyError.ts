@@ -104,6 +104,9 @@ export function parseRetryAfter(headers: unknown, now: number): number | undefin
   const value = headerOf(headers, 'retry-after')
   if (value === undefined) return undefined
   if (/^\d+(\.\d+)?$/.test(value.trim())) return Math.round(Number(value) * 1000)
+  // Only a date with a time of day: Date.parse also takes "-5" or "5, 5" (a repeated header) as a
+  // date in 2001, which would make an invalid header mean "retry at once".
+  if (!/\d{1,2}:\d{2}/.test(value)) return undefined
   const date = Date.parse(value)
   return Number.isNaN(date) ? undefined : Math.max(0, date - now)
 }
@@ -268,7 +271,8 @@ export function retryDelayMs(classified: Classified, attempt: number, policy: Re
     default: {
       const exp = Math.min(policy.capMs, policy.baseMs * 2 ** Math.max(0, attempt - 1))
       const jittered = exp * (1 + policy.jitter * (2 * random() - 1))
-      return Math.round(Math.min(policy.capMs, jittered))
+      // A 503 (or any transient failure) that says when to come back is not retried before then.
+      return Math.max(Math.round(Math.min(policy.capMs, jittered)), classified.retryAfterMs ?? 0)
     }
   }
 }
