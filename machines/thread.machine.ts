@@ -754,6 +754,10 @@ export function outcomeOf(status: TerminalStatus | 'suspended', context: ThreadC
     outcome.error = { code: 'cancelled', message: context.cancelReason }
   }
   if (context.suspendReason !== null && status === 'suspended') outcome.suspendReason = context.suspendReason
+  // Suspended because a model error outlasted its retries: the host is told which error.
+  if (status === 'suspended' && (context.suspendReason === 'error' || context.suspendReason === 'context_length') && context.lastFailure) {
+    outcome.error = { code: context.lastFailure.code ?? `model_${context.lastFailure.category}`, message: context.lastFailure.message }
+  }
   if (context.nextThreadId !== null) outcome.nextThreadId = context.nextThreadId
   return outcome
 }

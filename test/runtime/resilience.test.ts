@@ -86,7 +86,12 @@ describe('API quota exhausted → one wait of 60 s, then suspend', () => {
     expect(waiting.retry).toMatchObject({ failure: { category: 'quota' } })
     expect(waiting.retry!.dueAt - rt.clock.now()).toBe(60_000)
     await rt.advance(60_000)
-    expect(await thread.done).toMatchObject({ status: 'suspended', suspendReason: 'error' })
+    // The host is told which error it stopped on, not only that it was one.
+    expect(await thread.done).toMatchObject({
+      status: 'suspended',
+      suspendReason: 'error',
+      error: { code: 'insufficient_quota', message: expect.stringContaining('quota') },
+    })
     expect(transcriptEntries(rt, thread.id, 'error_classified').map((e) => e.category)).toEqual(['quota', 'quota'])
     expect(rt.list({ status: 'suspended' }).map((r) => r.id)).toEqual([thread.id])
   })
