@@ -3,14 +3,19 @@
  * leaves either the old file or the new one, never a mix. For one-off files (config, cancel
  * requests, side files); state.json has its own batched version in fileCheckpointStore.ts.
  */
+import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
 
 let counter = 0
 
-/** Unique per process and call, so two writers of the same file never share a temp file. */
+/**
+ * Unique per process and call, so two writers of the same file never share a temp file; with a
+ * random part, so nobody who can write the directory can plant a symlink at the name beforehand
+ * (and the temp file is created exclusively — 'wx' — which never follows one anyway).
+ */
 function tempName(file: string): string {
-  return `${file}.tmp-${process.pid}-${++counter}`
+  return `${file}.tmp-${process.pid}-${++counter}-${randomBytes(4).toString('hex')}`
 }
 
 /** Makes the entries of `dir` (a rename or a new file into it) survive power loss. */
@@ -43,7 +48,7 @@ export function fsyncDir(dir: string): Promise<void> {
 export function writeFileAtomicSync(file: string, data: string | Buffer, options: { fsync: boolean }): void {
   const temp = tempName(file)
   try {
-    const fd = fs.openSync(temp, 'w')
+    const fd = fs.openSync(temp, 'wx')
     try {
       fs.writeFileSync(fd, data)
       if (options.fsync) fs.fsyncSync(fd)
@@ -65,7 +70,7 @@ export function writeFileAtomicSync(file: string, data: string | Buffer, options
 export async function writeFileAtomic(file: string, data: string | Buffer, options: { fsync: boolean }): Promise<void> {
   const temp = tempName(file)
   try {
-    const handle = await fs.promises.open(temp, 'w')
+    const handle = await fs.promises.open(temp, 'wx')
     try {
       await handle.writeFile(data)
       if (options.fsync) await handle.sync()

@@ -21,6 +21,7 @@ import type { RequestWritten, TreeNode } from './operatorActions.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator.js'
 import { isActive } from './threadStatus.js'
 import { writeVisualizations } from './visualize.js'
+import { CLI_COLOURS, terminalSafe } from './terminalText.js'
 
 /** Exit statuses, documented in `spindle --help` and the README. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
@@ -52,8 +53,10 @@ const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'c
 const tty = process.stdout.isTTY === true
 const COLOURS: Record<string, string> = { completed: '32', running: '36', created: '36', suspended: '33', error: '31', cancelled: '90', continued: '35' }
 const colour = (status: string): string => (tty && COLOURS[status] ? `\x1b[${COLOURS[status]}m${status}\x1b[0m` : status)
+// Everything printed goes through terminalSafe: a thread's result or a directive's name must not
+// drive the operator's terminal. Only the CLI's own colour codes pass.
 const out = (text: string): void => {
-  process.stdout.write(`${text}\n`)
+  process.stdout.write(`${terminalSafe(text, CLI_COLOURS)}\n`)
 }
 const json = (value: unknown): void => out(JSON.stringify(value, null, tty ? 2 : undefined))
 
@@ -471,17 +474,17 @@ cli.parseAsync(process.argv).then(
       return exitWhenFlushed(error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? 0 : 2)
     }
     if (isSpindleError(error)) {
-      process.stderr.write(`spindle: ${error.message} [${error.code}]\n`)
+      process.stderr.write(`spindle: ${terminalSafe(error.message)} [${error.code}]\n`)
       return exitWhenFlushed(EXIT[error.code] ?? 1)
     }
     const errno = error as NodeJS.ErrnoException
     if (error instanceof Error && typeof errno.code === 'string' && typeof errno.syscall === 'string') {
       // A file system refusal (a directory where a file belongs, no permission …): its message
       // names the call and the path, which is what to fix; a stack trace would only hide it.
-      process.stderr.write(`spindle: ${error.message}\n`)
+      process.stderr.write(`spindle: ${terminalSafe(error.message)}\n`)
       return exitWhenFlushed(1)
     }
-    process.stderr.write(`spindle: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`)
+    process.stderr.write(`spindle: ${terminalSafe(error instanceof Error ? (error.stack ?? error.message) : String(error))}\n`)
     exitWhenFlushed(1)
   },
 )

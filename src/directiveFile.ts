@@ -48,7 +48,8 @@ export function loadDirectiveFile(file: string): DirectiveFile {
   const body = match[2]!.trim()
   if (body === '') throw invalid(file, 'has no prompt: write it after the front matter')
   for (const [, name] of body.matchAll(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g)) {
-    if (!parsed.data.input?.[name!]) throw invalid(file, `the prompt uses {{${name}}}, which is not declared under input`, `input.${name}`)
+    // Own keys only: `{{constructor}}` or `{{toString}}` are not declared by Object.prototype.
+    if (!Object.hasOwn(parsed.data.input ?? {}, name!)) throw invalid(file, `the prompt uses {{${name}}}, which is not declared under input`, `input.${name}`)
   }
   return { file, frontMatter: parsed.data, body }
 }
@@ -95,23 +96,23 @@ export function findDirective(nameOrFile: string, dataDir: string): DirectiveFil
 export function renderDirective(directive: DirectiveFile, inputs: Record<string, string>): DirectiveSpec {
   const declared = directive.frontMatter.input ?? {}
   for (const key of Object.keys(inputs)) {
-    if (!declared[key]) {
+    if (!Object.hasOwn(declared, key)) {
       throw invalid(directive.file, `unknown input "${key}"; it declares ${Object.keys(declared).join(', ') || 'none'}`, `input.${key}`)
     }
   }
-  const values: Record<string, string> = {}
+  const values = new Map<string, string>()
   for (const [key, spec] of Object.entries(declared)) {
     const given = inputs[key] ?? (spec.default !== undefined ? String(spec.default) : undefined)
     if (given === undefined) {
       if (spec.required) throw invalid(directive.file, `input "${key}" is required${spec.description ? ` (${spec.description})` : ''}: pass --input ${key}=…`, `input.${key}`)
-      values[key] = ''
+      values.set(key, '')
       continue
     }
     if (spec.type === 'number' && !Number.isFinite(Number(given))) throw invalid(directive.file, `input "${key}" must be a number (got ${JSON.stringify(given)})`, `input.${key}`)
     if (spec.type === 'boolean' && given !== 'true' && given !== 'false') throw invalid(directive.file, `input "${key}" must be true or false (got ${JSON.stringify(given)})`, `input.${key}`)
-    values[key] = given
+    values.set(key, given)
   }
-  const prompt = directive.body.replace(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g, (_, name: string) => values[name] ?? '')
+  const prompt = directive.body.replace(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g, (_, name: string) => values.get(name) ?? '')
   const fm = directive.frontMatter
   return {
     name: fm.name,

@@ -81,12 +81,17 @@ function overview(dir: string) {
 
 async function body(request: http.IncomingMessage): Promise<unknown> {
   let text = ''
+  // Decoded as a stream: a character split across two chunks stays one character.
+  request.setEncoding('utf8')
   for await (const chunk of request) {
     text += chunk
     if (text.length > 65536) throw new Error('request body too large')
   }
   return text === '' ? {} : JSON.parse(text)
 }
+
+/** The Host header a browser sends for the inspector's own URL (127.0.0.1 or localhost, any port). */
+const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
 
 export async function startInspector(options: { dir: string; port?: number }): Promise<Inspector> {
   const token = randomBytes(16).toString('hex')
@@ -95,15 +100,30 @@ export async function startInspector(options: { dir: string; port?: number }): P
     const given = Buffer.from(url.searchParams.get('token') ?? String(request.headers['x-spindle-token'] ?? ''))
     return given.length === expected.length && timingSafeEqual(given, expected)
   }
+  let port = 0
   // Laid out once per inspector, on first use: the machine does not change while it runs.
   let chart: Promise<string> | undefined
   const server = http.createServer(async (request, response) => {
-    const url = new URL(request.url ?? '/', 'http://127.0.0.1')
     const send = (status: number, value: unknown, type = 'application/json'): void => {
       response.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' })
       response.end(type === 'application/json' ? JSON.stringify(value) : String(value))
     }
+    // A request line the URL parser refuses (`GET http://[ HTTP/1.1`) is the client's error: thrown
+    // here, outside the try below, it ended the whole process as an unhandled rejection.
+    let url: URL
+    try {
+      url = new URL(request.url ?? '/', 'http://127.0.0.1')
+    } catch {
+      return send(400, { error: 'BAD_REQUEST', message: 'The request target is not a valid URL.' })
+    }
+    // DNS rebinding: a page whose name now resolves to 127.0.0.1 still sends its own name as Host.
+    if (!LOCAL_HOST.test(request.headers.host ?? '')) return send(403, { error: 'FORBIDDEN', message: 'The inspector answers requests for 127.0.0.1 or localhost only.' })
     if (!authorised(request, url)) return send(403, { error: 'FORBIDDEN', message: 'Open the URL spindle inspect printed: it carries the session token.' })
+    // Decisions come from the inspector's own page (or a script that sends no Origin), never from another site's.
+    const origin = request.headers.origin
+    if (request.method !== 'GET' && origin !== undefined && origin !== `http://127.0.0.1:${port}` && origin !== `http://localhost:${port}`) {
+      return send(403, { error: 'FORBIDDEN', message: `Requests from ${origin} may not change anything here.` })
+    }
     try {
       if (request.method === 'GET' && url.pathname === '/') return send(200, PAGE.replace('__TOKEN__', token), 'text/html; charset=utf-8')
       if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(options.dir))
@@ -134,7 +154,7 @@ export async function startInspector(options: { dir: string; port?: number }): P
     server.once('error', reject)
     server.listen(options.port ?? 0, '127.0.0.1', () => resolve())
   })
-  const { port } = server.address() as AddressInfo
+  port = (server.address() as AddressInfo).port
   return {
     url: `http://127.0.0.1:${port}/?token=${token}`,
     token,

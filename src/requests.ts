@@ -125,11 +125,44 @@ export function setAside(from: string, to: string): string | null {
 
 export type ReadResult<T> = { ok: true; value: T } | { ok: false; problem: string }
 
+/** A request file is a few hundred bytes of JSON; an approval's message is at most 10,000 characters. */
+const MAX_REQUEST_BYTES = 1 << 20
+
+/**
+ * The text of a request file that anyone able to write the thread's directory may have put there:
+ * only a regular file, never through a symlink (which could point the reading process at a file
+ * outside the data directory) and never a FIFO or device (a blocking read would stop the process
+ * that reads it — a runtime's whole poll — for good). Throws with the reason otherwise.
+ */
+export function readRequestText(file: string): string {
+  let fd: number
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | (fs.constants.O_NOFOLLOW ?? 0))
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw new Error(`${file} is a symbolic link, not a file`)
+    throw error
+  }
+  try {
+    const stat = fs.fstatSync(fd)
+    if (!stat.isFile()) throw new Error(`${file} is not a regular file`)
+    if (stat.size > MAX_REQUEST_BYTES) throw new Error(`${file} is ${stat.size} bytes, more than a request file's ${MAX_REQUEST_BYTES}`)
+    return fs.readFileSync(fd, 'utf8')
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
 /** Reads and validates a request file; a problem names the field that is wrong. */
 export function readRequestFile<T>(file: string, schema: z.ZodType<T>): ReadResult<T> {
+  let text: string
+  try {
+    text = readRequestText(file)
+  } catch (error) {
+    return { ok: false, problem: `${file} cannot be read (${(error as Error).message})` }
+  }
   let raw: unknown
   try {
-    raw = JSON.parse(fs.readFileSync(file, 'utf8'))
+    raw = JSON.parse(text)
   } catch (error) {
     return { ok: false, problem: `${file} is not valid JSON (${(error as Error).message})` }
   }
@@ -239,9 +272,13 @@ export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
   for (const name of fs.readdirSync(approvals).sort()) {
     if (!name.endsWith('.request.json')) continue
     const requestId = name.slice(0, -'.request.json'.length)
-    if (fs.existsSync(approvalFiles(paths, id, requestId).decision)) continue
     try {
-      out.push(JSON.parse(fs.readFileSync(path.join(approvals, name), 'utf8')) as ApprovalRequest)
+      // A name that is no request id (`x y.request.json`) throws here: skipped like an unreadable file.
+      if (fs.existsSync(approvalFiles(paths, id, requestId).decision)) continue
+      const request = JSON.parse(readRequestText(path.join(approvals, name))) as ApprovalRequest
+      // The file's name is the request's id: a file saying otherwise, or without the fields this
+      // reads, is not one the runtime wrote, and must not break the listing of the real ones.
+      if (request?.id === requestId && typeof request.createdAt === 'string') out.push(request)
     } catch {}
   }
   return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt))
@@ -281,6 +318,14 @@ export function respondToApproval(
   if (!request) {
     throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} has no pending approval request in ${dataPaths(dir).root}.`, {
       details: { threadId: id },
+    })
+  }
+  // Checked as the runtime will check it: an answer it would set aside must not be reported as given.
+  const checked = ApprovalResponseSchema.safeParse(response)
+  if (!checked.success) {
+    const issue = checked.error.issues[0]!
+    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${request.id}: ${issue.path.join('.') || '(top level)'} ${issue.message.toLowerCase()}.`, {
+      details: { threadId: id, field: issue.path.join('.') },
     })
   }
   const paths = dataPaths(dir)

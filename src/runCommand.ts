@@ -9,6 +9,7 @@ import { SpindleError } from './errors.js'
 import { createRuntime } from './runtime.js'
 import type { RuntimeOptions } from './runtime.js'
 import { showRecovery } from './progress.js'
+import { terminalSafe } from './terminalText.js'
 
 /** The built-in model of `run`: it answers once, saying what it was asked. */
 const runModel = scriptedModel((request) => {
@@ -34,7 +35,8 @@ export async function runDirective(options: {
       { details: { file: file.file, field: 'model' } },
     )
   }
-  const inputs: Record<string, string> = {}
+  // No prototype: `--input __proto__=x` is an input name like any other (and refused as undeclared).
+  const inputs: Record<string, string> = Object.create(null) as Record<string, string>
   for (const pair of options.inputs) {
     const at = pair.indexOf('=')
     if (at <= 0) throw new SpindleError('INVALID_OPTIONS', `--input must be name=value (got ${JSON.stringify(pair)}).`, { details: { field: 'input' } })
@@ -49,7 +51,8 @@ export async function runDirective(options: {
     ...(options.inspect ? { inspect: options.inspect } : {}),
   })
   const say = (text: string): void => {
-    if (!options.json) options.out.write(`${text}\n`)
+    // The thread's result is a model's text: it must not drive the terminal (see terminalSafe).
+    if (!options.json) options.out.write(`${terminalSafe(text)}\n`)
   }
   try {
     const thread = await rt.spawn({ directive })
@@ -61,7 +64,7 @@ export async function runDirective(options: {
       last = line
     })
     const outcome = await thread.done
-    if (options.json) options.out.write(`${JSON.stringify({ threadId: thread.id, directive: file.file, ...outcome })}\n`)
+    if (options.json) options.out.write(`${terminalSafe(JSON.stringify({ threadId: thread.id, directive: file.file, ...outcome }))}\n`)
     else say(outcome.status === 'completed' ? `\n${outcome.result ?? ''}` : `\n${thread.id} ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ''}`)
     return outcome.status === 'completed' ? 0 : outcome.status === 'suspended' ? 8 : 7
   } finally {
