@@ -22,6 +22,24 @@ import { stagedEnvelope } from './types.js'
 
 const TEMP = `${STATE_FILE}.tmp`
 
+class NotRegularFile extends Error {}
+
+/**
+ * A state.json's text. Opened non-blocking and checked to be a regular file: a FIFO in its place
+ * would block the read, and with it the whole runtime.
+ */
+function readRegular(file: string): string {
+  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK)
+  try {
+    const stat = fs.fstatSync(fd)
+    if (stat.isDirectory()) throw Object.assign(new Error(`EISDIR: illegal operation on a directory, read '${file}'`), { code: 'EISDIR' })
+    if (!stat.isFile()) throw new NotRegularFile(file)
+    return fs.readFileSync(fd, 'utf8')
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
 /** One thread of a batch that was not made durable, and the file or directory that failed. */
 interface WriteFailure {
   threadId: string
@@ -205,7 +223,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         text = read.bytes.toString('utf8')
       } else {
         try {
-          text = fs.readFileSync(file, 'utf8')
+          text = readRegular(file)
         } catch (error) {
           if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
           if ((error as NodeJS.ErrnoException).code === 'EISDIR') {
@@ -214,6 +232,13 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
               'DATA_DIR_INVALID',
               `${file} is a directory, not a file: spindle can neither read nor replace the thread's state.json. Move it aside (nothing was changed) and run \`spindle rebuild ${threadId} --apply\`; the transcript holds the thread's history.`,
               { cause: error, details: { path: file, threadId } },
+            )
+          }
+          if (error instanceof NotRegularFile) {
+            throw new SpindleError(
+              'STATE_CORRUPT',
+              `${file} is a FIFO, socket or device, not a file: spindle does not read it. The thread's transcript still holds its history: a runtime opening this directory rebuilds state.json from it.`,
+              { details: { path: file, threadId } },
             )
           }
           throw error

@@ -62,8 +62,28 @@ function corrupt(file: string, threadId: string, message: string, details: Recor
 }
 
 /** A transcript path that holds a directory (or another non-file): nothing can be read or appended. */
-function notAFile(file: string): SpindleError {
-  return corrupt(file, path.basename(path.dirname(file)), 'is a directory, not a file: move it aside (nothing was changed). The thread cannot go on without its transcript.')
+function notAFile(file: string, what = 'a directory'): SpindleError {
+  return corrupt(file, path.basename(path.dirname(file)), `is ${what}, not a file: move it aside (nothing was changed). The thread cannot go on without its transcript.`)
+}
+
+/**
+ * Opens an existing transcript, which must be a regular file. Non-blocking: a FIFO put in its place
+ * would otherwise block the open or the first read, and with it the whole runtime.
+ */
+function openRegular(file: string, flags: number): number {
+  let fd: number
+  try {
+    fd = fs.openSync(file, flags | fs.constants.O_NONBLOCK)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EISDIR') throw notAFile(file)
+    throw error
+  }
+  const stat = fs.fstatSync(fd)
+  if (!stat.isFile()) {
+    fs.closeSync(fd)
+    throw notAFile(file, stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device')
+  }
+  return fd
 }
 
 function notOpen(threadId: string): SpindleError {
@@ -138,10 +158,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
 
   function openOrNull(file: string): number | null {
     try {
-      return fs.openSync(file, OPEN_EXISTING)
+      return openRegular(file, OPEN_EXISTING)
     } catch (error) {
       if (isNoEntry(error)) return null
-      if ((error as NodeJS.ErrnoException).code === 'EISDIR') throw notAFile(file)
       throw error
     }
   }
@@ -459,7 +478,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         const file = fileOf(threadId)
         let fd: number
         try {
-          fd = fs.openSync(file, OPEN_EXISTING)
+          fd = openRegular(file, OPEN_EXISTING)
         } catch {
           return false
         }
@@ -478,7 +497,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       const file = fileOf(threadId)
       let fd: number
       try {
-        fd = fs.openSync(file, 'r')
+        fd = openRegular(file, fs.constants.O_RDONLY)
       } catch (error) {
         if (isNoEntry(error)) {
           throw corrupt(file, threadId, `does not exist. Check the thread id, or whether the thread's directory was removed.`)
@@ -487,7 +506,6 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       try {
         const stat = fs.fstatSync(fd)
-        if (!stat.isFile()) throw notAFile(file)
         const parsed = parseTranscriptBytes(readRange(fd, 0, stat.size), EMPTY_POSITION, file)
         return { entries: parsed.entries, torn: parsed.torn ? { bytes: parsed.torn.bytes } : null }
       } finally {

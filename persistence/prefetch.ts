@@ -81,7 +81,8 @@ port.once('message', (message) => {
   if (message.ids) run(message.ids)
   port.close()
 })
-const OPEN = fs.constants.O_RDWR | fs.constants.O_APPEND
+const OPEN = fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_NONBLOCK
+const READ = fs.constants.O_RDONLY | fs.constants.O_NONBLOCK
 function readAt(fd, buffer, offset, length, position) {
   let done = 0
   while (done < length) {
@@ -108,8 +109,11 @@ try {
       const base = dir + '/' + id + '/'
       let fd = -1
       try {
-        fd = fs.openSync(base + stateFile, 'r')
-        const size = fs.fstatSync(fd).size
+        fd = fs.openSync(base + stateFile, READ)
+        const stat = fs.fstatSync(fd)
+        // Anything but a regular file (a FIFO would block the read) is left to the store to refuse.
+        if (!stat.isFile()) throw new Error('not a regular file')
+        const size = stat.size
         const bytes = Buffer.allocUnsafe(size)
         const n = readAt(fd, bytes, 0, size, 0)
         parts.push(bytes.subarray(0, n))
@@ -123,7 +127,9 @@ try {
       let tfd = -1
       try {
         tfd = fs.openSync(base + transcriptFile, OPEN)
-        const size = fs.fstatSync(tfd).size
+        const tstat = fs.fstatSync(tfd)
+        if (!tstat.isFile()) throw new Error('not a regular file')
+        const size = tstat.size
         const start = Math.max(0, size - tailBytes)
         const chunk = Buffer.allocUnsafe(size - start)
         const n = readAt(tfd, chunk, 0, size - start, start)

@@ -203,6 +203,37 @@ describe('request files planted in a thread directory', () => {
   })
 })
 
+describe("a thread's own files replaced by a FIFO", () => {
+  // 3 threads: each store reads its files itself; 300: the recovery's read-ahead worker reads them first.
+  for (const count of [3, 300]) {
+    it(`should fail or rebuild that thread instead of blocking recovery forever (${count} threads left by a kill)`, () => {
+      const dir = tempDir('spindle-hostile-fifo-files')
+      spawnSync(process.execPath, [compiled('test/bench/workload.js'), 'leave', dir, String(count)], { encoding: 'utf8', timeout: 60_000 })
+      const ids = fs.readdirSync(path.join(dir, 'threads')).sort()
+      expect(ids).toHaveLength(count)
+      const [stateFifo, transcriptFifo] = ids as [string, string]
+      for (const [id, file] of [[stateFifo, 'state.json'], [transcriptFifo, 'transcript.jsonl']] as const) {
+        fs.renameSync(path.join(dir, 'threads', id, file), path.join(dir, 'threads', id, `${file}.moved`))
+        expect(spawnSync('mkfifo', [path.join(dir, 'threads', id, file)]).status).toBe(0)
+      }
+      // Before the fix, opening (or reading) the FIFO blocked the recovering process for good.
+      const run = host(dir, 'run', 30_000)
+      expect(run.error, 'the host process hung on a FIFO').toBeUndefined()
+      expect(run.status, run.stderr).toBe(0)
+      const rows = new Map((JSON.parse(run.stdout) as Array<{ id: string; status: string; error: { message: string } | null }>).map((r) => [r.id, r]))
+      // The state.json FIFO is damaged state: rebuilt from the transcript, and the thread carries on.
+      expect(rows.get(stateFifo)).toMatchObject({ status: 'completed' })
+      expect(fs.statSync(path.join(dir, 'threads', stateFifo, 'state.json')).isFile()).toBe(true)
+      // Without its transcript the thread cannot go on: it fails, naming the file; nothing else does.
+      expect(rows.get(transcriptFifo)).toMatchObject({
+        status: 'error',
+        error: { message: expect.stringMatching(/transcript\.jsonl is a FIFO, socket or device, not a file/) },
+      })
+      expect([...rows.values()].filter((r) => r.status !== 'completed').map((r) => r.id)).toEqual([transcriptFifo])
+    })
+  }
+})
+
 describe('thread text printed to a terminal', () => {
   it('should print control characters from a result or a directive name escaped, in show, tree and logs', async () => {
     const dir = tempDir('spindle-hostile-ansi')
