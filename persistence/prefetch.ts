@@ -74,7 +74,8 @@ const FIELDS = 5
 const WORKER = `
 const fs = require('node:fs')
 const { workerData } = require('node:worker_threads')
-const { dir, stateFile, transcriptFile, shared, port, batch, ahead, tailBytes, fields } = workerData
+const { dir, stateFile, transcriptFile, shared, port, batch, ahead, tailBytes, fields, hold } = workerData
+const held = hold ? new Int32Array(hold) : null
 const counters = new Int32Array(shared)
 // Booted early; the ids come once the caller holds their leases (or never: then it is told to go).
 port.once('message', (message) => {
@@ -105,6 +106,8 @@ try {
     const parts = []
     let total = 0
     slice.forEach((id, i) => {
+      // Tests only: a read that does not come back, as on a hung network filesystem.
+      while (held && Atomics.load(held, 0) === 0) Atomics.wait(held, 0, 0, 100)
       const m = i * fields
       const base = dir + '/' + id + '/'
       let fd = -1
@@ -179,14 +182,17 @@ export interface ThreadFileReader {
   cancel(): void
 }
 
-/** Boots the worker that reads thread files under `threadsDir`; `read` starts it on a list of ids. */
-export function bootThreadFileReader(threadsDir: string): ThreadFileReader {
+/**
+ * Boots the worker that reads thread files under `threadsDir`; `read` starts it on a list of ids.
+ * `hold` (tests): the worker blocks before each thread's reads while its first element is 0.
+ */
+export function bootThreadFileReader(threadsDir: string, options: { hold?: SharedArrayBuffer } = {}): ThreadFileReader {
   const shared = new SharedArrayBuffer(4 * Int32Array.BYTES_PER_ELEMENT)
   const counters = new Int32Array(shared)
   const { port1, port2 } = new MessageChannel()
   const worker = new Worker(WORKER, {
     eval: true,
-    workerData: { dir: threadsDir, stateFile: STATE_FILE, transcriptFile: TRANSCRIPT_FILE, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS },
+    workerData: { dir: threadsDir, stateFile: STATE_FILE, transcriptFile: TRANSCRIPT_FILE, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS, hold: options.hold },
     transferList: [port2 as MessagePort],
     // By default a worker closes the descriptors it opened when it exits: these are handed over
     // and must outlive it.
@@ -215,8 +221,8 @@ export function bootThreadFileReader(threadsDir: string): ThreadFileReader {
 }
 
 /** Starts reading the files of `ids` under `threadsDir` (see `bootThreadFileReader`). */
-export function prefetchThreadFiles(threadsDir: string, ids: readonly string[]): ThreadPrefetch {
-  return bootThreadFileReader(threadsDir).read(ids)
+export function prefetchThreadFiles(threadsDir: string, ids: readonly string[], options: { hold?: SharedArrayBuffer } = {}): ThreadPrefetch {
+  return bootThreadFileReader(threadsDir, options).read(ids)
 }
 
 function reading(

@@ -81,6 +81,14 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     'UPDATE accounts SET own_spend = own_spend + ?, own_tokens = own_tokens + ?, updated_at = ? WHERE thread_id = ?',
   )
   const setReleased = db.prepare<[number, string]>('UPDATE accounts SET released = 1, updated_at = ? WHERE thread_id = ?')
+  const untouched = db.prepare<[], { thread_id: string }>(
+    `SELECT thread_id FROM accounts a WHERE released = 0 AND spent_spend = 0 AND spent_tokens = 0
+       AND NOT EXISTS (SELECT 1 FROM accounts c WHERE c.parent_id = a.thread_id)`,
+  )
+  const dropUnborn = db.prepare<[string, string]>(
+    `DELETE FROM accounts WHERE thread_id = ? AND released = 0 AND own_spend = 0 AND own_tokens = 0
+       AND spent_spend = 0 AND spent_tokens = 0 AND NOT EXISTS (SELECT 1 FROM accounts c WHERE c.parent_id = ?)`,
+  )
   const setLimit = db.prepare<[number | null, number | null, number, string]>(
     'UPDATE accounts SET limit_spend = ?, limit_tokens = ?, updated_at = ? WHERE thread_id = ?',
   )
@@ -257,6 +265,9 @@ export function openSqliteLedger(options: { path: string; durability: Durability
         }
         return problems
       }),
+    untouched: () => guard('list untouched accounts', () => untouched.all().map((r) => r.thread_id)),
+    dropUnborn: (threadId) =>
+      guard(`drop the account of ${threadId}, which was never spawned`, () => db.transaction(() => dropUnborn.run(threadId, threadId).changes > 0).immediate()),
     close: () => db.close(),
   }
 }

@@ -261,6 +261,14 @@ export interface Ledger {
   children(threadId: string): LedgerAccount[]
   /** Recomputes every balance from the raw rows and lists what does not add up. */
   check(): LedgerProblem[]
+  /** Accounts that are not released, have nothing spent (by them or below them) and no children. */
+  untouched(): string[]
+  /**
+   * Deletes the account of a thread that never came to exist — a spawn killed between its
+   * reservation and its registry row — so its reservation returns to its parent. Only an account
+   * that is not released, has nothing spent and no children is deleted; returns whether it was.
+   */
+  dropUnborn(threadId: string): boolean
   close(): void
 }
 

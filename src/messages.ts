@@ -39,6 +39,8 @@ export function messagesFromTranscript(entries: readonly TranscriptEntry[]): Mes
   for (const entry of entries) {
     if (entry.type === SPAWN_ENTRY) {
       const data = entry.data as { input: { directive: { prompt: string } }; messages?: Message[] }
+      // A later spawn entry is the same id spawned again after a spawn that never returned: it starts over.
+      messages.length = 0
       // A continuation starts from messages rebuilt from its predecessor, recorded at spawn.
       if (data.messages) messages.push(...data.messages)
       else messages.push({ role: 'user', content: data.input.directive.prompt })

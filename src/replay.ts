@@ -53,6 +53,7 @@ export interface ReplayResult {
 export function replayTranscript(entries: readonly TranscriptEntry[], options: ReplayOptions = {}): ReplayResult {
   const machine = options.machine ?? threadMachine
   let actor
+  let from = 0
   if (options.from !== undefined) {
     // createActor mutates the snapshot it is given: restore from a private copy.
     actor = createActor(machine, { snapshot: structuredClone(options.from) as never })
@@ -66,14 +67,17 @@ export function replayTranscript(entries: readonly TranscriptEntry[], options: R
         { details: { seq: first?.seq ?? 0 } },
       )
     }
-    const input = upgradeInputV1toV2((first.data as { input: Record<string, unknown> }).input) as unknown as ThreadInput
+    // A spawn killed before it returned leaves its first entry, and spawning the same id again
+    // (spawn_thread re-run) appends another: the thread is the last spawn's.
+    from = entries.findLastIndex((e) => e.type === SPAWN_ENTRY)
+    const input = upgradeInputV1toV2((entries[from]!.data as { input: Record<string, unknown> }).input) as unknown as ThreadInput
     actor = createActor(machine, { input })
   }
   actor.start()
   let appliedSeq = 0
   let applied = 0
   try {
-    for (const entry of entries) {
+    for (const entry of from === 0 ? entries : entries.slice(from)) {
       if (!isMachineEventEntry(entry)) continue
       const event = eventOfEntry(entry)
       const before = actor.getSnapshot()

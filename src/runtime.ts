@@ -427,7 +427,11 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     recovery.close()
     throw error
   }
-  if (options.recover !== false) await runtime.recover()
+  if (options.recover !== false) {
+    // Before any recovered thread can re-run the spawn_thread call that made one of them.
+    runtime.dropUnbornAccounts()
+    await runtime.recover()
+  }
   await runtime.checkRequests({ sweep: true })
   runtime.startPolling()
   runtime.startHeartbeat()
@@ -899,6 +903,26 @@ class RuntimeImpl implements Runtime {
     return { ...limits, spend: account.limit.spend, tokens: account.limit.tokens }
   }
 
+  /**
+   * @internal Returns to their parents the budgets of spawns that never returned: a process killed
+   * between a child's reservation (write-ahead) and its registry row left an account no thread
+   * will ever release. An account still being spawned by a live process (its lease is live) is
+   * left alone.
+   */
+  dropUnbornAccounts(): void {
+    try {
+      const now = Date.now()
+      for (const id of this.ledger.untouched()) {
+        if (this.live.has(id) || this.registry.get(id)) continue
+        const lease = this.leases.get(id)
+        if (lease && !this.leaseIsStale(lease, now)) continue
+        if (this.ledger.dropUnborn(id)) this.accountKnown.delete(id)
+      }
+    } catch (error) {
+      this.report(error)
+    }
+  }
+
   /** Raises the ledger account with new spend or token limits; `onRefusal` runs before a refusal is thrown. */
   private raiseBudget(id: string, limits: Partial<Limits>, onRefusal?: () => void): void {
     const raise: Partial<BudgetAmounts> = {}
@@ -1206,6 +1230,8 @@ class RuntimeImpl implements Runtime {
     // Settled and failed threads changed stored status: make that durable before reporting it.
     // Resumed threads need no wait here; their first effect waits for their transcript anyway.
     if (report.settled.length + report.failed.length + report.rebuilt.length > 0) await this.commit.whenDurable()
+    // A wait that looked these up while recovery ran read their old rows: it need not poll for them.
+    for (const id of [...report.settled, ...report.failed.map((f) => f.threadId)]) this.wakeWatchers(id)
     this.lastRecovery = report
     return report
   }
@@ -1498,9 +1524,15 @@ class RuntimeImpl implements Runtime {
     if (listeners) queueMicrotask(() => { for (const listener of [...listeners]) listener() })
   }
 
-  /** Children (and their descendants) of `id` that are not settled yet. */
+  /**
+   * Children (and their descendants) of `id` that are not settled yet — with those of the threads
+   * `id` continues: a continuation is the same task, and its predecessors' children are its own.
+   */
   private openChildren(id: string): ThreadRecord[] {
-    return this.registry.listChildren(id).filter((child) => isActive(child.status) || child.status === 'suspended')
+    const chain = this.registry.chain(id)
+    const upTo = chain.findIndex((r) => r.id === id)
+    const ids = upTo < 0 ? [id] : chain.slice(0, upTo + 1).map((r) => r.id)
+    return ids.flatMap((t) => this.registry.listChildren(t)).filter((child) => isActive(child.status) || child.status === 'suspended')
   }
 
   /** The `settleChildren` effect of a cancelled thread: cancel every open child, wait for each. */

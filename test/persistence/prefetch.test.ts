@@ -111,6 +111,20 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     expect(openFds()).toBeLessThanOrEqual(before)
   })
 
+  it('should leave a FIFO where a file belongs to the store instead of blocking on it', async () => {
+    const root = tempDir('spindle-prefetch-fifo')
+    thread(root, 'fifo-aaaaaaaaaaaa', { transcript: 'a\n' })
+    thread(root, 'after-aaaaaaaaaaaa', { state: '{}', transcript: 'b\n' })
+    execFileSync('mkfifo', [path.join(root, 'fifo-aaaaaaaaaaaa', 'state.json')])
+    const prefetch = prefetchThreadFiles(root, ['fifo-aaaaaaaaaaaa', 'after-aaaaaaaaaaaa'])
+    const fifo = prefetch.take('fifo-aaaaaaaaaaaa')!
+    expect(fifo.state).toBeUndefined()
+    expect(fifo.transcript).toMatchObject({ size: 2 })
+    if (fifo.transcript && 'fd' in fifo.transcript) fs.closeSync(fifo.transcript.fd)
+    expect(prefetch.take('after-aaaaaaaaaaaa')).toMatchObject({ state: { bytes: Buffer.from('{}') } })
+    await prefetch.close()
+  })
+
   it('should leave a file it could not read cleanly to the store, which reports it as it always does', async () => {
     const root = tempDir('spindle-prefetch-odd')
     thread(root, 'odd-aaaaaaaaaaaa', {})
@@ -126,16 +140,16 @@ describe.skipIf(!fs.existsSync('/proc/self/fd'))('prefetching thread files on a 
     const root = tempDir('spindle-prefetch-stuck')
     thread(root, 'stuck-aaaaaaaaaaaa', { transcript: 'a\n' })
     thread(root, 'after-aaaaaaaaaaaa', { state: '{}', transcript: 'b\n' })
-    // A named pipe where state.json should be: opening it blocks until someone writes to it.
-    const fifo = path.join(root, 'stuck-aaaaaaaaaaaa', 'state.json')
-    execFileSync('mkfifo', [fifo])
+    // The worker's first read does not come back (a hung network filesystem) until `hold` is set.
+    const hold = new Int32Array(new SharedArrayBuffer(4))
     const before = await settledFds()
-    const prefetch = prefetchThreadFiles(root, ['stuck-aaaaaaaaaaaa', 'after-aaaaaaaaaaaa'])
+    const prefetch = prefetchThreadFiles(root, ['stuck-aaaaaaaaaaaa', 'after-aaaaaaaaaaaa'], { hold: hold.buffer as SharedArrayBuffer })
     expect(prefetch.take('stuck-aaaaaaaaaaaa')).toBeUndefined()
     expect(prefetch.take('after-aaaaaaaaaaaa')).toBeUndefined()
     await prefetch.close()
     // Unblocked at last, the worker finishes its batch and exits; its descriptors are closed then.
-    fs.closeSync(fs.openSync(fifo, 'w'))
+    Atomics.store(hold, 0, 1)
+    Atomics.notify(hold, 0)
     for (let waited = 0; openFds() > before && waited < 10_000; waited += 50) await new Promise((r) => setTimeout(r, 50))
     expect(openFds()).toBe(before)
   }, 20_000)
