@@ -33,6 +33,11 @@ export interface PrefetchedThread {
   /** Undefined: read it the usual way. */
   state?: PrefetchedState
   transcript?: PrefetchedTranscript
+  /**
+   * Whether the reader's `watchFile` (a request file) was in the thread's directory once its files
+   * were read; undefined when not looked for. A hint: a file written after that is not in it.
+   */
+  watched?: boolean
 }
 
 export interface ThreadPrefetch {
@@ -63,9 +68,9 @@ const STOP = 2
 const FAILED = 3
 
 // Meta per thread: state length (-1 missing, -2 read it yourself), transcript fd (-1 missing,
-// -2 read it yourself), transcript size, tail start, tail length. State bytes then tail bytes
-// follow each other in `data`.
-const FIELDS = 5
+// -2 read it yourself), transcript size, tail start, tail length, watched file (1 there, 0 not,
+// -1 not looked for). State bytes then tail bytes follow each other in `data`.
+const FIELDS = 6
 
 /*
  * The worker's code, evaluated as CommonJS (a string, so it needs no file of its own next to
@@ -74,7 +79,7 @@ const FIELDS = 5
 const WORKER = `
 const fs = require('node:fs')
 const { workerData } = require('node:worker_threads')
-const { dir, stateFile, transcriptFile, shared, port, batch, ahead, tailBytes, fields, hold } = workerData
+const { dir, stateFile, transcriptFile, watchFile, shared, port, batch, ahead, tailBytes, fields, hold } = workerData
 const held = hold ? new Int32Array(hold) : null
 const counters = new Int32Array(shared)
 // Booted early; the ids come once the caller holds their leases (or never: then it is told to go).
@@ -146,6 +151,7 @@ try {
         if (tfd >= 0) fs.closeSync(tfd)
         meta[m + 1] = error && error.code === 'ENOENT' ? -1 : -2
       }
+      meta[m + 5] = watchFile ? (fs.existsSync(base + watchFile) ? 1 : 0) : -1
     })
     // A fresh buffer of its own (small Buffers share a pool, which must not be transferred).
     const out = new Uint8Array(total)
@@ -184,15 +190,16 @@ export interface ThreadFileReader {
 
 /**
  * Boots the worker that reads thread files under `threadsDir`; `read` starts it on a list of ids.
+ * `watchFile`: a file name whose presence in each thread's directory is reported too (`watched`).
  * `hold` (tests): the worker blocks before each thread's reads while its first element is 0.
  */
-export function bootThreadFileReader(threadsDir: string, options: { hold?: SharedArrayBuffer } = {}): ThreadFileReader {
+export function bootThreadFileReader(threadsDir: string, options: { watchFile?: string; hold?: SharedArrayBuffer } = {}): ThreadFileReader {
   const shared = new SharedArrayBuffer(4 * Int32Array.BYTES_PER_ELEMENT)
   const counters = new Int32Array(shared)
   const { port1, port2 } = new MessageChannel()
   const worker = new Worker(WORKER, {
     eval: true,
-    workerData: { dir: threadsDir, stateFile: STATE_FILE, transcriptFile: TRANSCRIPT_FILE, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS, hold: options.hold },
+    workerData: { dir: threadsDir, stateFile: STATE_FILE, transcriptFile: TRANSCRIPT_FILE, watchFile: options.watchFile, shared, port: port2, batch: BATCH, ahead: AHEAD, tailBytes: TAIL_BYTES, fields: FIELDS, hold: options.hold },
     transferList: [port2 as MessagePort],
     // By default a worker closes the descriptors it opened when it exits: these are handed over
     // and must outlive it.
@@ -221,7 +228,7 @@ export function bootThreadFileReader(threadsDir: string, options: { hold?: Share
 }
 
 /** Starts reading the files of `ids` under `threadsDir` (see `bootThreadFileReader`). */
-export function prefetchThreadFiles(threadsDir: string, ids: readonly string[], options: { hold?: SharedArrayBuffer } = {}): ThreadPrefetch {
+export function prefetchThreadFiles(threadsDir: string, ids: readonly string[], options: { watchFile?: string; hold?: SharedArrayBuffer } = {}): ThreadPrefetch {
   return bootThreadFileReader(threadsDir, options).read(ids)
 }
 
@@ -271,6 +278,8 @@ function reading(
       out.state = { bytes: Buffer.from(from.data.buffer, from.data.byteOffset + from.offset, stateLength) }
       from.offset += stateLength
     }
+    const watched = from.meta[m + 5]!
+    if (watched >= 0) out.watched = watched === 1
     if (fd === -1) out.transcript = { missing: true }
     else if (fd >= 0) {
       const tailLength = from.meta[m + 4]!

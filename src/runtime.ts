@@ -473,6 +473,8 @@ class RuntimeImpl implements Runtime {
   private readonly bell: BellReader
   /** Threads still to look in for request files written by hand, in this round of polls. */
   private scanQueue: string[] = []
+  /** Threads recovery took on whose directory the read-ahead worker saw without a cancel file. */
+  private noCancelAtRecovery = new Set<string>()
   private polling: Promise<RequestsReport> | null = null
   private closed = false
   private readonly orchestrator: Actor<typeof orchestratorMachine>
@@ -1206,7 +1208,9 @@ class RuntimeImpl implements Runtime {
           report.elsewhere.push(record.id)
         } else {
           try {
-            progress.spend += this.rehydrate(record, report, prefetch?.take(record.id))
+            const read = prefetch?.take(record.id)
+            progress.spend += this.rehydrate(record, report, read)
+            if (read?.watched === false) this.noCancelAtRecovery.add(record.id)
           } catch (error) {
             this.markUnrecoverable(record.id, error, report)
           }
@@ -1239,7 +1243,7 @@ class RuntimeImpl implements Runtime {
   /** The recovery's read-ahead worker, or null (then the stores read every file) if none can start. */
   private bootReader(): ThreadFileReader | null {
     try {
-      return bootThreadFileReader(dataPaths(this.dir).threads)
+      return bootThreadFileReader(dataPaths(this.dir).threads, { watchFile: CANCEL_FILE })
     } catch (error) {
       this.report(error)
       return null
@@ -2361,9 +2365,15 @@ class RuntimeImpl implements Runtime {
     const look = everywhere ? null : this.lookIn(rings.ids)
     const liveIds = look ? [...look].filter((id) => this.live.has(id)) : [...this.live.keys()]
     const suspendedIds = look ? [...look].filter((id) => this.suspended.has(id)) : [...this.suspended.keys()]
+    // Threads recovery just took on: the read-ahead worker already looked for their cancel files
+    // (on the other core). A request written through spindle since then rang the bell; one written
+    // by hand is found by the scan in turn, as at any other poll.
+    const lookedAt = this.noCancelAtRecovery
+    this.noCancelAtRecovery = new Set()
     for (const id of liveIds) {
       const thread = this.live.get(id)
       if (!thread || thread.stopped) continue
+      if (lookedAt.has(id) && !rings.ids.has(id)) continue
       if (fs.existsSync(cancelFile(paths, id))) await this.handleCancelFile(paths, id, report)
     }
     for (const id of suspendedIds) {

@@ -4,17 +4,19 @@
  * per poll, and still finds every request file written by hand within ceil(threads / scanPerPoll)
  * polls. Files and SQLite are real; time is simulated.
  */
+import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { z } from 'zod'
 import type { ThreadHandle } from '../../src/index.js'
-import { defineTool, scriptedModel } from '../../src/index.js'
+import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { TestRuntime } from '../../src/testing.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { BELL_FILE, BellReader, ringBell } from '../../src/requestBell.js'
 import { requestCancel, respondToApproval } from '../../src/requests.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 
 const runtime = testRuntimes()
@@ -173,4 +175,44 @@ describe('BellReader', () => {
     fs.writeFileSync(path.join(dir, BELL_FILE), 'second-22\nthird-333\n')
     expect(reader.read()).toEqual({ ids: new Set(['second-22', 'third-333']), missed: true })
   })
+})
+
+describe('the first poll after a recovery of many threads', () => {
+  it('should act on cancel files the read-ahead worker saw, without looking in every directory again, and on later ones as usual', async () => {
+    const dir = tempDir('spindle-first-poll')
+    // 300 threads (enough for the read-ahead worker) left in callingModel by a SIGKILL.
+    try {
+      execFileSync(process.execPath, [compiled('test/bench/workload.js'), 'leave', dir, '300'], { stdio: 'pipe' })
+    } catch {}
+    const ids = fs.readdirSync(path.join(dir, 'threads')).sort()
+    expect(ids).toHaveLength(300)
+    const nonceOf = (id: string): string => {
+      const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'process' })
+      try {
+        return registry.get(id)!.nonce
+      } finally {
+        registry.close()
+      }
+    }
+    const byHand = (id: string): void => fs.writeFileSync(path.join(dir, 'threads', id, 'cancel.requested'), JSON.stringify({ nonce: nonceOf(id), reason: 'by hand' }))
+    byHand(ids[0]!)
+    requestCancel(dir, ids[1]!, { reason: 'through spindle' })
+
+    const looked = vi.spyOn(fs, 'existsSync')
+    const cancelLooks = (): number => looked.mock.calls.filter(([p]) => String(p).endsWith('cancel.requested')).length
+    const rt = await createRuntime({ dir, model: scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }]), userConfig: null })
+    try {
+      expect(rt.lastRecovery.resumed).toHaveLength(300)
+      // The worker looked on the other core: the first poll looked again only where it saw a file.
+      expect(cancelLooks()).toBeLessThan(10)
+      for (const id of ids.slice(0, 2)) expect(await rt.get(id).done).toMatchObject({ status: 'cancelled' })
+      // A file written by hand after the recovery is found at the next poll, as always.
+      byHand(ids[2]!)
+      await rt.checkRequests()
+      expect(await rt.get(ids[2]!).done).toMatchObject({ status: 'cancelled', error: { message: 'by hand' } })
+      expect(rt.list({ status: 'cancelled' }).map((r) => r.id).sort()).toEqual(ids.slice(0, 3))
+    } finally {
+      await rt.close()
+    }
+  }, 30_000)
 })
