@@ -290,7 +290,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       repair: 'Open a runtime on this directory: it writes the lines back (a suspended thread\'s when it is approved or resumed).',
     })
   }
-  findings.push(...ledgerFindings(dir), ...lockFindings(dir), ...configFindings(paths.root))
+  findings.push(...ledgerFindings(dir), ...lockFindings(dir, (id) => registered.has(id)), ...configFindings(paths.root))
   return { threads: records.length, findings }
 }
 
@@ -333,7 +333,7 @@ function ledgerFindings(dir: string): Finding[] {
 }
 
 /** Leases of processes that are gone (leases.db): `spindle locks --apply` reclaims them. */
-function lockFindings(dir: string): Finding[] {
+function lockFindings(dir: string, registered: (threadId: string) => boolean): Finding[] {
   return locks(dir)
     .locks.filter((lock) => lock.state !== 'live')
     .map((lock) => ({
@@ -341,6 +341,9 @@ function lockFindings(dir: string): Finding[] {
       kind: 'lag' as const,
       code: 'STALE_LEASE',
       message: `The lease of ${lock.threadId} is held by ${lock.owner} (pid ${lock.pid}), which is ${lock.state === 'dead_owner' ? 'no longer running' : `silent since its lease expired ${Math.round(-lock.expiresInMs / 1000)} s ago`}.`,
-      repair: 'A runtime on this directory takes the thread over by itself; `spindle locks --apply` reclaims the lease now.',
+      // A thread without a registry row (a spawn that never returned) is taken over by nobody.
+      repair: registered(lock.threadId)
+        ? 'A runtime on this directory takes the thread over by itself; `spindle locks --apply` reclaims the lease now.'
+        : 'The thread has no registry row (a spawn that never returned), so no runtime takes it over: `spindle locks --apply` removes the lease.',
     }))
 }

@@ -67,7 +67,19 @@ describe('spindle locks', () => {
     // The doctor sees them too, as lag (a runtime would take the threads over), not damage.
     const doctor = spindle('doctor', '--dir', dir, '--json')
     expect(doctor.code, doctor.stdout).toBe(0)
-    expect(JSON.parse(doctor.stdout).findings.filter((f: { code: string }) => f.code === 'STALE_LEASE')).toHaveLength(3)
+    const stale = JSON.parse(doctor.stdout).findings.filter((f: { code: string }) => f.code === 'STALE_LEASE')
+    expect(stale).toHaveLength(3)
+    for (const finding of stale) expect(finding.repair).toContain('takes the thread over by itself')
+
+    // A thread without a registry row (a spawn that never returned) is taken over by nobody: the
+    // doctor says so instead of promising a takeover.
+    const db = new Database(path.join(dir, 'registry.db'))
+    db.prepare('DELETE FROM threads WHERE id = ?').run(stale[0].threadId)
+    db.close()
+    const rowless = JSON.parse(spindle('doctor', '--dir', dir, '--json').stdout).findings.find(
+      (f: { code: string; threadId: string }) => f.code === 'STALE_LEASE' && f.threadId === stale[0].threadId,
+    )
+    expect(rowless.repair).toContain('no runtime takes it over')
 
     const applied = JSON.parse(spindle('locks', '--dir', dir, '--apply', '--json').stdout)
     expect(applied.reclaimed).toHaveLength(3)
