@@ -26,3 +26,34 @@ export function writeAll(fd: number, bytes: Buffer): void {
 export function fdatasync(fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())))
 }
+
+/** A path that had to be a regular file and is not. */
+export class NotRegularFile extends Error {
+  constructor(
+    readonly file: string,
+    readonly kind: 'a directory' | 'a FIFO, socket or device',
+  ) {
+    super(`${file} is ${kind}, not a file`)
+  }
+}
+
+/**
+ * Opens `file`, which must be a regular file, non-blocking: a FIFO put in its place would otherwise
+ * block the open or the first read, and with it the whole process. Throws NotRegularFile (the
+ * descriptor closed) when it is not one; other fs errors as they come.
+ */
+export function openRegular(file: string, flags: number): { fd: number; size: number } {
+  let fd: number
+  try {
+    fd = fs.openSync(file, flags | fs.constants.O_NONBLOCK)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EISDIR') throw new NotRegularFile(file, 'a directory')
+    throw error
+  }
+  const stat = fs.fstatSync(fd)
+  if (!stat.isFile()) {
+    fs.closeSync(fd)
+    throw new NotRegularFile(file, stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device')
+  }
+  return { fd, size: stat.size }
+}

@@ -13,6 +13,7 @@ import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
+import { NotRegularFile, openRegular } from './fdio.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { eachLimited, poolShare } from './poolShare.js'
@@ -22,18 +23,10 @@ import { stagedEnvelope } from './types.js'
 
 const TEMP = `${STATE_FILE}.tmp`
 
-class NotRegularFile extends Error {}
-
-/**
- * A state.json's text. Opened non-blocking and checked to be a regular file: a FIFO in its place
- * would block the read, and with it the whole runtime.
- */
+/** A state.json's text; it must be a regular file (see openRegular). */
 function readRegular(file: string): string {
-  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK)
+  const { fd } = openRegular(file, fs.constants.O_RDONLY)
   try {
-    const stat = fs.fstatSync(fd)
-    if (stat.isDirectory()) throw Object.assign(new Error(`EISDIR: illegal operation on a directory, read '${file}'`), { code: 'EISDIR' })
-    if (!stat.isFile()) throw new NotRegularFile(file)
     return fs.readFileSync(fd, 'utf8')
   } finally {
     fs.closeSync(fd)
@@ -226,7 +219,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
           text = readRegular(file)
         } catch (error) {
           if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
-          if ((error as NodeJS.ErrnoException).code === 'EISDIR') {
+          if (error instanceof NotRegularFile && error.kind === 'a directory') {
             // Not STATE_CORRUPT: a rebuilt state.json could never be renamed over a directory.
             throw new SpindleError(
               'DATA_DIR_INVALID',
@@ -237,7 +230,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
           if (error instanceof NotRegularFile) {
             throw new SpindleError(
               'STATE_CORRUPT',
-              `${file} is a FIFO, socket or device, not a file: spindle does not read it. The thread's transcript still holds its history: a runtime opening this directory rebuilds state.json from it.`,
+              `${error.message}: spindle does not read it. The thread's transcript still holds its history: a runtime opening this directory rebuilds state.json from it.`,
               { details: { path: file, threadId } },
             )
           }

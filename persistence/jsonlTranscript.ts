@@ -16,7 +16,7 @@ import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
 import type { SkippedJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
-import { fdatasync, readRange, writeAll } from './fdio.js'
+import { fdatasync, NotRegularFile, openRegular, readRange, writeAll } from './fdio.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -66,24 +66,14 @@ function notAFile(file: string, what = 'a directory'): SpindleError {
   return corrupt(file, path.basename(path.dirname(file)), `is ${what}, not a file: move it aside (nothing was changed). The thread cannot go on without its transcript.`)
 }
 
-/**
- * Opens an existing transcript, which must be a regular file. Non-blocking: a FIFO put in its place
- * would otherwise block the open or the first read, and with it the whole runtime.
- */
-function openRegular(file: string, flags: number): number {
-  let fd: number
+/** Opens an existing transcript (see openRegular), naming a file that is not one as the thread's damage. */
+function openTranscript(file: string, flags: number): number {
   try {
-    fd = fs.openSync(file, flags | fs.constants.O_NONBLOCK)
+    return openRegular(file, flags).fd
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'EISDIR') throw notAFile(file)
+    if (error instanceof NotRegularFile) throw notAFile(file, error.kind)
     throw error
   }
-  const stat = fs.fstatSync(fd)
-  if (!stat.isFile()) {
-    fs.closeSync(fd)
-    throw notAFile(file, stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device')
-  }
-  return fd
 }
 
 function notOpen(threadId: string): SpindleError {
@@ -158,7 +148,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
 
   function openOrNull(file: string): number | null {
     try {
-      return openRegular(file, OPEN_EXISTING)
+      return openTranscript(file, OPEN_EXISTING)
     } catch (error) {
       if (isNoEntry(error)) return null
       throw error
@@ -478,7 +468,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         const file = fileOf(threadId)
         let fd: number
         try {
-          fd = openRegular(file, OPEN_EXISTING)
+          fd = openTranscript(file, OPEN_EXISTING)
         } catch {
           return false
         }
@@ -497,7 +487,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       const file = fileOf(threadId)
       let fd: number
       try {
-        fd = openRegular(file, fs.constants.O_RDONLY)
+        fd = openTranscript(file, fs.constants.O_RDONLY)
       } catch (error) {
         if (isNoEntry(error)) {
           throw corrupt(file, threadId, `does not exist. Check the thread id, or whether the thread's directory was removed.`)

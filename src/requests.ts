@@ -17,6 +17,7 @@ import { z } from 'zod'
 import { LimitsSchema } from '../config/schema.js'
 import type { Limits, LimitName, Usage } from '../machines/thread.machine.js'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
+import { NotRegularFile, openRegular } from '../persistence/fdio.js'
 import type { DataPaths } from '../persistence/paths.js'
 import { dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
@@ -135,17 +136,17 @@ const MAX_REQUEST_BYTES = 1 << 20
  * that reads it — a runtime's whole poll — for good). Throws with the reason otherwise.
  */
 export function readRequestText(file: string): string {
-  let fd: number
+  let opened: { fd: number; size: number }
   try {
-    fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | (fs.constants.O_NOFOLLOW ?? 0))
+    opened = openRegular(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw new Error(`${file} is a symbolic link, not a file`)
+    if (error instanceof NotRegularFile) throw new Error(`${file} is not a regular file`)
     throw error
   }
+  const { fd, size } = opened
   try {
-    const stat = fs.fstatSync(fd)
-    if (!stat.isFile()) throw new Error(`${file} is not a regular file`)
-    if (stat.size > MAX_REQUEST_BYTES) throw new Error(`${file} is ${stat.size} bytes, more than a request file's ${MAX_REQUEST_BYTES}`)
+    if (size > MAX_REQUEST_BYTES) throw new Error(`${file} is ${size} bytes, more than a request file's ${MAX_REQUEST_BYTES}`)
     return fs.readFileSync(fd, 'utf8')
   } finally {
     fs.closeSync(fd)
