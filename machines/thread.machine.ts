@@ -373,8 +373,9 @@ export const threadMachine = setup({
     isCurrentFailure: ({ context, event }) => isCurrentFailure(context, event),
     canRetry: ({ context, event }) => {
       if (event.type !== 'MODEL_FAILED' || !isRetryable(event.error.category)) return false
-      // Quota exhaustion waits once; retrying it harder only burns the wait.
-      if (event.error.category === 'quota') return context.attempt < 2
+      // Quota exhaustion waits once; retrying it harder only burns the wait. maxRetries 0 means
+      // no retry of any kind, quota included.
+      if (event.error.category === 'quota') return context.attempt < 2 && context.policy.retry.maxRetries > 0
       return context.attempt <= context.policy.retry.maxRetries
     },
     shouldSuspendOnFailure: ({ event }) =>

@@ -217,6 +217,15 @@ describe('thread machine decisions', () => {
     expect(actor.getSnapshot().value).toBe('suspended')
   })
 
+  it('should not wait on quota exhaustion when retries are off (maxRetries 0)', () => {
+    const actor = createActor(threadMachine, { input: withRetries(0) }).start()
+    actor.send({ type: 'START', at: 0 })
+    actor.send({ type: 'MODEL_FAILED', at: 1, turn: 1, attempt: 1, error: { category: 'quota', message: 'insufficient_quota' }, retryInMs: 60_000 })
+    expect(actor.getSnapshot().value).toBe('suspended')
+    expect(actor.getSnapshot().context.suspendReason).toBe('error')
+    expect(actor.getSnapshot().context.retry).toBeFalsy()
+  })
+
   it('should count only active time against the duration limit', () => {
     const actor = started({ durationMs: 100 })
     actor.send({ type: 'MODEL_FAILED', at: 50, turn: 1, attempt: 1, error: { category: 'context_length', message: 'too long' }, retryInMs: 0 })
