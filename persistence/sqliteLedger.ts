@@ -53,11 +53,21 @@ function spentOf(row: Row, amount: Amount): number {
   return amount === 'spend' ? row.spent_spend : row.spent_tokens
 }
 
-/** What an open child still holds of its parent's budget: its limit minus what it has spent. */
-function outstanding(child: Row, amount: Amount): number {
-  if (child.released) return 0
+/**
+ * What a child still holds of its parent's budget. An open child: its limit minus what it has
+ * spent. An ended (released) child: only what its own open descendants still hold — a child may
+ * end before its children do, and their reservations must keep counting up the tree, or an
+ * ancestor would grant the same money twice. `below` lists accounts by parent (see `heldBelow`).
+ */
+function held(child: Row, amount: Amount, below: Map<string, Row[]>, seen: Set<string>): number {
   const limit = limitOf(child, amount)
-  return limit === null ? 0 : Math.max(0, limit - spentOf(child, amount))
+  const unspent = limit === null ? Infinity : Math.max(0, limit - spentOf(child, amount))
+  if (!child.released) return limit === null ? 0 : unspent
+  if (seen.has(child.thread_id)) return 0 // a cycle in damaged data
+  seen.add(child.thread_id)
+  let sum = 0
+  for (const grandchild of below.get(child.thread_id) ?? []) sum += held(grandchild, amount, below, seen)
+  return Math.min(unspent, sum)
 }
 
 function money(amount: Amount, value: number): string {
@@ -93,9 +103,26 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     'UPDATE accounts SET limit_spend = ?, limit_tokens = ?, updated_at = ? WHERE thread_id = ?',
   )
 
+  // A thread's children, and below each ended child its children, and so on: the accounts whose
+  // reservations still count against the thread. UNION (not UNION ALL) ends on a cycle in damaged data.
+  const heldBelow = db.prepare<[string], Row>(
+    `WITH RECURSIVE below AS (
+       SELECT * FROM accounts WHERE parent_id = ?
+       UNION
+       SELECT a.* FROM accounts a JOIN below b ON a.parent_id = b.thread_id WHERE b.released = 1
+     )
+     SELECT * FROM below`,
+  )
+
   const reservedBy = (threadId: string): BudgetUsage => {
     const reserved = { spend: 0, tokens: 0 }
-    for (const child of children.all(threadId)) for (const a of AMOUNTS) reserved[a] += outstanding(child, a)
+    const below = new Map<string, Row[]>()
+    for (const row of heldBelow.all(threadId)) {
+      const siblings = below.get(row.parent_id!)
+      if (siblings) siblings.push(row)
+      else below.set(row.parent_id!, [row])
+    }
+    for (const child of below.get(threadId) ?? []) for (const a of AMOUNTS) reserved[a] += held(child, a, below, new Set([threadId]))
     return reserved
   }
 

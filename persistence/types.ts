@@ -214,12 +214,13 @@ export interface LedgerAccount {
   ownSpent: BudgetUsage
   /**
    * Outstanding reservations of open children: for each, its limit minus what it has spent
-   * (never below 0). Released children count 0 here; their spend stays in `spent`.
+   * (never below 0). A released child counts only what its own open descendants still hold
+   * (at most its unspent limit); its spend stays in `spent`.
    */
   reserved: BudgetUsage
   /** limit − spent − reserved per amount (null when unlimited). What a new child may still reserve. */
   available: BudgetAmounts
-  /** True once released (the thread ended): it reserves nothing from its parent any more. */
+  /** True once released (the thread ended): it holds from its parent only what its open descendants hold. */
   released: boolean
   /** ms since epoch */
   createdAt: number

@@ -73,6 +73,44 @@ describe('budget ledger', () => {
     expect(l.reserve('a', 'root', { spend: 0.9, tokens: null }, 7).limit.spend).toBe(0.6)
   }))
 
+  it('should keep counting what an open grandchild holds after its parent ended, so the root never grants it twice', withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: 1000 }, 1)
+    l.reserve('child', 'root', { spend: 0.5, tokens: 500 }, 2)
+    l.reserve('grandchild', 'child', { spend: 0.3, tokens: 200 }, 3)
+    l.reserve('great', 'grandchild', { spend: 0.1, tokens: 50 }, 4)
+    l.record('child', { spend: 0.1, tokens: 100 }, 5)
+    // The child ends while its grandchild (and its great-grandchild) run on.
+    l.release('child', 6)
+    const root = l.get('root')!
+    expect(root.reserved.spend).toBeCloseTo(0.3, 12)
+    expect(root.reserved.tokens).toBe(200)
+    expect(root.available.spend).toBeCloseTo(1 - 0.1 - 0.3, 12)
+    expect(() => l.reserve('second', 'root', { spend: 0.7, tokens: null }, 7)).toThrow(expect.objectContaining({ code: 'BUDGET_EXCEEDED' }))
+    // The grandchild ends too; its open child still holds its 0.1 from the root through two ended accounts.
+    l.record('grandchild', { spend: 0.05, tokens: 10 }, 8)
+    l.release('grandchild', 9)
+    expect(l.get('root')!.reserved.spend).toBeCloseTo(0.1, 12)
+    expect(l.get('root')!.available.spend).toBeCloseTo(1 - 0.15 - 0.1, 12)
+    l.record('great', { spend: 0.04, tokens: 5 }, 10)
+    expect(l.get('root')!.available.spend).toBeCloseTo(1 - 0.19 - 0.06, 12)
+    // Once the last of them ends, all that was not spent is back.
+    l.release('great', 11)
+    expect(l.get('root')!.reserved).toEqual({ spend: 0, tokens: 0 })
+    expect(l.get('root')!.available.spend).toBeCloseTo(1 - 0.19, 12)
+    expect(l.reserve('second', 'root', { spend: 0.8, tokens: null }, 12).limit.spend).toBeCloseTo(0.8, 12)
+    expect(l.check()).toEqual([])
+  }))
+
+  it('should count at most its unspent limit for an ended child whose children hold more than it has left (it spent after they reserved)', withLedger((l) => {
+    l.openRoot('root', { spend: 1, tokens: null }, 1)
+    l.reserve('child', 'root', { spend: 0.5, tokens: null }, 2)
+    l.reserve('grandchild', 'child', { spend: 0.4, tokens: null }, 3)
+    l.record('child', { spend: 0.3, tokens: 0 }, 4)
+    l.release('child', 5)
+    // The child spent 0.3 of its 0.5: its grandchild's 0.4 can only ever draw 0.2 more from the root's view.
+    expect(l.get('root')!.reserved.spend).toBeCloseTo(0.2, 12)
+  }))
+
   it("should reserve a child's raise from its parent, and refuse one the parent cannot cover", withLedger((l) => {
     l.openRoot('root', { spend: 1, tokens: null }, 1)
     l.reserve('a', 'root', { spend: 0.3, tokens: null }, 2)
