@@ -63,6 +63,8 @@ export function openSqliteLeases(options: { path: string; durability: Durability
   const delAny = db.prepare<[string]>('DELETE FROM leases WHERE thread_id = ?')
   const revokeRow = db.prepare<[string, string]>('UPDATE leases SET owner = ? WHERE thread_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
+  const others = db.prepare<[string], Row>('SELECT * FROM leases WHERE owner != ? ORDER BY thread_id')
+  const delExact = db.prepare<[string, string, number]>('DELETE FROM leases WHERE thread_id = ? AND owner = ? AND token = ?')
 
   // A batch (a recovery: thousands of threads) is taken with a few set-based statements instead
   // of a read and a write per thread: which other owners hold live leases among the ids (one
@@ -153,6 +155,9 @@ export function openSqliteLeases(options: { path: string; durability: Durability
           return row ? toLease(row) : null
         }).immediate(),
       ),
+    removeIf: (lease) =>
+      guard(`remove the lease of ${lease.threadId}`, () => delExact.run(lease.threadId, lease.owner, lease.token).changes > 0),
+    heldByOthers: (owner) => guard('list leases', () => others.all(owner).map(toLease)),
     revoke: (threadId) =>
       guard(`revoke the lease of ${threadId}`, () =>
         db.transaction(() => {

@@ -319,6 +319,14 @@ export interface LeaseStore {
   /** Removes a lease whatever its state (`spindle locks --apply`); returns what was removed. */
   remove(threadId: string): Lease | null
   /**
+   * Removes the lease only while it is still exactly `lease` (same owner and token), so two
+   * processes that both found it stale free it once: the later one must not remove the lease the
+   * earlier one took in between. Returns whether it was removed.
+   */
+  removeIf(lease: Lease): boolean
+  /** The leases of every owner but `owner` (a runtime looking for stale leases of others). */
+  heldByOthers(owner: string): Lease[]
+  /**
    * Takes a live lease away from its owner without freeing the thread (`spindle locks --force`):
    * the owner's next renewal finds it gone and it stops writing, and nobody else can take the
    * thread before the lease's expiry, by which time the owner has stopped (self-fencing) even if

@@ -344,6 +344,6 @@ function lockFindings(dir: string, registered: (threadId: string) => boolean): F
       // A thread without a registry row (a spawn that never returned) is taken over by nobody.
       repair: registered(lock.threadId)
         ? 'A runtime on this directory takes the thread over by itself; `spindle locks --apply` reclaims the lease now.'
-        : 'The thread has no registry row (a spawn that never returned), so no runtime takes it over: `spindle locks --apply` removes the lease.',
+        : 'The thread has no registry row (a spawn that never returned), so no runtime takes it over: the next runtime to open this directory removes the lease, or `spindle locks --apply` removes it now.',
     }))
 }

@@ -431,6 +431,8 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     // Before any recovered thread can re-run the spawn_thread call that made one of them.
     runtime.dropUnbornAccounts()
     await runtime.recover()
+    // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
+    runtime.dropUnbornLeases()
   }
   await runtime.checkRequests({ sweep: true })
   runtime.startPolling()
@@ -692,8 +694,8 @@ class RuntimeImpl implements Runtime {
     let taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
     if (!taken.acquired && this.leaseIsStale(taken.lease, now)) {
       // The holder died on this host before its lease ran out: no need to wait for the expiry.
-      this.leases.remove(id)
-      taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
+      // Only that lease is removed: another process may have taken the thread since we read it.
+      if (this.leases.removeIf(taken.lease)) taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
     }
     if (taken.acquired && this.leaseValidUntil < now + this.leaseTtlMs - this.heartbeatMs) this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
     return taken.acquired
@@ -919,6 +921,28 @@ class RuntimeImpl implements Runtime {
         const lease = this.leases.get(id)
         if (lease && !this.leaseIsStale(lease, now)) continue
         if (this.ledger.dropUnborn(id)) this.accountKnown.delete(id)
+      }
+    } catch (error) {
+      this.report(error)
+    }
+  }
+
+  /**
+   * @internal Removes the stale leases of threads that have no registry row: a process killed
+   * between taking a new thread's lease and committing its row left a lease no runtime would ever
+   * take over or release. A lease still being used by a live spawn is not stale and stays.
+   */
+  dropUnbornLeases(): void {
+    try {
+      const now = Date.now()
+      const verdicts = new Map<string, boolean>()
+      for (const lease of this.leases.heldByOthers(this.owner.id)) {
+        // One pid check per owner: a dead process held all of its leases.
+        let dead = verdicts.get(lease.owner)
+        if (dead === undefined) verdicts.set(lease.owner, (dead = this.leaseIsStale({ ...lease, expiresAt: Number.MAX_SAFE_INTEGER }, now)))
+        if (!dead && lease.expiresAt > now) continue
+        if (this.live.has(lease.threadId) || this.registry.get(lease.threadId)) continue
+        this.leases.removeIf(lease)
       }
     } catch (error) {
       this.report(error)

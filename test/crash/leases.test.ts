@@ -7,10 +7,13 @@
 import { spawn } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
+import Database from 'better-sqlite3'
+import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
-import { verifyReplay } from '../../src/index.js'
+import { createRuntime, scriptedModel, verifyReplay } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 // Long enough that a loaded CI machine still renews in time (heartbeat: a third of it).
@@ -110,4 +113,38 @@ describe('orphan leases across processes', () => {
     }
     registry.close()
   }, 120_000)
+  it('should remove, when a runtime opens the directory, the stale lease of a spawn that never returned, and keep one a live spawn holds', async () => {
+    const dir = tempDir('spindle-leases-unborn')
+    const first = start(dir, 'spawn')
+    await until(() => first.output().includes('spawned'), 20_000)
+    first.child.kill('SIGKILL')
+    await first.exited
+    // Killed between a thread's lease and its registry row: the row never came.
+    const registryDb = new Database(path.join(dir, 'registry.db'))
+    const unborn = (registryDb.prepare('SELECT id FROM threads ORDER BY id LIMIT 1').get() as { id: string }).id
+    registryDb.prepare('DELETE FROM threads WHERE id = ?').run(unborn)
+    registryDb.close()
+    const leases = openSqliteLeases({ path: path.join(dir, 'leases.db'), durability: 'process' })
+    const now = Date.now()
+    // Another process on this host in the middle of a spawn (alive, lease live): not to be touched.
+    leases.acquire('spawning-aaaaaaaaaaaa', { id: `${os.hostname()}:${process.pid}:x`, pid: process.pid, host: os.hostname() }, 600_000, now)
+    // A spawn on another host whose lease ran out long ago.
+    leases.acquire('gone-bbbbbbbbbbbb', { id: 'elsewhere:1:y', pid: 1, host: 'elsewhere' }, 1_000, now - 60_000)
+    leases.close()
+
+    const rt = await createRuntime({ dir, model: scriptedModel(() => ({ text: 'done' })), config: { orphans: { thresholdMs: THRESHOLD_MS } } })
+    try {
+      const after = openSqliteLeases({ path: path.join(dir, 'leases.db'), durability: 'process' })
+      const held = new Map(after.list().map((l) => [l.threadId, l]))
+      after.close()
+      expect(held.has(unborn)).toBe(false)
+      expect(held.has('gone-bbbbbbbbbbbb')).toBe(false)
+      expect(held.get('spawning-aaaaaaaaaaaa')?.owner).toBe(`${os.hostname()}:${process.pid}:x`)
+      // The registered threads of the killed process were recovered here, with their leases.
+      expect(rt.lastRecovery.resumed).toHaveLength(THREADS - 1)
+      expect(rt.lastRecovery.resumed).not.toContain(unborn)
+    } finally {
+      await rt.close()
+    }
+  }, 60_000)
 })

@@ -55,3 +55,23 @@ describe('taking many leases at once', () => {
     })
   }
 })
+
+describe('removing a stale lease', () => {
+  it('should free it once when two processes both found it stale: the later removal leaves the lease the earlier one took', () => {
+    const leases = store()
+    leases.acquire('t-aaaaaaaaaaaa', dead, 60_000, 0)
+    // Both read the dead owner's lease and judge it stale.
+    const seenByMe = leases.get('t-aaaaaaaaaaaa')!
+    const seenByOther = leases.get('t-aaaaaaaaaaaa')!
+    expect(leases.removeIf(seenByOther)).toBe(true)
+    const taken = leases.acquire('t-aaaaaaaaaaaa', other, 60_000, 1_000)
+    expect(taken).toMatchObject({ acquired: true, lease: { owner: other.id, token: 2 } })
+    // The slower one must not remove what the other process holds now.
+    expect(leases.removeIf(seenByMe)).toBe(false)
+    expect(leases.get('t-aaaaaaaaaaaa')).toMatchObject({ owner: other.id, token: 2 })
+    expect(leases.acquire('t-aaaaaaaaaaaa', me, 60_000, 1_000)).toMatchObject({ acquired: false, lease: { owner: other.id } })
+    expect(leases.heldByOthers(me.id).map((l) => l.owner)).toEqual([other.id])
+    expect(leases.heldByOthers(other.id)).toEqual([])
+    leases.close()
+  })
+})
