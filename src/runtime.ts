@@ -661,10 +661,19 @@ class RuntimeImpl implements Runtime {
     }
     const directive = { name, prompt }
     const threadId = id ?? newThreadId(directive.name)
+    // The lease comes first: a runtime opening the directory drops a reservation that has neither
+    // a registry row nor a live lease (a spawn killed before it returned), so this one must never
+    // be without both.
+    this.takeLease(threadId)
     // Write-ahead: the budget is reserved before anything of the thread exists; a refusal
     // (BUDGET_EXCEEDED) leaves nothing behind.
     const explicit = (key: 'spend' | 'tokens'): boolean => fromSpawn.limits?.[key] !== undefined || fromDirective.limits?.[key] !== undefined
-    limits = this.reserveBudget(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
+    try {
+      limits = this.reserveBudget(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
+    } catch (error) {
+      this.releaseLease(threadId)
+      throw error
+    }
     const input: ThreadInput = { threadId, directive, limits, policy, depth, ...(task ? { task } : {}) }
     try {
       return await this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
