@@ -6,6 +6,7 @@
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { assertRealDirectories } from './paths.js'
 
 let counter = 0
 
@@ -38,14 +39,22 @@ export function fsyncDir(dir: string): Promise<void> {
   })
 }
 
+export interface AtomicWriteOptions {
+  fsync: boolean
+  under?: string
+}
+
 /**
  * Replaces `file` atomically: readers see the old content or the new, never a mix. With `fsync`
  * the new content survives power loss once this returns; without, a process crash only. On failure
  * the temp file is removed, `file` keeps its old content, and the error propagates.
  * @param options.fsync fsync the temp file before the rename and the directory after it.
+ * @param options.under the data directory `file` lies in: nothing is written when a directory between
+ *   it and `file` is a symlink (DATA_DIR_INVALID), since the temp file and the rename would follow it.
  * @example writeFileAtomicSync(path.join(dir, 'cancel.json'), JSON.stringify(request), { fsync: true })
  */
-export function writeFileAtomicSync(file: string, data: string | Buffer, options: { fsync: boolean }): void {
+export function writeFileAtomicSync(file: string, data: string | Buffer, options: AtomicWriteOptions): void {
+  if (options.under !== undefined) assertRealDirectories(options.under, path.dirname(file))
   const temp = tempName(file)
   try {
     const fd = fs.openSync(temp, 'wx')
@@ -67,7 +76,8 @@ export function writeFileAtomicSync(file: string, data: string | Buffer, options
 }
 
 /** `writeFileAtomicSync` without blocking the event loop; same contract. */
-export async function writeFileAtomic(file: string, data: string | Buffer, options: { fsync: boolean }): Promise<void> {
+export async function writeFileAtomic(file: string, data: string | Buffer, options: AtomicWriteOptions): Promise<void> {
+  if (options.under !== undefined) assertRealDirectories(options.under, path.dirname(file))
   const temp = tempName(file)
   try {
     const handle = await fs.promises.open(temp, 'wx')

@@ -57,3 +57,32 @@ export function openRegular(file: string, flags: number): { fd: number; size: nu
   }
   return { fd, size: stat.size }
 }
+
+/**
+ * Appends `text` to `file` (created if missing) only when it is a regular file: never through a
+ * symlink (O_NOFOLLOW), which could point at a file outside the data directory, and never waiting
+ * on a FIFO put in its place (with O_NONBLOCK and no reader the open fails with ENXIO at once).
+ * Throws NotRegularFile or the fs error otherwise; `notRegularReason` tells the two kinds apart.
+ */
+export function appendRegular(file: string, text: string): void {
+  const { O_WRONLY, O_APPEND, O_CREAT, O_NOFOLLOW } = fs.constants
+  const { fd } = openRegular(file, O_WRONLY | O_APPEND | O_CREAT | (O_NOFOLLOW ?? 0))
+  try {
+    writeAll(fd, Buffer.from(text))
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
+/**
+ * What was found in place of a regular file, from the error of an `openRegular` with O_NOFOLLOW
+ * (or `appendRegular`); null when the open failed for another reason (missing, no permission).
+ */
+export function notRegularReason(error: unknown): string | null {
+  if (error instanceof NotRegularFile) return error.kind
+  const code = (error as NodeJS.ErrnoException | null)?.code
+  if (code === 'ELOOP') return 'a symbolic link'
+  // A write-only, non-blocking open of a FIFO nobody reads, or of a socket.
+  if (code === 'ENXIO') return 'a FIFO or socket'
+  return null
+}

@@ -58,6 +58,59 @@ export function assertDirectories(paths: DataPaths): void {
   }
 }
 
+/**
+ * Refuses to write into `dir` when it, or any directory between the data directory `root` and it
+ * (`threads`, `threads/<id>`, `threads/<id>/approvals`), is a symlink or no directory at all: a
+ * file written through a link planted there would land wherever the link points, outside the data
+ * directory. Each entry is looked at with lstat, so a link is seen as a link. A missing entry ends
+ * the check (the write then fails on its own) or, with `create`, is made: mkdir never follows a
+ * link. `root` itself may be a link: where the data directory lives is its owner's choice.
+ */
+export function assertRealDirectories(root: string, dir: string, options: { create?: boolean } = {}): void {
+  const below = path.relative(root, dir)
+  if (below.startsWith('..') || path.isAbsolute(below)) throw new Error(`${dir} is not inside ${root}`)
+  let current = root
+  for (const name of below.split(path.sep)) {
+    if (name === '') continue
+    current = path.join(current, name)
+    let stat = fs.lstatSync(current, { throwIfNoEntry: false })
+    if (!stat && options.create) stat = makeDirectory(current)
+    if (!stat) return
+    if (!stat.isDirectory()) throw notARealDirectory(root, current, stat)
+  }
+}
+
+/** mkdir one level; when someone made the entry meanwhile, what is there now decides. */
+function makeDirectory(dir: string): fs.Stats | undefined {
+  try {
+    fs.mkdirSync(dir)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+  }
+  return fs.lstatSync(dir, { throwIfNoEntry: false })
+}
+
+function notARealDirectory(root: string, entry: string, stat: fs.Stats): SpindleError {
+  if (stat.isSymbolicLink()) {
+    let target = '?'
+    try {
+      target = fs.readlinkSync(entry)
+    } catch {}
+    return new SpindleError(
+      'DATA_DIR_INVALID',
+      `${entry} is a symbolic link (to ${target}), not a directory: spindle writes only into real directories inside its data directory ${root}, ` +
+        'so nothing was written. Replace the link with the directory it stands for (or remove it), find out who made it, and try again.',
+      { details: { path: entry, kind: 'symbolic link', target } },
+    )
+  }
+  return new SpindleError(
+    'DATA_DIR_INVALID',
+    `${entry} is ${stat.isFile() ? 'a file' : 'a FIFO, socket or device'}, not a directory: spindle keeps a directory there, so nothing was written. ` +
+      'Move it aside and try again.',
+    { details: { path: entry, kind: stat.isFile() ? 'file' : 'special' } },
+  )
+}
+
 /** Whether a file exists with something in it. */
 function holdsBytes(file: string): boolean {
   try {

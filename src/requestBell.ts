@@ -9,6 +9,8 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
+import { appendRegular, notRegularReason, openRegular } from '../persistence/fdio.js'
+import { SpindleError } from './errors.js'
 
 export const BELL_FILE = 'requests.bell'
 
@@ -18,11 +20,25 @@ const ROTATE_BYTES = 1 << 20
 // A ring names a thread; anything else on a line (a forged or torn write) is skipped.
 const THREAD_ID = /^[A-Za-z0-9_-]{1,128}$/
 
-/** Rings the bell for thread `id` after its request file is in place. Never throws: the file stands alone. */
+/**
+ * Rings the bell for thread `id` after its request file is in place. Never throws: the file stands
+ * alone. A bell that is no regular file (a symlink out of the data directory, a FIFO that would
+ * block this process) is not rung: a process warning says so, since library callers have no
+ * other channel and the CLI prints warnings on stderr.
+ */
 export function ringBell(root: string, id: string): void {
+  const file = path.join(root, BELL_FILE)
   try {
-    fs.appendFileSync(path.join(root, BELL_FILE), `${id}\n`)
-  } catch {}
+    appendRegular(file, `${id}\n`)
+  } catch (error) {
+    const found = notRegularReason(error)
+    if (found === null) return
+    process.emitWarning(
+      `Did not ring ${file} for thread ${id}: it is ${found}, not a regular file, and spindle does not write through one. ` +
+        'The request file is written and will still be found, only later. The runtime reading the directory sets it aside; if it stays, move it aside yourself.',
+      { type: 'SpindleWarning', code: 'DATA_DIR_INVALID', detail: `path: ${file}` },
+    )
+  }
 }
 
 export interface Rings {
@@ -41,19 +57,32 @@ export class BellReader {
   private ino: string | null = null
   private offset = 0
 
-  constructor(root: string, options: { rotateBytes?: number } = {}) {
+  private readonly onProblem: (problem: SpindleError) => void
+
+  /** @param options.onProblem told when a bell that is no regular file was set aside. */
+  constructor(root: string, options: { rotateBytes?: number; onProblem?: (problem: SpindleError) => void } = {}) {
     this.file = path.join(root, BELL_FILE)
     this.rotateBytes = options.rotateBytes ?? ROTATE_BYTES
+    this.onProblem = options.onProblem ?? (() => {})
   }
 
   read(): Rings {
     const rings: Rings = { ids: new Set(), missed: false }
     let stat: fs.BigIntStats
     try {
-      stat = fs.statSync(this.file, { bigint: true })
+      // lstat: a symlink is seen as one, not as the file it points at.
+      stat = fs.lstatSync(this.file, { bigint: true })
     } catch {
       // Never rung, or set aside by another runtime: what was rung since our last read is lost to us.
       if (!this.started || this.ino !== null) rings.missed = true
+      this.started = true
+      this.ino = null
+      this.offset = 0
+      return rings
+    }
+    if (!stat.isFile()) {
+      this.setAsideForeign(stat)
+      rings.missed = true
       this.started = true
       this.ino = null
       this.offset = 0
@@ -86,7 +115,8 @@ export class BellReader {
   private take(file: string, from: number, to: number, rings: Rings): number {
     let text: Buffer
     try {
-      const fd = fs.openSync(file, 'r')
+      // Swapped for a symlink or a FIFO since the lstat: refused, not followed or waited on.
+      const { fd } = openRegular(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
       try {
         text = Buffer.alloc(to - from)
         let got = 0
@@ -110,6 +140,34 @@ export class BellReader {
       if (THREAD_ID.test(line)) rings.ids.add(line)
     }
     return from + end + 1
+  }
+
+  /**
+   * A symlink, FIFO or directory where the bell belongs is never read: it is renamed away (rename
+   * and unlink act on the entry, never on what a link points at) so that writers can start a new
+   * bell, and the host is told. Rings before it are lost to us: the caller looks everywhere.
+   */
+  private setAsideForeign(stat: fs.BigIntStats): void {
+    const found = stat.isSymbolicLink() ? 'a symbolic link' : stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device'
+    const aside = `${this.file}.${process.pid}.${Date.now()}.not-a-file`
+    try {
+      fs.renameSync(this.file, aside)
+    } catch {
+      return
+    }
+    let kept = ''
+    try {
+      fs.unlinkSync(aside)
+    } catch {
+      kept = ` (kept as ${aside}: it could not be removed)`
+    }
+    this.onProblem(
+      new SpindleError(
+        'DATA_DIR_INVALID',
+        `${this.file} was ${found}, not a regular file: it was set aside unread${kept} and a new bell starts. Find out who put it there.`,
+        { details: { path: this.file, found } },
+      ),
+    )
   }
 
   /**

@@ -17,9 +17,9 @@ import { z } from 'zod'
 import { LimitsSchema } from '../config/schema.js'
 import type { Limits, LimitName, Usage } from '../machines/thread.machine.js'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
-import { NotRegularFile, openRegular } from '../persistence/fdio.js'
+import { NotRegularFile, appendRegular, notRegularReason, openRegular } from '../persistence/fdio.js'
 import type { DataPaths } from '../persistence/paths.js'
-import { dataPaths, threadDir } from '../persistence/paths.js'
+import { assertRealDirectories, dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../persistence/types.js'
 import { SpindleError } from './errors.js'
@@ -182,18 +182,46 @@ export interface RequestLogEntry {
   reason: string
 }
 
-/** Appends to the data directory's request log; never throws (the log must not stop a cancel). */
-export function logRequest(root: string, entry: RequestLogEntry): void {
+/**
+ * Appends to the data directory's request log. Never throws: the log must not stop a cancel. A log
+ * that is no regular file (a symlink out of the data directory, a FIFO that would block the
+ * runtime) is not written; the returned problem says where and why, for the caller to report.
+ */
+export function logRequest(root: string, entry: RequestLogEntry): SpindleError | null {
+  const file = path.join(root, REQUEST_LOG)
   try {
-    fs.appendFileSync(path.join(root, REQUEST_LOG), `${JSON.stringify(entry)}\n`)
-  } catch {}
+    appendRegular(file, `${JSON.stringify(entry)}\n`)
+  } catch (error) {
+    const found = notRegularReason(error)
+    if (found === null) return null
+    return new SpindleError(
+      'DATA_DIR_INVALID',
+      `Did not log the ${entry.outcome} ${entry.kind} request ${entry.file} to ${file}: it is ${found}, not a regular file, and spindle does not write through one. ` +
+        `The request itself was ${entry.outcome}. Move ${file} aside (spindle starts a new log) and find out who put it there.`,
+      { details: { path: file, found, threadId: entry.threadId } },
+    )
+  }
+  return null
 }
 
 export function readRequestLog(root: string): RequestLogEntry[] {
   const file = path.join(root, REQUEST_LOG)
   if (!fs.existsSync(file)) return []
-  return fs
-    .readFileSync(file, 'utf8')
+  let opened: { fd: number }
+  try {
+    // As the writer: a FIFO in its place would block the reader too, a symlink would read another file.
+    opened = openRegular(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
+  } catch (error) {
+    if (notRegularReason(error) !== null) return []
+    throw error
+  }
+  let text: string
+  try {
+    text = fs.readFileSync(opened.fd, 'utf8')
+  } finally {
+    fs.closeSync(opened.fd)
+  }
+  return text
     .split('\n')
     .filter((line) => line.trim() !== '')
     .flatMap((line) => {
@@ -258,7 +286,7 @@ export function requestCancel(dir: string, id: string, options: { reason?: strin
       ...(options.by !== undefined ? { by: options.by } : {}),
       requestedAt: new Date().toISOString(),
     }
-    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true })
+    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true, under: paths.root })
     ringBell(paths.root, id)
     return file
   })
@@ -311,13 +339,17 @@ export function respondToApproval(
   response: { approved: boolean; limits?: Partial<Limits>; message?: string; by?: string },
 ): string {
   assertThreadId(id)
-  if (!fs.existsSync(threadDir(dataPaths(dir), id))) {
-    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dataPaths(dir).root}.`, { details: { threadId: id } })
+  const paths = dataPaths(dir)
+  if (!fs.existsSync(threadDir(paths, id))) {
+    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}.`, { details: { threadId: id } })
   }
+  // Before the requests are read: a linked approvals folder would otherwise show another folder's
+  // requests, or none, and the refusal would not name the link.
+  assertRealDirectories(paths.root, path.join(threadDir(paths, id), APPROVALS_DIR))
   const pending = pendingApprovals(dir, id)
   const request = pending[pending.length - 1]
   if (!request) {
-    throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} has no pending approval request in ${dataPaths(dir).root}.`, {
+    throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} has no pending approval request in ${paths.root}.`, {
       details: { threadId: id },
     })
   }
@@ -329,9 +361,8 @@ export function respondToApproval(
       details: { threadId: id, field: issue.path.join('.') },
     })
   }
-  const paths = dataPaths(dir)
   const file = approvalFiles(paths, id, request.id).response
-  writeFileAtomicSync(file, `${JSON.stringify(response, null, 2)}\n`, { fsync: true })
+  writeFileAtomicSync(file, `${JSON.stringify(response, null, 2)}\n`, { fsync: true, under: paths.root })
   ringBell(paths.root, id)
   return file
 }
@@ -361,7 +392,7 @@ export function requestResume(dir: string, id: string, options: { by?: string } 
     }
     const file = resumeFile(paths, id)
     const request: CancelRequest = { nonce: record.nonce, ...(options.by !== undefined ? { by: options.by } : {}), requestedAt: new Date().toISOString() }
-    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true })
+    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true, under: paths.root })
     ringBell(paths.root, id)
     return file
   })

@@ -21,7 +21,7 @@ import type { CommitStats } from '../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
-import { assertDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadDir, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
+import { assertDirectories, assertRealDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadDir, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteLeases } from '../persistence/sqliteLeases.js'
@@ -57,7 +57,7 @@ import type { Config, ConfigLayer } from '../config/schema.js'
 import { escalationMessage, proposeLimit } from './policies/escalation.js'
 import type { CodeHook, CompiledHooks, HookEvent, HookInput, HookSet, HookSpec } from './policies/hooks.js'
 import { compileHooks } from './policies/hooks.js'
-import type { ApprovalRequest, CancelRequest } from './requests.js'
+import type { ApprovalRequest, CancelRequest, RequestLogEntry } from './requests.js'
 import {
   APPROVALS_DIR,
   ApprovalResponseSchema,
@@ -516,7 +516,7 @@ class RuntimeImpl implements Runtime {
   ) {
     this.dir = root
     this.clock = options.clock ?? systemClock
-    this.bell = new BellReader(root)
+    this.bell = new BellReader(root, { onProblem: (problem) => this.report(problem) })
     const files = loadFileLayers(root, options.userConfig === undefined ? userConfigFile() : options.userConfig)
     this.config = mergeConfig(
       files.config,
@@ -1821,7 +1821,7 @@ class RuntimeImpl implements Runtime {
     if (this.options.store === 'memory') return
     try {
       const file = path.join(threadDir(dataPaths(this.dir), id), 'escalation.request.json')
-      writeFileAtomicSync(file, `${JSON.stringify({ threadId: id, kind: 'recovery_escalation', ...escalation }, null, 2)}\n`, { fsync: this.durability === 'fsync' })
+      writeFileAtomicSync(file, `${JSON.stringify({ threadId: id, kind: 'recovery_escalation', ...escalation }, null, 2)}\n`, { fsync: this.durability === 'fsync', under: dataPaths(this.dir).root })
     } catch (error) {
       this.report(error, id)
     }
@@ -2092,8 +2092,10 @@ class RuntimeImpl implements Runtime {
     try {
       const files = approvalFiles(dataPaths(this.dir), id, request.id)
       if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
-      fs.mkdirSync(files.dir, { recursive: true })
-      writeFileAtomicSync(files.request, `${JSON.stringify(request, null, 2)}\n`, { fsync: this.durability === 'fsync' })
+      // Not mkdir -p: it would follow a linked thread folder and make the folder wherever it points.
+      const root = dataPaths(this.dir).root
+      assertRealDirectories(root, files.dir, { create: true })
+      writeFileAtomicSync(files.request, `${JSON.stringify(request, null, 2)}\n`, { fsync: this.durability === 'fsync', under: root })
     } catch (error) {
       this.report(error, id)
     }
@@ -2104,7 +2106,7 @@ class RuntimeImpl implements Runtime {
     try {
       const files = approvalFiles(dataPaths(this.dir), id, requestId)
       if (!fs.existsSync(files.dir)) return
-      writeFileAtomicSync(files.decision, `${JSON.stringify(decision, null, 2)}\n`, { fsync: this.durability === 'fsync' })
+      writeFileAtomicSync(files.decision, `${JSON.stringify(decision, null, 2)}\n`, { fsync: this.durability === 'fsync', under: dataPaths(this.dir).root })
     } catch (error) {
       this.report(error, id)
     }
@@ -2504,7 +2506,7 @@ class RuntimeImpl implements Runtime {
       const reason = decided ? `request ${rid} was already decided` : `thread ${id} has no approval request ${rid}`
       const keptAs = setAside(file, path.join(dir, `${rid}.response.rejected.json`))
       report.refused.push({ threadId: id, kind: 'approval', file, reason })
-      logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file, outcome: 'refused', reason })
+      this.logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file, outcome: 'refused', reason })
       this.report(new SpindleError('REQUEST_INVALID', `Rejected ${file}${keptAs ? ` (kept as ${keptAs})` : ''}: ${reason}.${open}`, { details: { threadId: id, file } }), id)
     }
   }
@@ -2513,7 +2515,7 @@ class RuntimeImpl implements Runtime {
   private refuseCancel(paths: ReturnType<typeof dataPaths>, id: string | null, file: string, reason: string, report: RequestsReport, current = file): void {
     const keptAs = setAside(current, path.join(path.dirname(file), 'cancel.refused.json'))
     report.refused.push({ threadId: id, kind: 'cancel', file, reason })
-    logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'cancel', threadId: id, file, outcome: 'refused', reason })
+    this.logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'cancel', threadId: id, file, outcome: 'refused', reason })
     const live = id ? this.live.get(id) : undefined
     live?.note('cancel_refused', { at: this.clock.now(), file, reason })
     const kept = keptAs ? ` (kept as ${keptAs})` : ''
@@ -2540,7 +2542,13 @@ class RuntimeImpl implements Runtime {
   private honourRequest(paths: ReturnType<typeof dataPaths>, kind: 'cancel' | 'resume', id: string, file: string, claimed: string, reason: string, report: RequestsReport): void {
     fs.rmSync(claimed, { force: true })
     report.honoured.push({ threadId: id, kind, file })
-    logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind, threadId: id, file, outcome: 'honoured', reason })
+    this.logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind, threadId: id, file, outcome: 'honoured', reason })
+  }
+
+  /** A log line that could not be written leaves the request as it was: the host hears why. */
+  private logRequest(root: string, entry: RequestLogEntry): void {
+    const skipped = logRequest(root, entry)
+    if (skipped) this.report(skipped, entry.threadId ?? undefined)
   }
 
   private async handleCancelFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
@@ -2578,7 +2586,7 @@ class RuntimeImpl implements Runtime {
         setAside(claimed.claimed, path.join(path.dirname(file), 'resume.refused.json'))
       } catch {}
       report.refused.push({ threadId: id, kind: 'resume', file, reason: refusal })
-      logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
+      this.logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
       this.report(new SpindleError('REQUEST_INVALID', `Refused the resume request ${file}: ${refusal}.`, { details: { threadId: id, file } }), id)
       return
     }
@@ -2594,7 +2602,7 @@ class RuntimeImpl implements Runtime {
         setAside(files.taken, files.rejected)
       } catch {}
       report.refused.push({ threadId: id, kind: 'approval', file: files.response, reason })
-      logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file: files.response, outcome: 'refused', reason })
+      this.logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file: files.response, outcome: 'refused', reason })
       this.report(new SpindleError('REQUEST_INVALID', `Rejected ${files.response}: ${reason}. The approval request stays open; write a corrected response.`, { details: { threadId: id, file: files.response } }), id)
     }
     if (!read.ok) return reject(read.problem.replace(files.taken, files.response))
@@ -2608,7 +2616,7 @@ class RuntimeImpl implements Runtime {
     }
     fs.rmSync(files.taken, { force: true })
     report.honoured.push({ threadId: id, kind: 'approval', file: files.response })
-    logRequest(paths.root, {
+    this.logRequest(paths.root, {
       at: new Date(this.clock.now()).toISOString(),
       kind: 'approval',
       threadId: id,
