@@ -14,6 +14,9 @@ import { SpindleError } from './errors.js'
 
 export const BELL_FILE = 'requests.bell'
 
+/** What one read of the bell takes into memory at most. */
+const MAX_READ_BYTES = 4 << 20
+
 /** Past this size the runtime that reads the bell sets it aside and starts a new one. */
 const ROTATE_BYTES = 1 << 20
 
@@ -113,6 +116,12 @@ export class BellReader {
 
   /** Reads whole lines from `from` up to `to`; returns where the next read starts. */
   private take(file: string, from: number, to: number, rings: Rings): number {
+    // More than a poll's worth of honest rings (each is a thread id): not read into memory. The
+    // poll looks everywhere instead, which finds every request, and the bell is set aside.
+    if (to - from > MAX_READ_BYTES) {
+      rings.missed = true
+      return to
+    }
     let text: Buffer
     try {
       // Swapped for a symlink or a FIFO since the lstat: refused, not followed or waited on.

@@ -165,6 +165,21 @@ describe('BellReader', () => {
     expect(reader.read()).toEqual({ ids: new Set(['after-1']), missed: false })
   })
 
+  it('should not read a flood appended to the bell into memory: it looks everywhere, and the next bell is read as usual', () => {
+    const dir = tempDir()
+    const reader = new BellReader(dir)
+    reader.read()
+    ringBell(dir, 'before-1')
+    fs.appendFileSync(path.join(dir, BELL_FILE), `${'flood-aaaaaaaa\n'.repeat(400_000)}`)
+    const flooded = reader.read()
+    expect(flooded.missed).toBe(true)
+    expect(flooded.ids).toEqual(new Set())
+    // Set aside past its size, as any bell.
+    expect(fs.readdirSync(dir)).toEqual([])
+    ringBell(dir, 'after-1')
+    expect(reader.read()).toEqual({ ids: new Set(['after-1']), missed: false })
+  })
+
   it('should notice a bell replaced by another of the same size or longer', () => {
     const dir = tempDir()
     const reader = new BellReader(dir)
