@@ -4,14 +4,84 @@
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import type { Document } from 'yaml'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
+import { NotRegularFile, openRegular, readRange } from '../persistence/fdio.js'
 import { SpindleError } from '../src/errors.js'
 import type { Config, ConfigLayer } from './schema.js'
-import { ConfigLayerSchema, ConfigSchema } from './schema.js'
+import { ConfigLayerSchema, ConfigSchema, closestKey, knownKeys } from './schema.js'
 
 function invalid(file: string, message: string, details: Record<string, unknown> = {}): SpindleError {
   return new SpindleError('CONFIG_INVALID', `${file}: ${message}`, { details: { file, ...details } })
+}
+
+/** Largest configuration or directive file read: they are a few KiB; anything near this is a mistake. */
+export const MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+/** Why a configuration or directive file cannot be read; its message completes "<file> …". */
+export class UnreadableConfigFile extends Error {}
+
+/**
+ * The text of a configuration or directive file, without a byte order mark. It must be a regular
+ * file (a symlink to one is fine) of at most MAX_CONFIG_FILE_BYTES: a FIFO, a device or a
+ * directory in its place is refused without blocking on it or reading it whole. Throws
+ * UnreadableConfigFile saying why.
+ */
+export function readConfigText(file: string): string {
+  let opened: { fd: number; size: number }
+  try {
+    opened = openRegular(file, fs.constants.O_RDONLY)
+  } catch (error) {
+    if (error instanceof NotRegularFile) throw new UnreadableConfigFile(`is ${error.kind}, not a file`)
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT' && isSymlink(file)) throw new UnreadableConfigFile(`is a symbolic link to ${readLink(file)}, which does not exist`)
+    throw new UnreadableConfigFile(`cannot be read (${(error as Error).message})`)
+  }
+  try {
+    if (opened.size > MAX_CONFIG_FILE_BYTES) throw new UnreadableConfigFile(`is ${opened.size} bytes; a configuration file may have at most ${MAX_CONFIG_FILE_BYTES} (1 MiB)`)
+    // One byte more than allowed: a file that grew since the stat is refused, not cut.
+    const bytes = readRange(opened.fd, 0, MAX_CONFIG_FILE_BYTES + 1)
+    if (bytes.length > MAX_CONFIG_FILE_BYTES) throw new UnreadableConfigFile(`is more than ${MAX_CONFIG_FILE_BYTES} bytes (1 MiB); a configuration file may have at most that`)
+    return bytes.toString('utf8').replace(/^\uFEFF/, '')
+  } catch (error) {
+    if (error instanceof UnreadableConfigFile) throw error
+    throw new UnreadableConfigFile(`cannot be read (${(error as Error).message})`)
+  } finally {
+    fs.closeSync(opened.fd)
+  }
+}
+
+function isSymlink(file: string): boolean {
+  try {
+    return fs.lstatSync(file).isSymbolicLink()
+  } catch {
+    return false
+  }
+}
+
+function readLink(file: string): string {
+  try {
+    return fs.readlinkSync(file)
+  } catch {
+    return 'a missing file'
+  }
+}
+
+/**
+ * The JavaScript value of a parsed YAML document. Turning it into data can fail on its own: an
+ * alias bomb ("billion laughs") stops at the yaml package's alias limit, a document nested too
+ * deeply overflows the stack. Throws an Error saying which.
+ */
+export function yamlToJs(doc: Document.Parsed): unknown {
+  try {
+    return doc.toJS({ maxAliasCount: 100 })
+  } catch (error) {
+    const message = (error as Error)?.message ?? String(error)
+    if (error instanceof RangeError) throw new Error(`is nested too deeply to read (${message})`)
+    if (/alias/i.test(message)) throw new Error(`expands too many aliases (${message}): refusing what looks like an alias bomb`)
+    throw new Error(`cannot be turned into data (${message})`)
+  }
 }
 
 /** Parses YAML text, reporting a syntax error with its line and column. */
@@ -22,13 +92,38 @@ export function parseYaml(text: string, file: string): unknown {
     const [line, column] = error.linePos?.[0] ? [error.linePos[0].line, error.linePos[0].col] : [undefined, undefined]
     throw invalid(file, `invalid YAML${line ? ` at line ${line}, column ${column}` : ''}: ${error.message.split('\n')[0]}`, { line, column })
   }
-  return doc.toJS() ?? {}
+  let value: unknown
+  try {
+    value = yamlToJs(doc)
+  } catch (error) {
+    throw invalid(file, (error as Error).message)
+  }
+  return value ?? {}
+}
+
+/** "retry.maxRetrys: unknown key (did you mean maxRetries?)", for every key the schema does not know. */
+function unknownKeys(schema: z.ZodType, issue: z.core.$ZodIssue): { at: string; message: string } | null {
+  if (issue.code !== 'unrecognized_keys') return null
+  const known = knownKeys(schema, issue.path)
+  const where = issue.path.join('.')
+  const parts = issue.keys.map((key) => {
+    const guess = closestKey(key, known)
+    return `${where ? `${where}.` : ''}${key}: unknown key${guess ? ` (did you mean ${guess}?)` : ''}`
+  })
+  const at = `${where ? `${where}.` : ''}${issue.keys[0]}`
+  return { at, message: `${parts.join('; ')}${known.length ? `. ${where || 'The top level'} has: ${known.join(', ')}` : ''}` }
 }
 
 function validate<T>(schema: z.ZodType<T>, value: unknown, file: string): T {
+  if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+    const got = Array.isArray(value) ? 'a list' : typeof value === 'string' ? 'a string' : typeof value
+    throw invalid(file, `(top level): must be a mapping of sections (limits:, retry:, hooks: …), not ${got}.`, { path: '(top level)' })
+  }
   const result = schema.safeParse(value)
   if (result.success) return result.data
   const issue = result.error.issues[0]!
+  const unknown = unknownKeys(schema, issue)
+  if (unknown) throw invalid(file, `${unknown.message}.`, { path: unknown.at })
   const at = issue.path.length ? issue.path.join('.') : '(top level)'
   throw invalid(file, `${at}: ${issue.message}.\n${z.prettifyError(result.error)}`, { path: at })
 }
@@ -37,9 +132,9 @@ function validate<T>(schema: z.ZodType<T>, value: unknown, file: string): T {
 export function readConfigLayer(file: string): ConfigLayer {
   let text: string
   try {
-    text = fs.readFileSync(file, 'utf8')
+    text = readConfigText(file)
   } catch (error) {
-    throw invalid(file, `cannot be read (${(error as Error).message})`)
+    throw invalid(file, (error as Error).message)
   }
   return validate(ConfigLayerSchema, parseYaml(text, file), file)
 }
@@ -98,7 +193,14 @@ export function projectConfigFile(dir: string): string {
 
 /** A layer read from `file` if it exists; a file that exists but is invalid fails, naming it. */
 export function readOptionalLayer(file: string): ConfigLayer | undefined {
-  if (!fs.existsSync(file)) return undefined
+  // lstat, not exists: a symlink to a file that is gone is a mistake to report, not a missing layer.
+  try {
+    fs.lstatSync(file)
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOENT' || code === 'ENOTDIR') return undefined
+    throw invalid(file, `cannot be read (${(error as Error).message})`)
+  }
   return readConfigLayer(file)
 }
 
@@ -140,7 +242,7 @@ let cached: Config | null = null
 export function systemDefaults(): Config {
   if (!cached) {
     const file = defaultsFile()
-    cached = validate(ConfigSchema, parseYaml(fs.readFileSync(file, 'utf8'), file), file)
+    cached = validate(ConfigSchema, parseYaml(readConfigText(file), file), file)
   }
   return cached
 }

@@ -2,6 +2,7 @@
  * The shape of spindle's configuration. This schema is the single source of truth: the type is
  * inferred from it and every YAML layer is validated against it.
  */
+import { RegExpParser, visitRegExpAST } from '@eslint-community/regexpp'
 import { z } from 'zod'
 import { HookSpecSchema } from './hookSchema.js'
 
@@ -44,6 +45,46 @@ export const ERROR_CATEGORIES = [
   'cancelled',
 ] as const
 
+/** Longest regular expression a configuration (an error pattern, a hook's `matches`) may hold. */
+export const MAX_PATTERN_LENGTH = 1000
+
+/**
+ * Why a JavaScript regular expression could take exponential time on some input (catastrophic
+ * backtracking), or null. JavaScript regexes cannot be interrupted: one such pattern, tried on an
+ * error message a provider sent, would block the whole process. Refused, on the pattern's syntax
+ * tree (parsed by regexpp, ESLint's regex parser): a repetition inside a repetition (`(a+)+`,
+ * `(\w*\s?)*`) and backreferences (`(a*)\1`). Not caught: overlapping alternatives under a
+ * repetition (`(a|ab)*`). A pattern that does not parse is left to the compile check.
+ */
+export function regexHazard(source: string): string | null {
+  if (source.length > MAX_PATTERN_LENGTH) return `is longer than ${MAX_PATTERN_LENGTH} characters`
+  let pattern: ReturnType<RegExpParser['parsePattern']>
+  try {
+    pattern = new RegExpParser().parsePattern(source)
+  } catch {
+    return null
+  }
+  let hazard: string | null = null
+  // How many repetitions (a quantifier that can match more than once) enclose the node visited.
+  let repeating = 0
+  visitRegExpAST(pattern, {
+    onQuantifierEnter(node) {
+      if (node.max <= 1) return
+      if (repeating > 0) {
+        hazard ??= `repeats \`${node.raw}\` inside another repetition (like \`(a+)+\`), which can take exponential time; write it without the nesting`
+      }
+      repeating++
+    },
+    onQuantifierLeave(node) {
+      if (node.max > 1) repeating--
+    },
+    onBackreferenceEnter(node) {
+      hazard ??= `uses a backreference (${node.raw}), which can take exponential time`
+    },
+  })
+  return hazard
+}
+
 function compiles(source: string): boolean {
   try {
     new RegExp(source)
@@ -54,8 +95,18 @@ function compiles(source: string): boolean {
 }
 
 export const ErrorPatternSchema = z.strictObject({
-  /** A JavaScript regular expression, matched case-insensitively against the failure's message. */
-  match: z.string().min(1).refine(compiles, { message: 'is not a valid regular expression' }),
+  /**
+   * A JavaScript regular expression, matched case-insensitively against the failure's message.
+   * Patterns that can backtrack catastrophically are refused (see regexHazard).
+   */
+  match: z
+    .string()
+    .min(1)
+    .refine(compiles, { message: 'is not a valid regular expression' })
+    .superRefine((source, ctx) => {
+      const hazard = compiles(source) ? regexHazard(source) : null
+      if (hazard) ctx.addIssue({ code: 'custom', message: `${hazard}` })
+    }),
   category: z.enum(ERROR_CATEGORIES),
 })
 
@@ -234,3 +285,49 @@ export const ConfigLayerSchema = z.strictObject({
 })
 
 export type ConfigLayer = z.infer<typeof ConfigLayerSchema>
+
+/** Edit distance between two short strings (keys), case-insensitive. */
+function distance(a: string, b: string): number {
+  const x = a.toLowerCase()
+  const y = b.toLowerCase()
+  let row = Array.from({ length: y.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= x.length; i++) {
+    const next = [i]
+    for (let j = 1; j <= y.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (x[i - 1] === y[j - 1] ? 0 : 1))
+    row = next
+  }
+  return row[y.length]!
+}
+
+/** The known key an unknown one was probably meant to be (a typo, another case), or undefined. */
+export function closestKey(key: string, known: readonly string[]): string | undefined {
+  if (key.length > 64) return undefined
+  let best: string | undefined
+  let bestDistance = Infinity
+  for (const candidate of known) {
+    const d = distance(key, candidate)
+    if (d < bestDistance) [best, bestDistance] = [candidate, d]
+  }
+  return best !== undefined && bestDistance <= Math.max(2, Math.floor(best.length / 3)) ? best : undefined
+}
+
+/** The keys an object schema at `at` inside `schema` has (through optional, nullable, arrays and records); [] if none. */
+export function knownKeys(schema: z.ZodType, at: ReadonlyArray<PropertyKey>): string[] {
+  type Node = { shape?: Record<string, unknown>; element?: unknown; unwrap?: () => unknown; def?: { type?: string; valueType?: unknown; innerType?: unknown } }
+  const unwrap = (node: Node | undefined): Node | undefined => {
+    for (let i = 0; i < 8 && node && !node.shape && !node.element && node.def?.type !== 'record'; i++) {
+      node = (node.def?.innerType ?? (typeof node.unwrap === 'function' ? node.unwrap() : undefined)) as Node | undefined
+    }
+    return node
+  }
+  let node = unwrap(schema as unknown as Node)
+  for (const key of at) {
+    if (!node) return []
+    if (node.element !== undefined && typeof key === 'number') node = node.element as Node
+    else if (node.shape && typeof key === 'string' && Object.hasOwn(node.shape, key)) node = node.shape[key] as Node
+    else if (node.def?.type === 'record') node = node.def.valueType as Node
+    else return []
+    node = unwrap(node)
+  }
+  return node?.shape ? Object.keys(node.shape) : []
+}

@@ -9,7 +9,8 @@ import { fileURLToPath } from 'node:url'
 import { parseDocument } from 'yaml'
 import type { DirectiveFrontMatter } from '../config/directiveSchema.js'
 import { DirectiveFrontMatterSchema } from '../config/directiveSchema.js'
-import { userConfigFile } from '../config/load.js'
+import { readConfigText, userConfigFile, yamlToJs } from '../config/load.js'
+import { closestKey, knownKeys } from '../config/schema.js'
 import { SpindleError } from './errors.js'
 import type { DirectiveSpec } from './runtime.js'
 
@@ -28,9 +29,10 @@ function invalid(file: string, message: string, field?: string): SpindleError {
 export function loadDirectiveFile(file: string): DirectiveFile {
   let text: string
   try {
-    text = fs.readFileSync(file, 'utf8')
+    // A regular file of at most 1 MiB (a FIFO would block, /dev/zero never end), without a BOM.
+    text = readConfigText(file)
   } catch (error) {
-    throw invalid(file, `cannot be read (${(error as Error).message})`)
+    throw invalid(file, (error as Error).message)
   }
   const match = /^---\r?\n([\s\S]*?)\r?\n---\r?\n?([\s\S]*)$/.exec(text)
   if (!match) throw invalid(file, 'must start with YAML front matter between two "---" lines, followed by the prompt')
@@ -40,9 +42,26 @@ export function loadDirectiveFile(file: string): DirectiveFile {
     const line = first.linePos?.[0]
     throw invalid(file, `invalid YAML in the front matter${line ? ` at line ${line.line + 1}, column ${line.col}` : ''}: ${first.message.split('\n')[0]}`)
   }
-  const parsed = DirectiveFrontMatterSchema.safeParse(document.toJS() ?? {})
+  let data: unknown
+  try {
+    data = yamlToJs(document)
+  } catch (error) {
+    throw invalid(file, `the front matter ${(error as Error).message}`)
+  }
+  data ??= {}
+  if (typeof data !== 'object' || Array.isArray(data)) {
+    throw invalid(file, `must be a mapping (name:, limits: …), not ${Array.isArray(data) ? 'a list' : typeof data}`, '(front matter)')
+  }
+  const parsed = DirectiveFrontMatterSchema.safeParse(data)
   if (!parsed.success) {
     const issue = parsed.error.issues[0]!
+    if (issue.code === 'unrecognized_keys') {
+      const known = knownKeys(DirectiveFrontMatterSchema, issue.path)
+      const where = issue.path.join('.')
+      const key = issue.keys[0]!
+      const guess = closestKey(key, known)
+      throw invalid(file, `unknown key${guess ? ` (did you mean ${guess}?)` : ''}${known.length ? `; ${where || 'the front matter'} has: ${known.join(', ')}` : ''}`, where ? `${where}.${key}` : key)
+    }
     throw invalid(file, issue.message, issue.path.join('.') || '(front matter)')
   }
   const body = match[2]!.trim()

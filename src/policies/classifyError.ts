@@ -68,6 +68,9 @@ const NODE_NETWORK = new Set([
   'UND_ERR_RES_CONTENT_LENGTH_MISMATCH',
 ])
 
+/** How much of an error message the patterns are tried on. */
+const MAX_MATCHED_MESSAGE = 16 * 1024
+
 /** Message patterns (config `errors.patterns`), compiled once per list. */
 export interface MessagePattern {
   match: string
@@ -247,7 +250,9 @@ export function classifyError(error: unknown, now = Date.now(), patterns: readon
   if (networkCode !== undefined) return result('transient')
 
   const compiled = compilePatterns(patterns)
-  const messages = chain.map(messageOf)
+  // A provider may echo the whole prompt in its message: a pattern with a gap (`.*`) would then
+  // take time quadratic in megabytes, blocking every thread. What decides a category comes first.
+  const messages = chain.map((e) => messageOf(e).slice(0, MAX_MATCHED_MESSAGE))
   const byPattern = compiled.find(([re]) => messages.some((m) => re.test(m)))?.[1]
   if (status !== undefined) {
     const byStatus = statusCategory(status)

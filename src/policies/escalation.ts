@@ -24,8 +24,9 @@ export function proposeLimit(max: number, rule: EscalationRule): number | null {
       proposed = null
       break
   }
-  // A ceiling already reached leaves nothing to propose.
-  return proposed !== null && proposed > max ? proposed : null
+  // A ceiling already reached leaves nothing to propose. Neither does a limit so large that
+  // doubling it overflows: Infinity would be written as null in the request file — unlimited.
+  return proposed !== null && Number.isFinite(proposed) && proposed > max ? proposed : null
 }
 
 export function ruleFor(policy: EscalationPolicy, limit: LimitName): EscalationRule {

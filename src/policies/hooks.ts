@@ -5,7 +5,12 @@
  * Conditions are CEL (Common Expression Language), evaluated by @marcbachmann/cel-js: no I/O, no
  * loops, no user code. The only code that runs is a handler passed in code on purpose. Every
  * expression is parsed and type-checked against the declared variables when the hooks are
- * compiled, so a typo fails at start-up, not at 3 a.m. on the first rate limit.
+ * compiled, so a typo fails at start-up, not at 3 a.m. on the first rate limit. Also refused
+ * then, because one such condition would stall the whole process at every event (checkSyntax):
+ * more than MAX_WHEN_LENGTH characters or MAX_WHEN_DEPTH levels of nesting, a loop macro inside
+ * another, and `matches` with a pattern that is not a string literal or can backtrack
+ * exponentially. A condition that fails to evaluate (a null compared, a division by zero) does
+ * not match and is reported through onError with the hook's id and source.
  *
  * Numbers. CEL keeps `int` and `double` apart, JavaScript does not. Every field below has a
  * declared CEL type, and values are converted to it before evaluation: counts (turns, tokens,
@@ -19,6 +24,7 @@ import { createRequire } from 'node:module'
 import type { Environment, ObjectSchema } from '@marcbachmann/cel-js'
 import { z } from 'zod'
 import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, HookLimitsSchema, HookSpecSchema } from '../../config/hookSchema.js'
+import { regexHazard } from '../../config/schema.js'
 import type { HookAction, HookEvent, HookSpec } from '../../config/hookSchema.js'
 import type { Limits } from '../../machines/thread.machine.js'
 import type { SpindleErrorCode } from '../errors.js'
@@ -194,7 +200,10 @@ function celJson(value: unknown, depth = 0): unknown {
   if (depth > 32 || typeof value !== 'object' || value === null) return value
   if (Array.isArray(value)) return value.map((item) => celJson(item, depth + 1))
   const out: Record<string, unknown> = {}
-  for (const [key, item] of Object.entries(value)) if (item !== undefined) out[key] = celJson(item, depth + 1)
+  for (const [key, item] of Object.entries(value)) {
+    // defineProperty: a key "__proto__" (JSON.parse makes it an own key) stays a key, not a prototype.
+    if (item !== undefined) Object.defineProperty(out, key, { value: celJson(item, depth + 1), enumerable: true, writable: true, configurable: true })
+  }
   return out
 }
 
@@ -308,14 +317,94 @@ class HookCompileError extends Error {
   }
 }
 
+/** Longest `when` accepted: a condition is a line or two; a longer one is a mistake or an attack. */
+export const MAX_WHEN_LENGTH = 4096
+/** Deepest nesting of a `when` (operators inside operators); deeper could overflow the stack. */
+export const MAX_WHEN_DEPTH = 64
+
+/** Macros that loop over a list or map. */
+const COMPREHENSIONS = new Set(['all', 'exists', 'exists_one', 'map', 'filter'])
+
+/** The expression as the library shows it in errors, shortened. */
+function excerptOf(node: { start?: unknown; end?: unknown }, expression: string): string {
+  const start = typeof node.start === 'number' ? node.start : 0
+  const end = typeof node.end === 'number' ? node.end : start
+  const text = expression.slice(start, end)
+  return text.length > 60 ? `${text.slice(0, 57)}...` : text
+}
+
+/**
+ * What a condition may not do although CEL allows it, checked on its syntax tree (iteratively:
+ * the tree may be deep). Each would let one hook stall the whole process at every event:
+ * - nesting deeper than MAX_WHEN_DEPTH;
+ * - a loop macro (all, exists, map …) inside another: 1000 × 1000 × 1000 steps is minutes;
+ * - `matches` with a pattern that is not a string literal (it could not be checked here), or
+ *   one that can backtrack exponentially (`(a+)+`) on an error message a provider sent.
+ */
+function checkSyntax(ast: unknown, expression: string): void {
+  type Node = { op?: unknown; args?: unknown; start?: unknown; end?: unknown }
+  const stack: Array<{ node: unknown; depth: number; loops: number }> = [{ node: ast, depth: 0, loops: 0 }]
+  while (stack.length > 0) {
+    const { node, depth, loops } = stack.pop()!
+    if (Array.isArray(node)) {
+      for (const child of node) stack.push({ node: child, depth, loops })
+      continue
+    }
+    if (typeof node !== 'object' || node === null || typeof (node as Node).op !== 'string') continue
+    const { op, args } = node as Node
+    const at = typeof (node as Node).start === 'number' ? ` (at ${position(expression, (node as Node).start as number)})` : ''
+    if (depth > MAX_WHEN_DEPTH) {
+      throw new HookCompileError(`is nested more than ${MAX_WHEN_DEPTH} levels deep${at}: write a flatter condition.`, {}, expression)
+    }
+    let childLoops = loops
+    if ((op === 'rcall' || op === 'call') && Array.isArray(args)) {
+      const name = args[0]
+      const callArgs = (op === 'rcall' ? args[2] : args[1]) as unknown
+      if (typeof name === 'string' && COMPREHENSIONS.has(name) && op === 'rcall') {
+        if (loops > 0) {
+          throw new HookCompileError(
+            `has a ${name}() inside another loop macro${at} (\`${excerptOf(node as Node, expression)}\`): nested loops can take minutes at every event; use one.`,
+            {},
+            expression,
+          )
+        }
+        childLoops = loops + 1
+      }
+      if (name === 'matches' && Array.isArray(callArgs)) {
+        const pattern = (op === 'rcall' ? callArgs[0] : callArgs[1]) as Node | undefined
+        if (!pattern || pattern.op !== 'value' || typeof pattern.args !== 'string') {
+          throw new HookCompileError(`calls matches()${at} with a pattern that is not a string literal: write the regular expression in quotes, so that it is checked when the hooks load.`, {}, expression)
+        }
+        const hazard = compilesAsRegex(pattern.args) ?? regexHazard(pattern.args)
+        if (hazard) throw new HookCompileError(`calls matches()${at} with the pattern ${JSON.stringify(pattern.args)}, which ${hazard}.`, {}, expression)
+      }
+    }
+    stack.push({ node: args, depth: depth + 1, loops: childLoops })
+  }
+}
+
+function compilesAsRegex(source: string): string | null {
+  try {
+    new RegExp(source)
+    return null
+  } catch (error) {
+    return `is not a valid regular expression (${(error as Error).message})`
+  }
+}
+
 function compileCondition(expression: string): Condition {
+  if (expression.length > MAX_WHEN_LENGTH) {
+    throw new HookCompileError(`is ${expression.length} characters long; a condition may have at most ${MAX_WHEN_LENGTH}.`, {}, `${expression.slice(0, 60)}...`)
+  }
   let parsed: ReturnType<Environment['parse']>
   try {
     parsed = environment().parse(expression)
   } catch (error) {
+    if (error instanceof RangeError) throw new HookCompileError(`is nested too deeply to parse: write a flatter condition.`, {}, expression)
     const d = describeCelError(error, expression)
     throw new HookCompileError(`is not valid CEL: ${d.text}.${d.excerpt ? `\n${d.excerpt}` : ''}`, { start: d.start, end: d.end }, expression)
   }
+  checkSyntax(parsed.ast, expression)
   const checked = parsed.check()
   if (!checked.valid) {
     const d = describeCelError(checked.error, expression)

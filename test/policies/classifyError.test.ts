@@ -201,6 +201,14 @@ describe('classifyError', () => {
     expect(classifyError(new Error('Rate limit exceeded'), NOW, patterns).failure.category).toBe('permanent')
   })
 
+  it('should try the patterns on the first 16 KiB of a message only: one that echoes a whole prompt cannot stall the process', () => {
+    const patterns: MessagePattern[] = [{ match: 'prompt.*overloaded', category: 'transient' }]
+    const echoed = 'prompt '.repeat(200_000)
+    expect(classifyError(new Error(`overloaded: ${echoed}`), NOW, [{ match: 'overloaded', category: 'transient' }]).failure.category).toBe('transient')
+    // The word that would decide comes after 1.4 MB of echoed prompt: not looked for there.
+    expect(classifyError(new Error(`${echoed} overloaded`), NOW, patterns).failure.category).toBe('permanent')
+  })
+
   it('should stop on a cause chain that loops', () => {
     const a = new Error('a') as Error & { cause?: unknown }
     const b = new Error('b', { cause: a })
