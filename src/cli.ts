@@ -45,7 +45,7 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   DIRECTIVE_NOT_FOUND: 4,
   THREAD_LEASED: 9,
   TRANSCRIPT_BEHIND_JOURNAL: 9,
-  DATA_DIR_INVALID: 4,
+  DATA_DIR_INVALID: 5,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
@@ -83,6 +83,15 @@ function parseStatuses(value: string | undefined): ThreadStatus[] | undefined {
   return statuses as ThreadStatus[]
 }
 
+/** An option's value that must be a whole number of at least 0 (a seq, milliseconds, a port): anything else exits 3. */
+const wholeNumber = (name: string) => (value: string): number => {
+  const n = Number(value)
+  if (value.trim() === '' || !Number.isSafeInteger(n) || n < 0) {
+    throw new SpindleError('INVALID_OPTIONS', `--${name} must be a whole number of at least 0 (got ${JSON.stringify(value)}).`, { details: { field: name } })
+  }
+  return n
+}
+
 const dirOption = (): Option => new Option('--dir <dir>', 'data directory of the runtime').default('.spindle')
 
 /** The Stately inspector (@statelyai/inspect, loaded only when asked for): it prints the link to open. */
@@ -98,16 +107,19 @@ function program(setExit: (code: number) => void): Command {
     .description('A durable actor runtime for LLM agent threads.')
     .addHelpText(
       'after',
-      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 6 not in a state for that, 7 thread ended in error or cancelled (run), 8 thread suspended for a person (run), 9 threads run by another live process (demo), 130 interrupted.',
+      '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 6 not in a state for that, 7 thread ended in error or cancelled (run), 8 thread suspended for a person (run), 9 threads run by another live process (demo, rebuild --apply, --compact) or a transcript behind its journal (rebuild --apply, --compact), 130 interrupted.',
     )
     .showHelpAfterError()
+    // Before the commands are added: each copies it, so a usage error in one (a missing argument,
+    // an unknown option) exits 2 through the handler below instead of commander's own exit 1.
+    .exitOverride()
 
   cli
     .command('demo')
     .description('run several threads on the scripted model with live progress; run again after a kill to resume')
     .addOption(dirOption())
     .addOption(new Option('--durability <mode>', 'fsync or process').choices(['fsync', 'process']).default('fsync'))
-    .option('--latency <ms>', 'simulated model latency in ms', (v) => Number(v))
+    .option('--latency <ms>', 'simulated model latency in ms', wholeNumber('latency'))
     .option('--inspect', 'watch every actor live in the Stately inspector (stately.ai; prints the link)')
     .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean }) => {
       const inspector = o.inspect ? await statelyInspector() : null
@@ -199,7 +211,7 @@ function program(setExit: (code: number) => void): Command {
     .command('logs <id>')
     .description("print a thread's transcript, verified")
     .addOption(dirOption())
-    .option('--after <seq>', 'only entries after this seq', (v) => Number(v))
+    .option('--after <seq>', 'only entries after this seq', wholeNumber('after'))
     .option('--follow', 'keep printing new entries until the thread stops')
     .option('--json', 'print JSON lines')
     .action(async (id: string, o: { dir: string; after?: number; follow?: boolean; json?: boolean }) => {
@@ -402,7 +414,7 @@ function program(setExit: (code: number) => void): Command {
     .command('inspect')
     .description('serve a local page on 127.0.0.1: thread tree, statecharts, cost against limits, transcripts, approvals with Approve / Deny')
     .addOption(dirOption())
-    .option('--port <port>', 'port to listen on (default: any free one)', (v) => Number(v))
+    .option('--port <port>', 'port to listen on (default: any free one)', wholeNumber('port'))
     .action(async (o: { dir: string; port?: number }) => {
       const inspector = await startInspector({ dir: o.dir, ...(o.port !== undefined ? { port: o.port } : {}) })
       out(`spindle inspect: open ${inspector.url}\n(127.0.0.1 only; the token in the link is this session's key. Ctrl-C stops.)`)
@@ -465,7 +477,7 @@ function exitWhenFlushed(code: number): void {
 }
 
 let exitCode = 0
-const cli = program((code) => (exitCode = code)).exitOverride()
+const cli = program((code) => (exitCode = code))
 cli.parseAsync(process.argv).then(
   () => exitWhenFlushed(exitCode),
   (error: unknown) => {

@@ -19,7 +19,7 @@ export type {
 export type { WaitOptions, WaitReport, SettledThread } from './waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'
 export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'
-export { requestCancel, respondToApproval, pendingApprovals, readRequestLog } from './requests.js'
+export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './requests.js'
 export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './requests.js'
 export { compileHooks } from './policies/hooks.js'
 export type { HookSpec, CodeHook, HookEvent, HookAction, HookInput, HookDecision, HookLayer } from './policies/hooks.js'

@@ -127,6 +127,11 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
   const paths = dataPaths(dir)
   return withRegistry(dir, (registry) => {
     recordOf(registry, dir, id)
+    // The runtime running the thread would write over the rebuilt state.json at its next round.
+    const lease = options.apply ? locks(dir).locks.find((l) => l.threadId === id && l.state === 'live') : undefined
+    if (lease) {
+      throw new SpindleError('THREAD_LEASED', `Thread ${id} is run by ${lease.owner} (pid ${lease.pid}): rebuild it once that process has stopped.`, { details: { threadId: id } })
+    }
     // A state.json rebuilt from a transcript that lacks journaled lines would point past what it
     // replayed once the lines are written back.
     if (options.apply) refuseIfBehindJournal(paths, id, 'rebuild it')

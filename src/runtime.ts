@@ -1831,12 +1831,16 @@ class RuntimeImpl implements Runtime {
   private async govern(thread: LiveThread, context: ThreadContext): Promise<'proceed' | 'stopped'> {
     const policy = this.config.governance
     if (policy.tokens === null && policy.wallTimeMs === null && policy.retries === null && Object.keys(policy.byDirective).length === 0) return 'proceed'
-    const taskKey = context.task?.key ?? thread.id
     const usage = {
       tokens: context.usage.inputTokens + context.usage.outputTokens,
       wallTimeMs: context.activeMs,
       retries: context.retries ?? 0,
     }
+    if (!checkGovernance(policy, context.directive.name, usage, 0)) return 'proceed'
+    // Steps are counted per task: a continuation (which starts with its predecessor's usage, so
+    // exceeds at once) takes the next step, not the first again (reduced_context for ever).
+    const previous = context.previousThreadId
+    const taskKey = context.task?.key ?? (previous ? (this.registry.chain(previous)[0]?.id ?? previous) : thread.id)
     const verdict = checkGovernance(policy, context.directive.name, usage, this.recoveryStore.degradeStep(taskKey))
     if (!verdict) return 'proceed'
     this.recoveryStore.bumpDegradeStep(taskKey, this.clock.now())

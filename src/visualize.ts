@@ -110,6 +110,7 @@ export async function svgVisualizations(): Promise<Record<string, string>> {
 /** Writes the diagrams, or with `check` only lists the files that are missing or out of date. */
 export async function writeVisualizations(dir: string, options: { check?: boolean } = {}): Promise<string[]> {
   const stale: string[] = []
+  if (!options.check) fs.mkdirSync(dir, { recursive: true })
   for (const [name, text] of Object.entries({ ...visualizations(), ...(await svgVisualizations()) })) {
     const file = path.join(dir, name)
     const current = fs.existsSync(file) ? fs.readFileSync(file, 'utf8') : null

@@ -29,6 +29,16 @@ describe('spindle doctor', () => {
     expect(doctor(dir)).toEqual({ code: 0, report: { threads: 5, findings: [] } })
   })
 
+  it('should exit 5 (damaged data, not "not found") when threads/ is not a directory', async () => {
+    const dir = tempDir('spindle-doctor')
+    await fiveCompletedThreads(dir)
+    fs.renameSync(path.join(dir, 'threads'), path.join(dir, 'threads.aside'))
+    fs.writeFileSync(path.join(dir, 'threads'), '')
+    const run = spawnSync(process.execPath, [compiled('src/cli.js'), 'doctor', '--dir', dir, '--json'], { encoding: 'utf8' })
+    expect(run.stderr).toContain('DATA_DIR_INVALID')
+    expect(run.status).toBe(5)
+  })
+
   it('should find each kind of planted damage and exit 5', async () => {
     const dir = tempDir('spindle-doctor')
     const [cut, chain, edited, registry, healthy] = await fiveCompletedThreads(dir)

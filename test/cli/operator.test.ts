@@ -88,6 +88,24 @@ describe('spindle show and logs', () => {
   it('should exit 2 for an unknown command', () => {
     expect(spindle('frobnicate').code).toBe(2)
   })
+
+  it('should exit 2 for a usage error inside a command: a missing argument, an unknown option, a missing required option', () => {
+    // Before the fix commander exited 1 (an unexpected failure) for each of these.
+    expect(spindle('show').code).toBe(2)
+    expect(spindle('ls', '--dir', dir, '--frobnicate').code).toBe(2)
+    expect(spindle('orphans', 'recover', done, '--dir', dir).code).toBe(2)
+    expect(spindle('show', '--help').code).toBe(0)
+  })
+
+  it('should exit 3 for a number option that is not a whole number, instead of running with NaN', () => {
+    // Before the fix `logs --after x` printed nothing and exited 0, `demo --latency x` ran with NaN.
+    const after = spindle('logs', done, '--dir', dir, '--after', 'x')
+    expect(after.stderr).toContain('--after must be a whole number')
+    expect(after.code).toBe(3)
+    expect(spindle('demo', '--dir', tempDir('spindle-cli-latency'), '--latency', '-5').code).toBe(3)
+    expect(spindle('inspect', '--dir', dir, '--port', 'http').code).toBe(3)
+    expect(spindle('logs', done, '--dir', dir, '--after', '1', '--json').stdout.trim().split('\n')[0]).toContain('"seq":2')
+  })
 })
 
 describe('spindle rebuild', () => {
@@ -107,6 +125,26 @@ describe('spindle rebuild', () => {
     expect(JSON.parse(fs.readFileSync(file, 'utf8')).snapshot).toEqual(good.snapshot)
     expect(verifyReplay(dir, done).matches).toBe(true)
     expect(spindle('rebuild', done, '--dir', dir).code).toBe(0)
+  })
+
+  it('should refuse --apply (exit 9, THREAD_LEASED) while a live runtime runs the thread, and write nothing', async () => {
+    const busy = tempDir('spindle-cli-rebuild-live')
+    const rt = await createRuntime({ dir: busy, model: scriptedModel([{ text: 'late' }], { latencyMs: 60_000 }) })
+    const thread = await rt.spawn({ directive: { name: 'slow', prompt: 'p' } })
+    thread.done.catch(() => {})
+    const file = path.join(busy, 'threads', thread.id, 'state.json')
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    const before = fs.readFileSync(file, 'utf8')
+    try {
+      const apply = spindle('rebuild', thread.id, '--dir', busy, '--apply')
+      expect(apply.stderr).toContain('THREAD_LEASED')
+      expect(apply.code).toBe(9)
+      expect(fs.readFileSync(file, 'utf8')).toBe(before)
+      // Without --apply it only reads: allowed.
+      expect(spindle('rebuild', thread.id, '--dir', busy).code).toBe(0)
+    } finally {
+      await rt.close()
+    }
   })
 })
 

@@ -57,6 +57,12 @@ describe('visualizations', () => {
     expect(fs.readFileSync(path.join(out, 'thread.machine.mmd'), 'utf8')).toBe(visualizations()['thread.machine.mmd'])
   })
 
+  it('should make the --out directory when it does not exist yet', () => {
+    const out = path.join(tempDir(), 'new', 'diagrams')
+    execFileSync(process.execPath, [compiled('src/cli.js'), 'viz', '--out', out], { stdio: 'pipe' })
+    expect(fs.readFileSync(path.join(out, 'thread.machine.mmd'), 'utf8')).toBe(visualizations()['thread.machine.mmd'])
+  })
+
   it('should write Stately Studio source that builds the same statechart as each machine', async () => {
     const { threadMachine } = await import('../../machines/thread.machine.js')
     const { orchestratorMachine } = await import('../../machines/orchestrator.machine.js')

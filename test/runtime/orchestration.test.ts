@@ -262,6 +262,28 @@ describe('recovery escalation and budget governance', () => {
     expect(events.filter((e) => e.type === 'governance_applied').map((e) => (e as { action: string }).action)).toEqual(['manual_handoff', 'stop_run'])
     expect(rt.checkReplay(thread.id).matches).toBe(true)
   })
+
+  it('should take the next step of the default degrade policy in a reduced_context continuation, not reduced_context again', async () => {
+    const events: LifecycleEvent[] = []
+    const rt = await runtime({
+      model: scriptedModel(() => ({ toolCalls: [{ name: 'noop', input: {} }], usage: { inputTokens: 40, outputTokens: 20 } })),
+      tools: [defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })],
+      config: { governance: { tokens: 100 } },
+      onLifecycle: (e) => events.push(e),
+    })
+    const thread = await rt.spawn({ directive: { name: 'chatty', prompt: 'p' } })
+    expect(await thread.done).toMatchObject({ status: 'continued' })
+    // The successor starts with its predecessor's usage, so it is over the budget at once. Before
+    // the fix each successor started the policy again: a new continuation every turn, for ever.
+    expect(await eventually(rt, () => rt.chain(thread.id).some((r) => r.status === 'suspended'), 10_000)).toBe(true)
+    const successor = rt.chain(thread.id).find((r) => r.status === 'suspended')!
+    const actions = () => events.filter((e) => e.type === 'governance_applied').map((e) => (e as { action: string }).action)
+    expect(actions()).toEqual(['reduced_context', 'manual_handoff'])
+    expect(rt.chain(thread.id)).toHaveLength(2)
+    const resumed = await rt.approve(successor.id)
+    expect(await resumed.done).toMatchObject({ status: 'error', error: { code: 'budget_exceeded' } })
+    expect(actions()).toEqual(['reduced_context', 'manual_handoff', 'stop_run'])
+  })
 })
 
 describe('supervision', () => {
