@@ -86,9 +86,8 @@ export async function runProcess(command: string, args: string[], options: RunPr
   if (!Number.isSafeInteger(maxOutputBytes) || maxOutputBytes < 0) {
     throw new SpindleError('INVALID_OPTIONS', `runProcess: maxOutputBytes must be a non-negative integer (got ${maxOutputBytes})`)
   }
-  if (!Number.isFinite(killGraceMs) || killGraceMs < 0) {
-    throw new SpindleError('INVALID_OPTIONS', `runProcess: killGraceMs must be a non-negative number of ms (got ${killGraceMs})`)
-  }
+  const graceProblem = killGraceProblem(killGraceMs)
+  if (graceProblem) throw new SpindleError('INVALID_OPTIONS', `runProcess: ${graceProblem}`)
   const shown = showCommand(command, args)
   if (signal.aborted) {
     const reason = describeError(signal.reason).message
@@ -130,7 +129,8 @@ export async function runProcess(command: string, args: string[], options: RunPr
     /** Set when the abort arrived while the group leader was still running. */
     let abortedWhileRunning = false
     let drainTimer: NodeJS.Timeout | undefined
-    const group = pid === undefined ? undefined : new GroupStopper(pid, child, killGraceMs)
+    const watchdog = pid === undefined ? undefined : startWatchdog(pid, killGraceMs)
+    const group = pid === undefined ? undefined : new GroupStopper(pid, child, killGraceMs, watchdog)
 
     const cleanup = (): void => {
       settled = true
@@ -198,6 +198,16 @@ export async function runProcess(command: string, args: string[], options: RunPr
   })
 }
 
+/** The longest grace a timer can wait (with the drain allowance) before it would fire at once. */
+const MAX_KILL_GRACE_MS = 2_147_483_647 - STDIO_DRAIN_EXTRA_MS
+
+function killGraceProblem(killGraceMs: number): string | null {
+  if (typeof killGraceMs !== 'number' || !Number.isFinite(killGraceMs) || killGraceMs < 0 || killGraceMs > MAX_KILL_GRACE_MS) {
+    return `killGraceMs must be a number of ms from 0 to ${MAX_KILL_GRACE_MS} (got ${killGraceMs})`
+  }
+  return null
+}
+
 /**
  * Stops one process group once: SIGTERM, then SIGKILL after the grace period if any member is
  * still alive. Polls the group so it stops waiting as soon as the group is empty.
@@ -212,6 +222,7 @@ class GroupStopper {
     private readonly pgid: number,
     private readonly child: ChildProcess,
     private readonly graceMs: number,
+    private readonly watchdog: Watchdog | undefined,
   ) {}
 
   stop(): void {
@@ -245,6 +256,8 @@ class GroupStopper {
   private finish(): void {
     this.done = true
     clearTimeout(this.timer)
+    // The group is empty (or SIGKILLed): nothing is left for the watchdog to stop.
+    this.watchdog?.release()
   }
 
   /** Sends `sig` to the group; false once the group has no member left (never signal it again then). */
@@ -264,6 +277,52 @@ class GroupStopper {
       // EPERM: a member changed its credentials; nothing more can be done to it.
       return (error as NodeJS.ErrnoException).code !== 'ESRCH'
     }
+  }
+}
+
+/**
+ * Stops a process group when this process dies without stopping it (kill -9, an OOM kill, a crash
+ * or `process.exit()` while a call runs). The group is detached, so nothing else ever would: it
+ * would run on, orphaned, and after recovery an idempotent call would run a second copy beside it.
+ *
+ * A small `sh` outside the group reads its stdin, a pipe whose other end only this process holds
+ * (Node opens pipes close-on-exec, so no other child inherits it). When this process dies the
+ * kernel closes that end, `read` sees end-of-file, and the watchdog sends the group SIGTERM and,
+ * `grace` later, SIGKILL. When the group is gone, `release` writes a line instead and the watchdog
+ * exits without signalling anything.
+ */
+const WATCHDOG_SCRIPT = 'read -r _ && exit 0; kill -s TERM -- "-$1" 2>/dev/null || exit 0; sleep "$2"; kill -s 0 -- "-$1" 2>/dev/null && kill -s KILL -- "-$1" 2>/dev/null; exit 0'
+
+interface Watchdog {
+  release(): void
+}
+
+function startWatchdog(pgid: number, graceMs: number): Watchdog | undefined {
+  if (process.platform === 'win32') return undefined
+  let watchdog: ChildProcess
+  try {
+    watchdog = spawn('/bin/sh', ['-c', WATCHDOG_SCRIPT, 'spindle-watchdog', String(pgid), String(Math.max(1, Math.ceil(graceMs / 1000)))], {
+      stdio: ['pipe', 'ignore', 'ignore'],
+      detached: true,
+      windowsHide: true,
+    })
+  } catch {
+    // No watchdog (EMFILE …): the call runs as before, unguarded against this process dying.
+    return undefined
+  }
+  watchdog.on('error', () => {})
+  const stdin = watchdog.stdin!
+  stdin.on('error', () => {})
+  // It must not keep the host alive: its only job is to act once the host is gone.
+  watchdog.unref()
+  ;(stdin as unknown as { unref?: () => void }).unref?.()
+  let released = false
+  return {
+    release(): void {
+      if (released) return
+      released = true
+      stdin.end('done\n')
+    },
   }
 }
 
@@ -360,6 +419,13 @@ export interface CommandToolSpec<S extends z.ZodType> {
  * })
  */
 export function commandTool<S extends z.ZodType>(spec: CommandToolSpec<S>): Tool<z.infer<S>> {
+  // Checked here, like timeoutMs, so a bad spec fails when it is defined, not on every call.
+  const { maxOutputBytes, killGraceMs } = spec
+  if (maxOutputBytes !== undefined && (!Number.isSafeInteger(maxOutputBytes) || maxOutputBytes < 0)) {
+    throw new TypeError(`commandTool: maxOutputBytes of "${spec.name}" must be a non-negative integer (got ${maxOutputBytes})`)
+  }
+  const graceProblem = killGraceMs === undefined ? null : killGraceProblem(killGraceMs)
+  if (graceProblem) throw new TypeError(`commandTool: ${graceProblem.replace('killGraceMs', `killGraceMs of "${spec.name}"`)}`)
   return defineTool({
     name: spec.name,
     description: spec.description,

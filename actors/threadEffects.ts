@@ -108,6 +108,27 @@ function uniqueCallIds(calls: Array<{ id: string }>): void {
   }
 }
 
+/**
+ * A tool call's input as the transcript will give it back: its JSON form. An input that has none
+ * (a BigInt, a cycle, a function) would make recording the reply throw, and the thread crash and
+ * restart until its supervisor gives up; it is an invalid response of the adapter instead.
+ */
+function recordableInput(adapter: string, call: { id: string; name: string; input: unknown }): unknown {
+  if (call.input === undefined) return undefined
+  let json: string | undefined
+  try {
+    json = JSON.stringify(call.input)
+  } catch (error) {
+    let why = 'it throws when written as JSON'
+    try {
+      why = String((error as Error).message)
+    } catch {}
+    throw new InvalidModelResponseError(adapter, `toolCalls: the input of call ${call.id} (${call.name}) cannot be recorded as JSON (${why})`)
+  }
+  if (json === undefined) throw new InvalidModelResponseError(adapter, `toolCalls: the input of call ${call.id} (${call.name}) has no JSON form (${typeof call.input})`)
+  return JSON.parse(json) as unknown
+}
+
 /** The tools the model is shown: its directive's, less those needing a capability the thread lacks. */
 function visibleTools(host: EffectHost, threadId: string): readonly ToolDefinition[] {
   const allowed = host.allowedTools(threadId)
@@ -181,6 +202,7 @@ export function callModelLogic(host: EffectHost) {
         }
         const reply = checked.data as ModelResponse
         uniqueCallIds(reply.toolCalls)
+        for (const call of reply.toolCalls) call.input = recordableInput(host.model.name, call)
         event = {
           type: 'MODEL_REPLIED',
           at: host.clock.now(),

@@ -105,23 +105,91 @@ export interface ToolOutcome {
   output: unknown
 }
 
+/**
+ * The most characters of JSON one tool result may take. A bigger one is not recorded: it would be
+ * written to the transcript, kept in memory and sent to the model on every later turn (and past
+ * about 512 MiB a JavaScript string cannot hold it at all). The model gets TOOL_OUTPUT_TOO_LARGE.
+ */
+export const MAX_TOOL_OUTPUT_CHARS = 16 * 1024 * 1024
+
+/** The most characters of a thrown value's message that an error result quotes. */
+const MAX_ERROR_MESSAGE_CHARS = 16 * 1024
+
+/** The longest delay a Node timer takes; a longer one fires after 1 ms instead. */
+const MAX_TIMER_MS = 2_147_483_647
+
 function errorOutcome(error: string, message: string): ToolOutcome {
   return { ok: false, output: { error, message } }
 }
 
-/** A result is recorded in the transcript as JSON: one that cannot be is an error for the model, not a crash. */
-function recordable(toolName: string, output: unknown): ToolOutcome {
+/**
+ * The message of whatever a tool (or its schema, or its result's `toJSON`) threw, as a string of
+ * bounded length. Never throws: a thrown Proxy, an object without a prototype, a throwing `message`
+ * getter or `toString` is described by its type instead.
+ */
+function thrownMessage(value: unknown): string {
+  let message: string
   try {
-    JSON.stringify(output)
-    return { ok: true, output }
+    const described = describeError(value).message as unknown
+    message = typeof described === 'string' ? described : String(described)
+  } catch {
+    message = `a thrown ${value === null ? 'null' : typeof value} that cannot be described`
+  }
+  if (message.length <= MAX_ERROR_MESSAGE_CHARS) return message
+  return `${message.slice(0, MAX_ERROR_MESSAGE_CHARS)}… [${message.length - MAX_ERROR_MESSAGE_CHARS} more characters not shown]`
+}
+
+/**
+ * A result is recorded in the transcript as JSON: one that cannot be is an error for the model, not
+ * a crash. The outcome holds the JSON form, not the live value, so what the model sees now is what
+ * the transcript gives back after a restart (a getter, `toJSON`, a Date or a Map would differ).
+ */
+function recordable(toolName: string, output: unknown): ToolOutcome {
+  let json: string | undefined
+  try {
+    json = JSON.stringify(output)
   } catch (error) {
-    return errorOutcome('TOOL_OUTPUT_INVALID', `Tool "${toolName}" returned a value that cannot be recorded as JSON: ${describeError(error).message}`)
+    return errorOutcome('TOOL_OUTPUT_INVALID', `Tool "${toolName}" returned a value that cannot be recorded as JSON: ${thrownMessage(error)}`)
+  }
+  if (json === undefined) {
+    // A function, a symbol, or an object whose toJSON returns undefined: JSON has nothing for it.
+    return errorOutcome('TOOL_OUTPUT_INVALID', `Tool "${toolName}" returned a value (${typeof output}) that has no JSON form, so it cannot be recorded.`)
+  }
+  if (json.length > MAX_TOOL_OUTPUT_CHARS) {
+    return errorOutcome(
+      'TOOL_OUTPUT_TOO_LARGE',
+      `Tool "${toolName}" returned ${json.length} characters of JSON, more than the ${MAX_TOOL_OUTPUT_CHARS} a tool result may take; it was not recorded.`,
+    )
+  }
+  return { ok: true, output: JSON.parse(json) as unknown }
+}
+
+/**
+ * A throw from inside the tool's input schema (a refinement or transform): a bug in the tool's own
+ * code outside `execute`, which crashes the thread for its supervisor rather than becoming a result.
+ * `crash` is what was thrown, or an Error describing it when it is a value (a Proxy, an object
+ * without a prototype …) that describing would throw on: the crash handler must be able to read it.
+ */
+class SchemaCrash {
+  readonly crash: unknown
+  constructor(toolName: string, thrown: unknown) {
+    let describable = true
+    try {
+      describeError(thrown)
+    } catch {
+      describable = false
+    }
+    this.crash = describable ? thrown : new Error(`The input schema of tool "${toolName}" threw ${thrownMessage(thrown)}`)
   }
 }
 
 /**
- * Runs one tool call: look-up, input validation, execution under a timeout. Never throws; every
- * failure becomes an error outcome for the model.
+ * Runs one tool call: look-up, input validation, execution under a timeout. Every failure of the
+ * tool — a throw of any value, a timeout, a result that cannot be recorded — becomes an error
+ * outcome for the model; so do invalid input and an unknown tool. It throws only what the tool's
+ * input schema throws while checking (a bug outside `execute`: the thread crashes and its
+ * supervisor restarts it), and then always something describeError can read.
+ * Validation runs under the timeout too (a schema may have async refinements).
  * @param own the controller of `context.signal` when it is private to this call: the timeout
  *   aborts it directly instead of a second controller chained to it.
  */
@@ -137,30 +205,45 @@ export async function executeToolCall(
     const known = [...tools.keys()].join(', ') || 'none'
     return errorOutcome('TOOL_UNKNOWN', `There is no tool named "${call.name}". Available tools: ${known}.`)
   }
-  const parsed = tool.input.safeParse(call.input)
-  if (!parsed.success) {
-    return errorOutcome('TOOL_INPUT_INVALID', `Invalid input for tool "${tool.name}":\n${z.prettifyError(parsed.error)}`)
-  }
   const controller = own ?? new AbortController()
   const onOuterAbort = (): void => controller.abort(context.signal.reason)
   if (!own) context.signal.addEventListener('abort', onOuterAbort, { once: true })
   const timeoutMs = tool.timeoutMs ?? defaultTimeoutMs
   let timer: NodeJS.Timeout | undefined
+  let schemaCrash: SchemaCrash | undefined
   const timedOut = new Promise<ToolOutcome>((resolve) => {
-    timer = setTimeout(() => {
-      controller.abort(new Error(`tool "${tool.name}" timed out`))
-      resolve(errorOutcome('TOOL_TIMEOUT', `Tool "${tool.name}" did not finish within ${timeoutMs} ms and was stopped.`))
-    }, timeoutMs)
+    // Measured on the monotonic clock; a timeout past a timer's range is waited in steps.
+    const deadline = performance.now() + timeoutMs
+    const arm = (): void => {
+      timer = setTimeout(() => {
+        if (deadline - performance.now() >= 1) return arm()
+        controller.abort(new Error(`tool "${tool.name}" timed out`))
+        resolve(errorOutcome('TOOL_TIMEOUT', `Tool "${tool.name}" did not finish within ${timeoutMs} ms and was stopped.`))
+      }, Math.min(Math.max(0, deadline - performance.now()), MAX_TIMER_MS))
+    }
+    arm()
   })
   try {
     const run = (async (): Promise<ToolOutcome> => {
+      let parsed: z.ZodSafeParseResult<unknown>
+      try {
+        // Async, so a schema with async refinements works (safeParse throws on those).
+        parsed = await tool.input.safeParseAsync(call.input)
+      } catch (error) {
+        schemaCrash = new SchemaCrash(tool.name, error)
+        throw schemaCrash
+      }
+      if (!parsed.success) {
+        return errorOutcome('TOOL_INPUT_INVALID', `Invalid input for tool "${tool.name}":\n${z.prettifyError(parsed.error)}`)
+      }
       const output = await tool.execute(parsed.data, { signal: controller.signal, idempotencyKey: context.idempotencyKey, threadId: context.threadId })
       return recordable(tool.name, output === undefined ? null : output)
     })()
     return await Promise.race([run, timedOut])
   } catch (error) {
-    const { message } = describeError(error)
-    return errorOutcome('TOOL_FAILED', `Tool "${tool.name}" failed: ${message}`)
+    // By identity: instanceof would run a thrown Proxy's getPrototypeOf trap.
+    if (schemaCrash !== undefined && error === schemaCrash) throw schemaCrash.crash
+    return errorOutcome('TOOL_FAILED', `Tool "${tool.name}" failed: ${thrownMessage(error)}`)
   } finally {
     clearTimeout(timer)
     if (!own) context.signal.removeEventListener('abort', onOuterAbort)

@@ -299,7 +299,8 @@ export interface WaitUntilInput {
 }
 
 function pendingTools(context: ThreadContext): ToolCall[] {
-  return context.toolCalls.filter((call) => !context.toolsDone.includes(call.id))
+  const done = new Set(context.toolsDone) // not includes(): a reply of n calls would cost O(n³)
+  return context.toolCalls.filter((call) => !done.has(call.id))
 }
 
 /**
