@@ -89,6 +89,21 @@ export function applyRepairs(messages: readonly Message[], repairs: readonly Rep
   return out
 }
 
+/**
+ * Whether handing a thread's conversation (`current`) off to a successor starting from `next` (what
+ * `continuationMessages` made of it) can relieve anything. Not when there is no conversation to
+ * carry — the task's prompt alone is too big, on the very first call — nor when the thread is itself
+ * a continuation and its successor would carry all of its conversation again: that successor would
+ * meet the same wall, and hand off to another, without end. A first thread whose whole conversation
+ * fits gets one hand-off (the provider may count tokens far above the estimate).
+ */
+export function continuationSheds(current: readonly Message[], next: readonly Message[], options: { isContinuation: boolean }): boolean {
+  const body = current[0]?.role === 'user' ? current.length - 1 : current.length
+  const carried = next.length - 1
+  if (carried < body) return true
+  return body > 0 && !options.isContinuation
+}
+
 export interface ContinuationSeed {
   /** The directive prompt the chain started with. */
   prompt: string

@@ -35,6 +35,12 @@ export interface ReplayCheck {
   stored: unknown
   /** Transcript entries recorded after the checkpoint (a crash between the two leaves some). */
   pendingEntries: number
+  /**
+   * Whether the transcript holds the entry state.json says it was checkpointed at (same seq and
+   * hash). Not after a transcript rewritten under it — a compaction killed between writing the
+   * new transcript and its state.json — or cut below it: then `matches` is false too.
+   */
+  checkpointFound: boolean
 }
 
 /** Replays a thread's transcript and compares the result with its state.json. */
@@ -43,8 +49,11 @@ export function verifyReplay(dir: string, threadId: string): ReplayCheck {
   const upTo = envelope?.transcript.seq ?? Number.POSITIVE_INFINITY
   const replayed = replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot
   const stored = envelope?.snapshot ?? null
+  const at = envelope?.transcript
+  const checkpointFound = !at || at.seq === 0 || entries.some((e) => e.seq === at.seq && e.hash === at.hash)
   return {
-    matches: isDeepStrictEqual(replayed, stored),
+    matches: checkpointFound && isDeepStrictEqual(replayed, stored),
+    checkpointFound,
     replayed,
     stored,
     pendingEntries: entries.filter((e) => e.seq > upTo).length,

@@ -81,7 +81,7 @@ import type { OrchestratorEmitted, RestartType, SupervisedThread, SupervisionStr
 import type { Message } from '../actors/model.js'
 import { childTools } from './childTools.js'
 import type { SpawnThreadInput } from './childTools.js'
-import { continuationMessages, findDanglingToolCalls } from './continuation.js'
+import { continuationMessages, continuationSheds, findDanglingToolCalls } from './continuation.js'
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { capPermissions, PermissionsSchema } from './policies/permissions.js'
 import { pidAlive } from './locks.js'
@@ -501,7 +501,7 @@ class RuntimeImpl implements Runtime {
   /** Thread id → the ledger account it spends from: the first thread of its continuation chain. */
   private readonly budgetKeys = new Map<string, string>()
   /** Hand-offs under way, so that two model calls of one thread never start two successors. */
-  private readonly handingOff = new Map<string, Promise<string>>()
+  private readonly handingOff = new Map<string, Promise<string | null>>()
 
   constructor(
     private readonly options: RuntimeOptions,
@@ -1597,6 +1597,14 @@ class RuntimeImpl implements Runtime {
     const thread = this.live.get(id)
     if (!thread || thread.stopped) return 'stop'
     const toCheck = thread.messagesToCheck()
+    // History just read back (recovery, restart) of a thread killed between registering its
+    // successor and recording the hand-off: the successor runs the task; hand off before any call.
+    if (toCheck && this.registry.chain(id).some((r) => r.previousThreadId === id)) {
+      const window = this.options.model.contextWindow
+      const pressed = window !== undefined && thread.context().promptTokens / window >= this.config.context.pressureRatio
+      await this.handOff(thread, pressed ? 'context_window_pressure' : 'context_length')
+      return 'stop'
+    }
     const repairs = toCheck ? findDanglingToolCalls(toCheck) : []
     if (repairs.length > 0) {
       // Recorded like any input, so the conversation rebuilt from the transcript has them too.
@@ -1661,8 +1669,9 @@ class RuntimeImpl implements Runtime {
   private async handOffOnContextLength(id: string): Promise<boolean> {
     const thread = this.live.get(id)
     if (!thread || thread.stopped) return false
-    await this.handOff(thread, 'context_length')
-    return true
+    // null: a successor would carry no less history (say, the prompt alone is too big) and be
+    // refused the same way; the thread suspends for context_length instead of chaining for ever.
+    return (await this.handOff(thread, 'context_length')) !== null
   }
 
   /**
@@ -1671,10 +1680,10 @@ class RuntimeImpl implements Runtime {
    * resume ceiling. The successor is durable before the hand-off is recorded; after a crash
    * between the two, the registry's chain finds it again instead of starting another.
    */
-  private handOff(thread: LiveThread, cause: 'context_window_pressure' | 'context_length' | 'reduced_context'): Promise<string> {
+  private handOff(thread: LiveThread, cause: 'context_window_pressure' | 'context_length' | 'reduced_context'): Promise<string | null> {
     const running = this.handingOff.get(thread.id)
     if (running) return running
-    const work = (async (): Promise<string> => {
+    const work = (async (): Promise<string | null> => {
       const id = thread.id
       const context = thread.context()
       const record = this.registry.get(id)
@@ -1691,6 +1700,7 @@ class RuntimeImpl implements Runtime {
           previousThreadId: id,
           ceilingTokens: cause === 'context_window_pressure' ? ceiling : Math.floor(ceiling / 2),
         })
+        if (cause === 'context_length' && !continuationSheds(thread.messages(), messages, { isContinuation: context.previousThreadId != null })) return null
         nextId = newThreadId(context.directive.name)
         this.budgetKeys.set(nextId, this.budgetKey(id))
         await this.startThread({

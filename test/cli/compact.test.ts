@@ -9,6 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { createRuntime, scriptedModel, verifyReplay } from '../../src/index.js'
+import { compactThread } from '../../src/compact.js'
 import { createTestRuntime } from '../../src/testing.js'
 import { compiled } from '../helpers/dirs.js'
 
@@ -105,6 +106,35 @@ describe('spindle rebuild --compact', () => {
     expect(report.findings[2].message).toContain('MODEL_REPLIED')
     // --apply refuses to write what does not replay.
     expect(spindle('rebuild', thread.id, '--dir', dir, '--apply', '--json').code).toBe(5)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('should not call a state.json that points into the transcript a compaction replaced a match, and a second compaction repairs it', async () => {
+    const rt = await createTestRuntime({ model: scriptedModel([{ toolCalls: [{ name: 'missing', input: {} }] }, { text: 'done' }]) })
+    const thread = await rt.spawn({ directive: { name: 'halfway', prompt: 'p' }, limits: { turns: 1 } })
+    expect((await thread.done).status).toBe('suspended')
+    const dir = rt.dir
+    await rt.close()
+    // Repeated notes in the middle of the transcript: the entries after them move when compacted.
+    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+    store.open(thread.id)
+    for (let i = 0; i < 5; i++) store.append(thread.id, 'operator_looked', { at: 1000 + i, by: 'ops' })
+    store.closeAll()
+    const next = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }, { text: 'done' }]), userConfig: null })
+    await next.approve(thread.id, { limits: { turns: 5 } })
+    expect((await next.get(thread.id).done).status).toBe('completed')
+    await next.close()
+    const statePath = path.join(dir, 'threads', thread.id, 'state.json')
+    const stateBefore = fs.readFileSync(statePath)
+    expect(compactThread(dir, thread.id, { apply: true })).toMatchObject({ applied: true, dropped: { operator_looked: 4 } })
+    expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: true, checkpointFound: true })
+    // Killed between writing the new transcript and its state.json: the old state.json names a
+    // seq and hash the new file does not have. Before, verifyReplay called that a match.
+    fs.writeFileSync(statePath, stateBefore)
+    expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: false, checkpointFound: false })
+    const again = spindle('rebuild', thread.id, '--compact', '--apply', '--dir', dir)
+    expect(again.code, again.stderr).toBe(0)
+    expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: true, checkpointFound: true })
     fs.rmSync(dir, { recursive: true, force: true })
   })
 })
