@@ -246,7 +246,11 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
     }
     if (envelope) {
       const upTo = envelope.transcript.seq
-      if (!isDeepStrictEqual(replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot, envelope.snapshot)) {
+      const at = envelope.transcript
+      if (at.seq > 0 && !entries.some((e) => e.seq === at.seq && e.hash === at.hash)) {
+        // The transcript was rewritten or cut under it (a compaction killed between its two writes).
+        damage('STATE_MISMATCH', `state.json of ${id} was checkpointed at transcript entry ${at.seq}, which its transcript does not hold with that hash.`, `spindle rebuild ${id} --apply`)
+      } else if (!isDeepStrictEqual(replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot, envelope.snapshot)) {
         damage('STATE_MISMATCH', `state.json of ${id} differs from what its transcript replays to at seq ${upTo}.`, `spindle rebuild ${id} --apply`)
       } else if (upTo < replayed.appliedSeq && !isActive(record.status)) {
         findings.push({ threadId: id, kind: 'lag', code: 'STATE_BEHIND', message: `state.json of ${id} is behind its transcript.`, repair: `spindle rebuild ${id} --apply` })

@@ -132,6 +132,9 @@ describe('spindle rebuild --compact', () => {
     // seq and hash the new file does not have. Before, verifyReplay called that a match.
     fs.writeFileSync(statePath, stateBefore)
     expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: false, checkpointFound: false })
+    const doctor = spindle('doctor', '--dir', dir, '--json')
+    expect(doctor.code).toBe(5)
+    expect(JSON.parse(doctor.stdout).findings).toContainEqual(expect.objectContaining({ threadId: thread.id, code: 'STATE_MISMATCH', message: expect.stringContaining('does not hold') }))
     const again = spindle('rebuild', thread.id, '--compact', '--apply', '--dir', dir)
     expect(again.code, again.stderr).toBe(0)
     expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: true, checkpointFound: true })
