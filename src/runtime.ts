@@ -2747,6 +2747,20 @@ class RuntimeImpl implements Runtime {
     this.commit.stageRegistry(id, { status: 'error', at: this.clock.now(), outcome: { error: { code, message } } })
   }
 
+  /**
+   * Forgets the ledger caches of a thread that is no longer live here (rebuilt from the stores if
+   * it is loaded again), and the account key it spent from when that is another thread's — a
+   * continuation's chain head, stopped before it — so a host running for months holds nothing for
+   * threads that ended.
+   */
+  private dropBudgetCaches(id: string): void {
+    const key = this.budgetKeys.get(id)
+    this.budgetKeys.delete(id)
+    this.accountKnown.delete(id)
+    this.recordedTurns.delete(id)
+    if (key !== undefined && key !== id && !this.live.has(key)) this.accountKnown.delete(key)
+  }
+
   /** What every live thread of this runtime is lent: one object, not one per thread. */
   private threadServices: ThreadServices | null = null
 
@@ -2764,10 +2778,7 @@ class RuntimeImpl implements Runtime {
           this.groups.delete(threadId)
           this.startSeq.delete(threadId)
           this.releaseLease(threadId)
-          // Per-thread caches: rebuilt from the stores if the thread is loaded again.
-          this.budgetKeys.delete(threadId)
-          this.accountKnown.delete(threadId)
-          this.recordedTurns.delete(threadId)
+          this.dropBudgetCaches(threadId)
         }
         this.threadHooks.delete(threadId)
       },
