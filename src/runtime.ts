@@ -85,7 +85,7 @@ import { continuationMessages, continuationSheds, findDanglingToolCalls } from '
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { capPermissions, PermissionsSchema } from './policies/permissions.js'
 import { pidAlive } from './locks.js'
-import { waitThreads } from './waits.js'
+import { assertWaitCanEnd, waitThreads } from './waits.js'
 import { decideRecovery, describeRecovery } from './policies/recovery.js'
 import type { RecoveryDecision } from './policies/recovery.js'
 import { checkGovernance } from './policies/governance.js'
@@ -488,6 +488,8 @@ class RuntimeImpl implements Runtime {
   /** Live threads' parents (null: host code) and start order, for supervision groups. */
   private readonly groups = new Map<string, string | null>()
   private readonly startSeq = new Map<string, number>()
+  /** spawn_thread calls under way, by parent: emptied as each returns (a cancel of the parent waits for them). */
+  private readonly spawning = new Map<string, Set<Promise<LiveThread>>>()
   private seq = 0
   /** This process as a lease owner. */
   private readonly owner = { id: `${os.hostname()}:${process.pid}:${nanoid(8)}`, pid: process.pid, host: os.hostname() }
@@ -540,7 +542,7 @@ class RuntimeImpl implements Runtime {
     const tools = new Map<string, Tool>()
     const builtin = options.builtinTools === false ? [] : childTools({
       spawnChild: (parentId, key, spec) => this.spawnChild(parentId, key, spec),
-      waitThreads: (_parentId, ids, waitOptions) => this.waitThreads(ids, waitOptions),
+      waitThreads: (parentId, ids, waitOptions) => this.childWait(parentId, ids, waitOptions),
     })
     for (const tool of [...builtin, ...(options.tools ?? [])]) {
       if (tools.has(tool.name)) {
@@ -1100,7 +1102,7 @@ class RuntimeImpl implements Runtime {
     }
     // A child may use no tool its parent may not.
     const parentTools = this.live.get(parentId)?.context().policy.tools
-    const thread = await this.spawnResolved(
+    const spawning = this.spawnResolved(
       {
         directive: { name: spec.name, prompt: spec.prompt, ...(parentTools ? { tools: parentTools } : {}) },
         ...(spec.limits ? { limits: spec.limits } : {}),
@@ -1108,6 +1110,17 @@ class RuntimeImpl implements Runtime {
       },
       id,
     )
+    // A cancel of the parent that arrives now must wait for this child: it is not registered yet.
+    let inFlight = this.spawning.get(parentId)
+    if (!inFlight) this.spawning.set(parentId, (inFlight = new Set()))
+    inFlight.add(spawning)
+    let thread: LiveThread
+    try {
+      thread = await spawning
+    } finally {
+      inFlight.delete(spawning)
+      if (inFlight.size === 0 && this.spawning.get(parentId) === inFlight) this.spawning.delete(parentId)
+    }
     return { threadId: id, status: thread.status, limits: thread.context().limits, existing: false }
   }
 
@@ -1431,6 +1444,21 @@ class RuntimeImpl implements Runtime {
 
   // ── children: waves, cancel cascade ────────────────────────────────────────────────────────
 
+  /**
+   * `wait_threads`: refused for the caller itself or its ancestors (it could only time out), and
+   * timed from when the call began — `lastAt` of the caller, the event that started this tool
+   * step, kept in its checkpoint — so a wait run again after a crash or a kill -9 gets what
+   * remained of its timeout instead of all of it again.
+   */
+  private childWait(parentId: string, ids: string[], options: WaitOptions): Promise<WaitReport> {
+    assertWaitCanEnd(parentId, ids, (id) => {
+      const record = this.registry.get(id)
+      return record ? { chain: this.registry.chain(id).map((r) => r.id), parentId: record.parentId ?? null } : null
+    })
+    const startedAt = this.live.get(parentId)?.context().lastAt
+    return this.waitThreads(ids, startedAt != null ? { ...options, startedAt } : options)
+  }
+
   async waitThreads(ids: string[], options: WaitOptions = {}): Promise<WaitReport> {
     this.assertOpen()
     if (!Array.isArray(ids)) throw new SpindleError('INVALID_OPTIONS', 'waitThreads needs an array of thread ids.')
@@ -1574,6 +1602,9 @@ class RuntimeImpl implements Runtime {
 
   /** The `settleChildren` effect of a cancelled thread: cancel every open child, wait for each. */
   private async settleChildren(id: string, reason: string, signal: AbortSignal): Promise<string[]> {
+    // Children whose spawn_thread call was under way when the cancel came are registered once it
+    // returns: wait for them, else they would run on under a cancelled parent.
+    while (this.spawning.has(id) && !signal.aborted) await Promise.allSettled([...this.spawning.get(id)!])
     const children = this.openChildren(id)
     const cause = `parent ${id} was cancelled: ${reason}`
     await Promise.all(
@@ -1731,7 +1762,7 @@ class RuntimeImpl implements Runtime {
   }
 
   private deliverCancel(thread: LiveThread, reason: string, by: string): boolean {
-    const awaitChildren = this.openChildren(thread.id).length > 0
+    const awaitChildren = this.openChildren(thread.id).length > 0 || this.spawning.has(thread.id)
     return thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
   }
 

@@ -16,6 +16,55 @@ export interface WaitOptions {
   cancelSiblingsOnFailure?: boolean
   /** Ends the wait early (the waiting thread was cancelled); what is open is reported pending. */
   signal?: AbortSignal
+  /**
+   * When the wait began, on the runtime's clock (default: now). The timeout runs from it, so a
+   * wait run again after a crash or a kill gets what remained of its time, not all of it again.
+   */
+  startedAt?: number
+}
+
+/** The longest delay a Node timer takes; a longer one fires after 1 ms instead. */
+const MAX_TIMER_MS = 2_147_483_647
+
+/** What `waitBlockers` needs to know of a thread: its continuation chain and its parent. */
+export interface WaitLineage {
+  /** The thread's continuation chain (its predecessors and successors, itself included). */
+  chain: readonly string[]
+  parentId: string | null
+}
+
+/**
+ * The threads `waiter` must never wait for: itself, its continuations, and its ancestors (and
+ * theirs). None of them can settle while the waiter waits — a parent settles only after its
+ * children (cancelling waits for them, and it is usually waiting for them itself) — so such a wait
+ * could only end at its timeout (ten minutes by default) with nothing learned.
+ */
+export function waitBlockers(waiter: string, lineage: (id: string) => WaitLineage | null): Set<string> {
+  const blocked = new Set<string>([waiter])
+  let current: string | null = waiter
+  // Bounded by the tree's depth; `seen` guards against a damaged registry that loops.
+  const seen = new Set<string>()
+  while (current !== null && !seen.has(current)) {
+    seen.add(current)
+    blocked.add(current)
+    const found = lineage(current)
+    if (!found) break
+    for (const id of found.chain) blocked.add(id)
+    current = found.parentId
+  }
+  return blocked
+}
+
+/** Refuses a wait on the waiter itself or one of its ancestors (INVALID_OPTIONS, naming it). */
+export function assertWaitCanEnd(waiter: string, ids: readonly string[], lineage: (id: string) => WaitLineage | null): void {
+  const blocked = waitBlockers(waiter, lineage)
+  for (const id of ids) {
+    if (!blocked.has(id)) continue
+    const what = id === waiter ? 'itself' : `${id}, which cannot settle before ${waiter} does (its own thread, a continuation of it, or an ancestor)`
+    throw new SpindleError('INVALID_OPTIONS', `Thread ${waiter} cannot wait for ${what}: the wait could only end at its timeout. Wait for your children.`, {
+      details: { threadId: waiter, waitedOn: id },
+    })
+  }
 }
 
 export interface SettledThread {
@@ -122,11 +171,21 @@ export async function waitThreads(host: WaitHost, ids: readonly string[], option
     finish()
   }
 
-  const timer = host.clock.setTimeout(() => {
-    if (done) return
-    report.timedOut = true
-    end()
-  }, timeoutMs)
+  // Measured on the runtime's clock from when the wait began; a timeout past a timer's range
+  // (more than 24.8 days) is waited in steps, else it would fire after 1 ms.
+  const startedAt = typeof options.startedAt === 'number' && Number.isFinite(options.startedAt) ? options.startedAt : host.clock.now()
+  const deadline = Math.min(startedAt, host.clock.now()) + timeoutMs
+  let timer: unknown
+  const arm = (): void => {
+    const remaining = Math.max(0, deadline - host.clock.now())
+    timer = host.clock.setTimeout(() => {
+      if (done) return
+      if (remaining > MAX_TIMER_MS && deadline - host.clock.now() > 0) return arm()
+      report.timedOut = true
+      end()
+    }, Math.min(remaining, MAX_TIMER_MS))
+  }
+  arm()
   const onAbort = (): void => end()
   options.signal?.addEventListener('abort', onAbort, { once: true })
   stops.push(() => options.signal?.removeEventListener('abort', onAbort))

@@ -9,8 +9,10 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import type { LifecycleEvent, Message, ModelRequest, ScriptedTurn } from '../../src/index.js'
-import { defineTool, scriptedModel } from '../../src/index.js'
+import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { TestRuntime } from '../../src/testing.js'
+import { createTestRuntime } from '../../src/testing.js'
+import { tempDir } from '../helpers/dirs.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { SPAWN_ENTRY } from '../../src/replay.js'
@@ -111,6 +113,32 @@ describe('a wave of child threads', () => {
     expect(seen.some((s) => s.includes('"cancelling"'))).toBe(true)
     expect(entries(rt, root.id, 'CHILDREN_SETTLED')[0]!.data.children).toEqual([midId])
     for (const id of [root.id, midId, leafId!]) expect(rt.checkReplay(id).matches).toBe(true)
+  })
+
+  it('should cancel a child whose spawn_thread call was under way when its parent was cancelled', async () => {
+    // root asks for 30 children in one reply; the cancel comes once the first exists, while the
+    // next spawn_thread call is registering its child. That child used to run on, under a parent
+    // already cancelled (which had not waited for it).
+    const rt = await runtime({
+      model: scriptedModel((r) => {
+        if (r.directiveName === 'root' && r.turn === 1) {
+          return { toolCalls: Array.from({ length: 30 }, (_, i) => ({ name: 'spawn_thread', input: { name: `c${i}`, prompt: 'x' } })) }
+        }
+        if (r.directiveName === 'root') return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages) } }] }
+        return { faults: [{ fault: 'hang' }], reply: {} }
+      }),
+    })
+    const root = await rt.spawn({ directive: { name: 'root', prompt: 'p' } })
+    expect(await eventually(rt, () => rt.list().some((r) => r.parentId === root.id))).toBe(true)
+    const result = await rt.cancel(root.id, 'operator stop')
+    expect(result).toMatchObject({ status: 'cancelled', outcome: { status: 'cancelled' } })
+    // Every child that exists is settled by the time the parent reports cancelled, and stays so.
+    const open = () => rt.list().filter((r) => r.parentId === root.id && (r.status === 'running' || r.status === 'created'))
+    expect(open()).toEqual([])
+    await rt.settle()
+    expect(rt.active().map((t) => t.id).filter((id) => id !== root.id)).toEqual([])
+    expect(open()).toEqual([])
+    for (const child of rt.list().filter((r) => r.parentId === root.id)) expect(child.status).toBe('cancelled')
   })
 })
 
@@ -548,6 +576,90 @@ describe('waiting', () => {
     await rt.advance(30_000)
     expect(await waiting).toMatchObject({ settled: [], pending: [slow.id], timedOut: true })
     await rt.cancel(slow.id)
+  })
+
+  it('should refuse a wait_threads on the thread itself or on its parent instead of waiting out the timeout', async () => {
+    // root waits for its child; the child waits for its root (and for itself). Each wait could only
+    // end at its timeout (10 minutes by default) — the child now gets an error result at once and
+    // carries on, and the root gets its result, with no time passing.
+    let rootId = ''
+    const rt = await runtime({
+      model: scriptedModel((r) => {
+        if (r.directiveName === 'root') {
+          if (r.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'child', prompt: 'c' } }] }
+          if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages) } }] }
+          return { text: `root saw ${lastToolResult(r.messages, 'wait_threads').settled[0]?.result}` }
+        }
+        if (r.turn === 1) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: [rootId] } }, { name: 'wait_threads', input: { threadIds: [r.threadId] } }] }
+        const refusals = r.messages.filter((m) => m.role === 'tool' && m.toolName === 'wait_threads').map((m) => JSON.parse((m as { content: string }).content))
+        return { text: refusals.map((x) => x.error).join(',') }
+      }),
+    })
+    const root = await rt.spawn({ directive: { name: 'root', prompt: 'p' } })
+    rootId = root.id
+    expect(await eventually(rt, () => rt.list().find((r) => r.id === root.id)?.status === 'completed')).toBe(true)
+    expect(await root.done).toMatchObject({ status: 'completed', result: 'root saw TOOL_FAILED,TOOL_FAILED' })
+    const child = rt.list().find((r) => r.parentId === root.id)!
+    const results = entries(rt, child.id, 'TOOL_DONE').map((e) => e.data.output.message)
+    expect(results[0]).toContain(`cannot wait for ${root.id}`)
+    expect(results[1]).toContain('cannot wait for itself')
+  })
+
+  it('should not time a wait out at once when its timeout is past what a Node timer holds', async () => {
+    // 3e9 ms (35 days) overflows setTimeout, which then fires after 1 ms: the wait reported the
+    // thread pending and timed out at once. Real clock: the simulated one has no such limit.
+    const dir = tempDir('spindle-wait-huge')
+    const rt = await createRuntime({ dir, userConfig: null, durability: 'process', model: scriptedModel(() => ({ faults: [{ fault: 'hang' }], reply: {} })) })
+    try {
+      const slow = await rt.spawn({ directive: { name: 'slow', prompt: 'p' } })
+      await until(slow, inState('callingModel'))
+      const waiting = rt.waitThreads([slow.id], { timeoutMs: 3e9 })
+      // Long enough for an overflowed timer to have fired.
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      await rt.cancel(slow.id, 'end of test')
+      expect(await waiting).toMatchObject({ settled: [{ threadId: slow.id, status: 'cancelled' }], pending: [], timedOut: false })
+    } finally {
+      await rt.close()
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('should give a wait_threads run again after a restart what remained of its timeout, not all of it', async () => {
+    // root waits 100 s for a child that hangs; the process stops 60 s in (close: the checkpoints
+    // stay, as after a kill -9) and the next one takes over. The wait now ends 40 s later; it
+    // used to start its 100 s over at every restart, so a process restarted often never timed out.
+    const dir = tempDir('spindle-wait-restart')
+    const start = Date.UTC(2026, 0, 1)
+    const model = scriptedModel((r) => {
+      if (r.directiveName === 'root') {
+        if (r.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'child', prompt: 'c' } }] }
+        if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawnedIds(r.messages), timeoutSeconds: 100 } }] }
+        return { text: `pending ${lastToolResult(r.messages, 'wait_threads').pending.length}` }
+      }
+      return { faults: [{ fault: 'hang' }], reply: {} }
+    })
+    const first = await createTestRuntime({ dir, model, startAt: start })
+    try {
+      const root = await first.spawn({ directive: { name: 'root', prompt: 'p' } })
+      await until(root, (view) => view.state !== null && JSON.stringify(view.state).includes('runningTools') && view.usage.turns === 2)
+      await first.advance(60_000)
+      await first.close()
+      const second = await createTestRuntime({ dir, model, startAt: start + 60_000 })
+      try {
+        expect(second.lastRecovery.resumed).toContain(root.id)
+        await second.settle()
+        await second.advance(40_001)
+        const done = () => second.list().find((r) => r.id === root.id)?.status === 'completed'
+        expect(await eventually(second, done)).toBe(true)
+        expect(await second.get(root.id).done).toMatchObject({ status: 'completed', result: 'pending 1' })
+        const child = second.list().find((r) => r.parentId === root.id)!
+        await second.cancel(child.id, 'end of test')
+      } finally {
+        await second.close()
+      }
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it('should refuse to wait for an unknown thread', async () => {
