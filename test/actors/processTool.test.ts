@@ -12,6 +12,7 @@ import { executeToolCall } from '../../actors/tools.js'
 import type { Tool } from '../../actors/tools.js'
 import { isSpindleError } from '../../src/errors.js'
 import { tempDir } from '../helpers/dirs.js'
+import { alive } from '../helpers/processes.js'
 
 const posix = process.platform !== 'win32'
 const dir = tempDir('spindle-process')
@@ -33,21 +34,6 @@ function pidFile(label: string): string {
   return path.join(dir, `${label}-${++files}.pid`)
 }
 
-/** Alive and not a zombie: a reparented zombie nobody reaps (some container inits don't) is dead enough. */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false
-    throw error
-  }
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
-  } catch {
-    return !fs.existsSync('/proc/self/stat') // no /proc (macOS): kill(pid, 0) is all there is
-  }
-}
 
 async function waitFor<T>(what: string, probe: () => T | undefined, timeoutMs = 5000): Promise<T> {
   const deadline = Date.now() + timeoutMs

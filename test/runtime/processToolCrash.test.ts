@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { createRuntime, readThreadFiles } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { crashScript, crashTool } from './processToolCrashShared.js'
+import { alive } from '../helpers/processes.js'
 
 const posix = process.platform !== 'win32'
 const dirs: string[] = []
@@ -26,21 +27,6 @@ afterAll(() => {
   for (const dir of dirs) fs.rmSync(dir, { recursive: true, force: true })
 })
 
-/** Alive and not a zombie (a reparented zombie that this container's init never reaps is dead enough). */
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false
-    throw error
-  }
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
-    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z'
-  } catch {
-    return !fs.existsSync('/proc/self/stat')
-  }
-}
 
 async function waitFor(what: string, condition: () => boolean, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs
