@@ -86,6 +86,7 @@ function prepareStatements(db: Database.Database) {
     children: db.prepare<[string], Row>('SELECT * FROM threads WHERE parent_id = ? ORDER BY created_at, id'),
     // Only damage can fork a chain (two rows continuing the same thread); follow the oldest.
     next: db.prepare<[string], Row>('SELECT * FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
+    successor: db.prepare<[string], { id: string }>('SELECT id FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
   }
 }
 
@@ -222,6 +223,10 @@ class SqliteRegistry implements Registry {
 
   listChildren(id: string): ThreadRecord[] {
     return this.guard(`list the children of thread ${id}`, () => this.statements.children.all(id)).map(toRecord)
+  }
+
+  successorOf(id: string): string | null {
+    return this.guard(`read the successor of thread ${id}`, () => this.statements.successor.get(id)?.id ?? null)
   }
 
   chain(id: string): ThreadRecord[] {

@@ -181,6 +181,8 @@ export interface Registry {
   listChildren(id: string): ThreadRecord[]
   /** The continuation chain that `id` belongs to, oldest first (follows previous_thread_id both ways). */
   chain(id: string): ThreadRecord[]
+  /** The thread that continues `id` (its row names `id` as previous), or null: one indexed read, no row parsed. */
+  successorOf(id: string): string | null
   /** Run `fn` in one transaction (better-sqlite3 transactions are synchronous). */
   transaction<T>(fn: () => T): T
   close(): void

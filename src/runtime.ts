@@ -1630,7 +1630,7 @@ class RuntimeImpl implements Runtime {
     const toCheck = thread.messagesToCheck()
     // History just read back (recovery, restart) of a thread killed between registering its
     // successor and recording the hand-off: the successor runs the task; hand off before any call.
-    if (toCheck && this.registry.chain(id).some((r) => r.previousThreadId === id)) {
+    if (toCheck && this.registry.successorOf(id) !== null) {
       const window = this.options.model.contextWindow
       const pressed = window !== undefined && thread.context().promptTokens / window >= this.config.context.pressureRatio
       await this.handOff(thread, pressed ? 'context_window_pressure' : 'context_length')

@@ -214,6 +214,15 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         expect(ids(r.chain(V3))).toEqual([V1, V2, V3])
       }))
 
+      it("should name a thread's successor, the oldest when damage forked the chain, and none at its end", withRegistry((r) => {
+        r.register(thread(V1, { createdAt: 1 }))
+        r.register(thread(V2, { previousThreadId: V1, createdAt: 2 }))
+        r.register(thread(V3, { previousThreadId: V1, createdAt: 3 }))
+        expect(r.successorOf(V1)).toBe(V2)
+        expect(r.successorOf(V2)).toBeNull()
+        expect(r.successorOf(GHOST)).toBeNull()
+      }))
+
       it('should return an empty chain for an unknown id', withRegistry((r) => {
         expect(r.chain(GHOST)).toEqual([])
       }))
