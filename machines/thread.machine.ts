@@ -512,6 +512,8 @@ export const threadMachine = setup({
       }
     }),
     failWithError: assign(({ event }) => (event.type === 'FAIL' ? { error: event.error } : {})),
+    /** The failure ends it, not the cancel it was carrying out: its outcome says error, like its state. */
+    failWhileCancelling: assign(({ event }) => (event.type === 'FAIL' ? { error: event.error, cancelReason: null } : {})),
     resumeWithLimits: assign(({ context, event }) => {
       if (event.type !== 'RESUME') return {}
       return {
@@ -727,7 +729,7 @@ export const threadMachine = setup({
       },
       on: {
         CHILDREN_SETTLED: { target: 'cancelled' },
-        FAIL: { target: 'error', actions: 'failWithError' },
+        FAIL: { target: 'error', actions: 'failWhileCancelling' },
       },
     },
     completed: { type: 'final' },

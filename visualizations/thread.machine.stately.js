@@ -231,7 +231,7 @@ export const machine = createMachine({
         },
         "FAIL": {
           "target": "error",
-          "actions": "failWithError"
+          "actions": "failWhileCancelling"
         }
       }
     },

@@ -226,6 +226,15 @@ describe('thread machine decisions', () => {
     expect(actor.getSnapshot().context.retry).toBeFalsy()
   })
 
+  it('should end in error, and say error in its outcome, when it fails while cancelling its children', () => {
+    const actor = started()
+    actor.send({ type: 'CANCEL', at: 5, reason: 'operator', by: 'test', awaitChildren: true })
+    expect(actor.getSnapshot().value).toBe('cancelling')
+    actor.send({ type: 'FAIL', at: 6, error: { code: 'SUPERVISION_GAVE_UP', message: 'crashed while cancelling' } })
+    expect(actor.getSnapshot().value).toBe('error')
+    expect(actor.getSnapshot().output).toMatchObject({ status: 'error', error: { code: 'SUPERVISION_GAVE_UP' } })
+  })
+
   it('should count only active time against the duration limit', () => {
     const actor = started({ durationMs: 100 })
     actor.send({ type: 'MODEL_FAILED', at: 50, turn: 1, attempt: 1, error: { category: 'context_length', message: 'too long' }, retryInMs: 0 })
