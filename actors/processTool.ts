@@ -17,6 +17,7 @@ import fs from 'node:fs'
 import { StringDecoder } from 'node:string_decoder'
 import type { z } from 'zod'
 import { SpindleError, describeError } from '../src/errors.js'
+import { MAX_TIMER_MS } from './deadline.js'
 import { defineTool } from './tools.js'
 import type { Tool, ToolContext } from './tools.js'
 
@@ -199,7 +200,7 @@ export async function runProcess(command: string, args: string[], options: RunPr
 }
 
 /** The longest grace a timer can wait (with the drain allowance) before it would fire at once. */
-const MAX_KILL_GRACE_MS = 2_147_483_647 - STDIO_DRAIN_EXTRA_MS
+const MAX_KILL_GRACE_MS = MAX_TIMER_MS - STDIO_DRAIN_EXTRA_MS
 
 function killGraceProblem(killGraceMs: number): string | null {
   if (typeof killGraceMs !== 'number' || !Number.isFinite(killGraceMs) || killGraceMs < 0 || killGraceMs > MAX_KILL_GRACE_MS) {

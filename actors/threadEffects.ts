@@ -20,6 +20,7 @@ import type {
   WaitUntilInput,
 } from '../machines/thread.machine.js'
 import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
+import { atDeadline } from './deadline.js'
 import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
 import type { Tool, ToolOutcome } from './tools.js'
 import { executeToolCall } from './tools.js'
@@ -296,24 +297,12 @@ export function runToolLogic(host: EffectHost) {
   })
 }
 
-/** The longest delay a Node timer takes; a longer one fires after 1 ms instead. */
-const MAX_TIMER_MS = 2_147_483_647
-
 /** A deadline that survives restarts: the wait is recomputed from `dueAt` each time it starts. */
 export function waitUntilLogic(host: EffectHost) {
-  return fromCallback<ThreadEvent, WaitUntilInput>(({ input }) => {
-    let handle: unknown
-    // A wait past a timer's range (a Retry-After of weeks, a quota reset date) is waited in steps.
-    const arm = (): void => {
-      const remaining = Math.max(0, input.dueAt - host.clock.now())
-      handle = host.clock.setTimeout(() => {
-        if (input.dueAt - host.clock.now() > 0 && remaining > MAX_TIMER_MS) return arm()
-        host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() })
-      }, Math.min(remaining, MAX_TIMER_MS))
-    }
-    arm()
-    return () => host.clock.clearTimeout(handle)
-  })
+  return fromCallback<ThreadEvent, WaitUntilInput>(({ input }) =>
+    // A wait past a timer's range (a Retry-After of weeks, a quota reset date) is armed in steps.
+    atDeadline(host.clock, input.dueAt, () => host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() })),
+  )
 }
 
 /** Decides what a limit hit leads to. Hooks may be code: they run only once the hit is durable. */

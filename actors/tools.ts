@@ -6,7 +6,9 @@ import { z } from 'zod'
 import type { ToolCall } from '../machines/thread.machine.js'
 import { describeError } from '../src/errors.js'
 import { CAPABILITY } from '../src/policies/permissions.js'
+import { atDeadline } from './deadline.js'
 import type { ToolDefinition } from './model.js'
+import type { Clock } from './threadEffects.js'
 
 export interface ToolContext {
   /** Aborted on cancel, on timeout and when the runtime closes. */
@@ -115,8 +117,12 @@ export const MAX_TOOL_OUTPUT_CHARS = 16 * 1024 * 1024
 /** The most characters of a thrown value's message that an error result quotes. */
 const MAX_ERROR_MESSAGE_CHARS = 16 * 1024
 
-/** The longest delay a Node timer takes; a longer one fires after 1 ms instead. */
-const MAX_TIMER_MS = 2_147_483_647
+/** Tool timeouts run on the monotonic clock: a wall-clock step must not stop or stretch a call. */
+const monotonicClock: Clock = {
+  now: () => performance.now(),
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
+}
 
 function errorOutcome(error: string, message: string): ToolOutcome {
   return { ok: false, output: { error, message } }
@@ -209,19 +215,14 @@ export async function executeToolCall(
   const onOuterAbort = (): void => controller.abort(context.signal.reason)
   if (!own) context.signal.addEventListener('abort', onOuterAbort, { once: true })
   const timeoutMs = tool.timeoutMs ?? defaultTimeoutMs
-  let timer: NodeJS.Timeout | undefined
+  let stopTimer: (() => void) | undefined
   let schemaCrash: SchemaCrash | undefined
   const timedOut = new Promise<ToolOutcome>((resolve) => {
-    // Measured on the monotonic clock; a timeout past a timer's range is waited in steps.
-    const deadline = performance.now() + timeoutMs
-    const arm = (): void => {
-      timer = setTimeout(() => {
-        if (deadline - performance.now() >= 1) return arm()
-        controller.abort(new Error(`tool "${tool.name}" timed out`))
-        resolve(errorOutcome('TOOL_TIMEOUT', `Tool "${tool.name}" did not finish within ${timeoutMs} ms and was stopped.`))
-      }, Math.min(Math.max(0, deadline - performance.now()), MAX_TIMER_MS))
-    }
-    arm()
+    // On the monotonic clock; a timeout past a timer's range is armed in steps.
+    stopTimer = atDeadline(monotonicClock, monotonicClock.now() + timeoutMs, () => {
+      controller.abort(new Error(`tool "${tool.name}" timed out`))
+      resolve(errorOutcome('TOOL_TIMEOUT', `Tool "${tool.name}" did not finish within ${timeoutMs} ms and was stopped.`))
+    })
   })
   try {
     const run = (async (): Promise<ToolOutcome> => {
@@ -245,7 +246,7 @@ export async function executeToolCall(
     if (schemaCrash !== undefined && error === schemaCrash) throw schemaCrash.crash
     return errorOutcome('TOOL_FAILED', `Tool "${tool.name}" failed: ${thrownMessage(error)}`)
   } finally {
-    clearTimeout(timer)
+    stopTimer?.()
     if (!own) context.signal.removeEventListener('abort', onOuterAbort)
   }
 }

@@ -85,13 +85,18 @@ export function regexHazard(source: string): string | null {
   return hazard
 }
 
-function compiles(source: string): boolean {
+/** Why `source` is no JavaScript regular expression (the engine's message), or null when it is one. */
+export function regexCompileError(source: string): string | null {
   try {
     new RegExp(source)
-    return true
-  } catch {
-    return false
+    return null
+  } catch (error) {
+    return (error as Error).message
   }
+}
+
+function compiles(source: string): boolean {
+  return regexCompileError(source) === null
 }
 
 export const ErrorPatternSchema = z.strictObject({

@@ -3,6 +3,7 @@
  * registry for threads another process runs. A wave of children can fail fast and cancel the
  * siblings of the one that failed.
  */
+import { atDeadline } from '../actors/deadline.js'
 import type { Clock } from '../actors/threadEffects.js'
 import type { ThreadOutcome } from '../machines/thread.machine.js'
 import { SpindleError } from './errors.js'
@@ -22,9 +23,6 @@ export interface WaitOptions {
    */
   startedAt?: number
 }
-
-/** The longest delay a Node timer takes; a longer one fires after 1 ms instead. */
-const MAX_TIMER_MS = 2_147_483_647
 
 /** What `waitBlockers` needs to know of a thread: its continuation chain and its parent. */
 export interface WaitLineage {
@@ -165,7 +163,7 @@ export async function waitThreads(host: WaitHost, ids: readonly string[], option
   const end = (): void => {
     if (done) return
     done = true
-    host.clock.clearTimeout(timer)
+    stopTimer()
     for (const stop of stops) stop()
     report.pending = [...open].filter((id) => !report.cancelled.includes(id))
     finish()
@@ -175,17 +173,11 @@ export async function waitThreads(host: WaitHost, ids: readonly string[], option
   // (more than 24.8 days) is waited in steps, else it would fire after 1 ms.
   const startedAt = typeof options.startedAt === 'number' && Number.isFinite(options.startedAt) ? options.startedAt : host.clock.now()
   const deadline = Math.min(startedAt, host.clock.now()) + timeoutMs
-  let timer: unknown
-  const arm = (): void => {
-    const remaining = Math.max(0, deadline - host.clock.now())
-    timer = host.clock.setTimeout(() => {
-      if (done) return
-      if (remaining > MAX_TIMER_MS && deadline - host.clock.now() > 0) return arm()
-      report.timedOut = true
-      end()
-    }, Math.min(remaining, MAX_TIMER_MS))
-  }
-  arm()
+  const stopTimer = atDeadline(host.clock, deadline, () => {
+    if (done) return
+    report.timedOut = true
+    end()
+  })
   const onAbort = (): void => end()
   options.signal?.addEventListener('abort', onAbort, { once: true })
   stops.push(() => options.signal?.removeEventListener('abort', onAbort))

@@ -24,7 +24,7 @@ import { createRequire } from 'node:module'
 import type { Environment, ObjectSchema } from '@marcbachmann/cel-js'
 import { z } from 'zod'
 import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, HookLimitsSchema, HookSpecSchema } from '../../config/hookSchema.js'
-import { regexHazard } from '../../config/schema.js'
+import { regexCompileError, regexHazard } from '../../config/schema.js'
 import type { HookAction, HookEvent, HookSpec } from '../../config/hookSchema.js'
 import type { Limits } from '../../machines/thread.machine.js'
 import type { SpindleErrorCode } from '../errors.js'
@@ -384,12 +384,8 @@ function checkSyntax(ast: unknown, expression: string): void {
 }
 
 function compilesAsRegex(source: string): string | null {
-  try {
-    new RegExp(source)
-    return null
-  } catch (error) {
-    return `is not a valid regular expression (${(error as Error).message})`
-  }
+  const error = regexCompileError(source)
+  return error === null ? null : `is not a valid regular expression (${error})`
 }
 
 function compileCondition(expression: string): Condition {
