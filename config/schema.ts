@@ -3,6 +3,7 @@
  * inferred from it and every YAML layer is validated against it.
  */
 import { RegExpParser, visitRegExpAST } from '@eslint-community/regexpp'
+import { analyse } from 'scslre'
 import { z } from 'zod'
 import { HookSpecSchema } from './hookSchema.js'
 
@@ -49,12 +50,16 @@ export const ERROR_CATEGORIES = [
 export const MAX_PATTERN_LENGTH = 1000
 
 /**
- * Why a JavaScript regular expression could take exponential time on some input (catastrophic
+ * Why a JavaScript regular expression could take super-linear time on some input (catastrophic
  * backtracking), or null. JavaScript regexes cannot be interrupted: one such pattern, tried on an
  * error message a provider sent, would block the whole process. Refused, on the pattern's syntax
  * tree (parsed by regexpp, ESLint's regex parser): a repetition inside a repetition (`(a+)+`,
- * `(\w*\s?)*`) and backreferences (`(a*)\1`). Not caught: overlapping alternatives under a
- * repetition (`(a|ab)*`). A pattern that does not parse is left to the compile check.
+ * `(\w*\s?)*`), backreferences (`(a*)\1`), and what scslre (the analysis behind
+ * eslint-plugin-regexp's no-super-linear-backtracking) finds: two unbounded repetitions that can
+ * trade the same run of characters (`a.*b.*c`, `\d*\w+`, cubic and worse once the engine retries
+ * at every start). Allowed: a single unbounded gap tried from every start (`\d+ms`), quadratic at
+ * worst and bounded by the length of what is matched. A pattern that does not parse is left to the
+ * compile check.
  */
 export function regexHazard(source: string): string | null {
   if (source.length > MAX_PATTERN_LENGTH) return `is longer than ${MAX_PATTERN_LENGTH} characters`
@@ -82,7 +87,23 @@ export function regexHazard(source: string): string | null {
       hazard ??= `uses a backreference (${node.raw}), which can take exponential time`
     },
   })
-  return hazard
+  return hazard ?? backtrackingHazard(pattern.raw)
+}
+
+function backtrackingHazard(source: string): string | null {
+  let report: ReturnType<typeof analyse>['reports'][number] | undefined
+  try {
+    // The flags the patterns run with (classifyError and matches() match case-insensitively).
+    report = analyse({ source, flags: 'i' }, { reportTypes: { Move: false }, maxReports: 1 }).reports[0]
+  } catch {
+    return null
+  }
+  if (!report) return null
+  const run = `a long run of ${JSON.stringify(report.character.pick)}`
+  if (report.type === 'Trade') {
+    return `has two repetitions, \`${report.startQuant.raw}\` and \`${report.endQuant.raw}\`, that can both match ${run}, which can take ${report.exponential ? 'exponential' : 'polynomial'} time; bound one of them (for example \`.{0,200}\` instead of \`.*\`)`
+  }
+  return `repeats \`${report.quant.raw}\` in a way that can match ${run} in many ways, which can take ${report.exponential ? 'exponential' : 'polynomial'} time; write it so each character can be matched one way only`
 }
 
 /** Why `source` is no JavaScript regular expression (the engine's message), or null when it is one. */

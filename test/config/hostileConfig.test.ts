@@ -124,6 +124,23 @@ describe('configuration files: hostile input', () => {
     )
   })
 
+  it('should refuse an error pattern with two unbounded gaps that trade the same characters, naming its path', () => {
+    // Against "status" and 2000 "=", this pattern took seconds (cubic); a message is tried up to 16 KiB.
+    const file = write(tempDir(), 'gaps.yaml', 'errors:\n  patterns:\n    - { match: "rate.{0,80}limit", category: rate_limited }\n    - { match: "status.*=.*=.*failed", category: transient }\n')
+    expect(() => readConfigLayer(file)).toThrow(
+      expect.objectContaining({
+        code: 'CONFIG_INVALID',
+        message: expect.stringContaining('errors.patterns.1.match: has two repetitions, `.*` and `.*`, that can both match a long run of'),
+        details: expect.objectContaining({ path: 'errors.patterns.1.match' }),
+      }),
+    )
+  })
+
+  it('should accept a single unbounded gap, whose cost the 16 KiB cap on messages bounds', () => {
+    const file = write(tempDir(), 'gap.yaml', 'errors:\n  patterns:\n    - { match: "overloaded.*later", category: transient }\n    - { match: "\\\\d+\\\\s*ms", category: transient }\n')
+    expect(readConfigLayer(file).errors?.patterns?.map((p) => p.match)).toEqual(['overloaded.*later', '\\d+\\s*ms'])
+  })
+
   it('should ship error patterns whose gaps are bounded, so a long message costs linear time', () => {
     // `quota.*(exceeded|exhausted)` on a 300 KB message of "quota quota …" took 16 s of blocked event loop.
     for (const { match } of systemDefaults().errors.patterns) expect(match).not.toMatch(/\.[*+]/)
