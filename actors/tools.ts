@@ -4,7 +4,7 @@
  */
 import { z } from 'zod'
 import type { ToolCall } from '../machines/thread.machine.js'
-import { describeError } from '../src/errors.js'
+import { describeError, isToolRefusal } from '../src/errors.js'
 import { CAPABILITY } from '../src/policies/permissions.js'
 import { atDeadline } from './deadline.js'
 import type { ToolDefinition } from './model.js'
@@ -146,6 +146,20 @@ function thrownMessage(value: unknown): string {
 }
 
 /**
+ * The error result of a tool's deliberate refusal (a `ToolRefusal`): its own code and details,
+ * in their JSON form. Null for anything else a tool threw.
+ */
+function refusalOutcome(thrown: unknown): ToolOutcome | null {
+  try {
+    if (!isToolRefusal(thrown)) return null
+    return { ok: false, output: JSON.parse(JSON.stringify({ ...thrown.details, error: thrown.code, message: thrownMessage(thrown) })) as unknown }
+  } catch {
+    // A thrown Proxy posing as one, or details without a JSON form: a failure like any other throw.
+    return null
+  }
+}
+
+/**
  * A result is recorded in the transcript as JSON: one that cannot be is an error for the model, not
  * a crash. The outcome holds the JSON form, not the live value, so what the model sees now is what
  * the transcript gives back after a restart (a getter, `toJSON`, a Date or a Map would differ).
@@ -244,6 +258,8 @@ export async function executeToolCall(
   } catch (error) {
     // By identity: instanceof would run a thrown Proxy's getPrototypeOf trap.
     if (schemaCrash !== undefined && error === schemaCrash) throw schemaCrash.crash
+    const refused = refusalOutcome(error)
+    if (refused) return refused
     return errorOutcome('TOOL_FAILED', `Tool "${tool.name}" failed: ${thrownMessage(error)}`)
   } finally {
     stopTimer?.()

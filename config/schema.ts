@@ -197,6 +197,11 @@ export const SupervisionSchema = z.strictObject({
   maxRestarts: z.number().int().nonnegative(),
   /** … within this window; past it what a restart would sweep ends in `error` with a crash report. */
   withinMs: z.number().int().positive(),
+  /**
+   * Recoveries in a row (each after the process running it died) that may find a thread at the
+   * same point of its history; the next one quarantines it (suspends it, CRASH_LOOP). null: never.
+   */
+  maxRecoveries: z.number().int().nonnegative().nullable(),
 })
 
 export const ChildrenSchema = z.strictObject({

@@ -104,8 +104,11 @@ export interface Usage {
   spend: number
 }
 
-/** limit: its own usage hit a limit; budget: its tree's spend or tokens ran out in the ledger. */
-export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget'
+/**
+ * limit: its own usage hit a limit; budget: its tree's spend or tokens ran out in the ledger;
+ * crash_loop: recovery kept finding it at the same point, where the process running it died.
+ */
+export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget' | 'crash_loop'
 
 /** Why a thread stopped for its budget: what the ledger said. */
 export interface BudgetHit {
@@ -229,6 +232,12 @@ export type ThreadEvent =
   | { type: 'HAND_OFF'; at: number; nextThreadId: string }
   /** A new process took the running thread over: the time it was down is not active time. */
   | { type: 'RECOVERED'; at: number }
+  /**
+   * Recovery found the thread where it was at the last `recoveries - 1` recoveries, each followed
+   * by the death of the process running it (seq: the last entry that moved it on). It is
+   * suspended instead of run into the same death again.
+   */
+  | { type: 'QUARANTINED'; at: number; recoveries: number; seq: number; message: string }
 
 export type ThreadEventType = ThreadEvent['type']
 
@@ -247,6 +256,7 @@ export const THREAD_EVENT_TYPES: readonly ThreadEventType[] = [
   'CHILDREN_SETTLED',
   'BUDGET_EXHAUSTED',
   'RECOVERED',
+  'QUARANTINED',
 ]
 
 export interface ThreadInput {
@@ -547,6 +557,16 @@ export const threadMachine = setup({
       }
     }),
     markRecovered: assign(({ event }) => (event.type === 'RECOVERED' ? { lastAt: event.at } : {})),
+    /** Like a recovery, the time no process ran it is not active time. */
+    suspendForCrashLoop: assign(({ event }) => {
+      if (event.type !== 'QUARANTINED') return {}
+      return {
+        lastAt: event.at,
+        suspendReason: 'crash_loop' as const,
+        lastFailure: { category: 'permanent' as const, code: 'CRASH_LOOP', message: event.message },
+        retry: null,
+      }
+    }),
     recordHandOff: assign(({ event }) => (event.type === 'HAND_OFF' ? { nextThreadId: event.nextThreadId } : {})),
   },
 }).createMachine({
@@ -600,6 +620,7 @@ export const threadMachine = setup({
         FAIL: { target: 'error', actions: 'failWithError' },
         HAND_OFF: { target: 'continued', actions: 'recordHandOff' },
         RECOVERED: { actions: 'markRecovered' },
+        QUARANTINED: { target: '#thread.suspended', actions: 'suspendForCrashLoop' },
       },
       states: {
         checkingLimits: {
@@ -758,8 +779,8 @@ export function outcomeOf(status: TerminalStatus | 'suspended', context: ThreadC
     outcome.error = { code: 'cancelled', message: context.cancelReason }
   }
   if (context.suspendReason !== null && status === 'suspended') outcome.suspendReason = context.suspendReason
-  // Suspended because a model error outlasted its retries: the host is told which error.
-  if (status === 'suspended' && (context.suspendReason === 'error' || context.suspendReason === 'context_length') && context.lastFailure) {
+  // Suspended because a model error outlasted its retries, or for a crash loop: the host is told which error.
+  if (status === 'suspended' && (context.suspendReason === 'error' || context.suspendReason === 'context_length' || context.suspendReason === 'crash_loop') && context.lastFailure) {
     outcome.error = { code: context.lastFailure.code ?? `model_${context.lastFailure.category}`, message: context.lastFailure.message }
   }
   if (context.nextThreadId !== null) outcome.nextThreadId = context.nextThreadId

@@ -6,26 +6,33 @@
  * Caveats: one writer per data directory (the temp name `state.json.tmp` is fixed, so two
  * processes syncing the same thread would write into each other's temp file). A crash mid-batch
  * leaves, per thread, either the previous state.json or the new one, plus perhaps a stray
- * `state.json.tmp` that `load` ignores and the next sync overwrites.
+ * `state.json.tmp` that `load` ignores and the next sync removes and makes anew.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
-import { NotRegularFile, openRegular } from './fdio.js'
+import { NotRegularFile, notRegularReason, openRegular } from './fdio.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { eachLimited, poolShare } from './poolShare.js'
-import { STATE_FILE, threadDir, threadFile } from './paths.js'
+import { assertThreadDir, STATE_FILE, threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 
 const TEMP = `${STATE_FILE}.tmp`
+const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
+/**
+ * The temp file is always made anew: O_EXCL (which never follows a link at the name) and
+ * O_NOFOLLOW, so a symlink or FIFO planted at `state.json.tmp` is neither written through nor
+ * waited on. Costs nothing over a plain open: the previous temp file was renamed away.
+ */
+const CREATE_TEMP = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | NOFOLLOW
 
-/** A state.json's text; it must be a regular file (see openRegular). */
+/** A state.json's text; it must be a regular file, not a link to one (see openRegular). */
 function readRegular(file: string): string {
-  const { fd } = openRegular(file, fs.constants.O_RDONLY)
+  const { fd } = openRegular(file, fs.constants.O_RDONLY | NOFOLLOW)
   try {
     return fs.readFileSync(fd, 'utf8')
   } finally {
@@ -46,28 +53,31 @@ function call<T = void>(fn: (cb: (error: NodeJS.ErrnoException | null, value?: T
 }
 
 /**
- * Writes `data` to `<dir>/state.json.tmp`, creating `dir` when it is missing (opening first and
- * creating on ENOENT keeps the hot path at one open). `onMkdir` gets the directories whose entries
- * changed because of a mkdir here: they need an fsync before the new directory is durable.
+ * Writes `data` to `<dir>/state.json.tmp`, making the thread's folder when it is missing.
+ * `onMkdir` gets the directories whose entries changed because of a mkdir here: they need an
+ * fsync before the new directory is durable. The folder is checked to be a real directory (not a
+ * link out of the data directory) once, when it is first written or was opened by the transcript
+ * store (see assertThreadDir): the hot path is one open.
  */
-async function writeTemp(dir: string, data: string, fsync: boolean, onMkdir: (changedParents: string[]) => void): Promise<void> {
+async function writeTemp(paths: DataPaths, threadId: string, dir: string, data: string, fsync: boolean, onMkdir: (changedParents: string[]) => void): Promise<void> {
+  const made = (fresh: boolean): void => {
+    const check = assertThreadDir(paths, threadId, { create: true, known: !fresh })
+    if (check.made.length > 0) onMkdir(check.made.map((d) => path.dirname(d)))
+  }
+  made(false)
   const temp = dir + path.sep + TEMP
   let fd: number
   try {
-    fd = await call<number>((cb) => fs.open(temp, 'w', cb))
+    fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    const first = await fs.promises.mkdir(dir, { recursive: true })
-    // mkdir created `first` and everything below it down to `dir`; each one's parent gained an entry.
-    if (first !== undefined) {
-      const changedParents: string[] = []
-      for (let d = dir; path.dirname(d) !== d; d = path.dirname(d)) {
-        changedParents.push(path.dirname(d))
-        if (d === first) break
-      }
-      onMkdir(changedParents)
-    }
-    fd = await call<number>((cb) => fs.open(temp, 'w', cb))
+    const code = (error as NodeJS.ErrnoException).code
+    // A temp file a crash left, or whatever was planted at its name: removed (unlink never
+    // follows a link), never opened.
+    if (code === 'EEXIST') await fs.promises.rm(temp, { force: true })
+    // The folder went away since it was checked: made again, and checked again.
+    else if (code === 'ENOENT') made(true)
+    else throw error
+    fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
   }
   try {
     await call((cb) => fs.writeFile(fd, data, cb))
@@ -121,7 +131,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         for (const parent of changedParents) unsyncedParents.set(parent, (unsyncedParents.get(parent) ?? new Set()).add(id))
       }
       try {
-        await writeTemp(dir, JSON.stringify(stagedEnvelope(envelope)), fsync, onMkdir)
+        await writeTemp(paths, id, dir, JSON.stringify(stagedEnvelope(envelope)), fsync, onMkdir)
         written.push({ id, dir })
       } catch (error) {
         failures.push({ threadId: id, file: path.join(dir, TEMP), error })
@@ -216,9 +226,24 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         text = read.bytes.toString('utf8')
       } else {
         try {
+          // A prefetched read comes from a folder the reading worker checked the same way.
+          if (assertThreadDir(paths, threadId).missing) return null
           text = readRegular(file)
         } catch (error) {
           if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
+          if (notRegularReason(error) === 'a symbolic link') {
+            let target = '?'
+            try {
+              target = fs.readlinkSync(file)
+            } catch {}
+            throw new SpindleError(
+              'STATE_CORRUPT',
+              `${file} is a symbolic link (to ${target}), not a file: spindle reads no state.json through a link, so it was not read. ` +
+                "The thread's transcript still holds its history: a runtime opening this directory rebuilds state.json from it, " +
+                'replacing the link (its target is left alone). Find out who made it.',
+              { details: { path: file, threadId, target } },
+            )
+          }
           if (error instanceof NotRegularFile && error.kind === 'a directory') {
             // Not STATE_CORRUPT: a rebuilt state.json could never be renamed over a directory.
             throw new SpindleError(

@@ -10,13 +10,13 @@ import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
-import { TRANSCRIPT_FILE, threadFile } from './paths.js'
+import { assertThreadDir, TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
 import type { SkippedJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
-import { fdatasync, NotRegularFile, openRegular, readRange, writeAll } from './fdio.js'
+import { fdatasync, NotRegularFile, notRegularReason, openRegular, readRange, writeAll } from './fdio.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -38,8 +38,12 @@ export interface JsonlTranscriptOptions {
   onJournalSkipped?: (skipped: SkippedJournal) => void
 }
 
-/** Read and write, every write at the end; without O_CREAT, so a missing file is an error we can see. */
-const OPEN_EXISTING = fs.constants.O_RDWR | fs.constants.O_APPEND
+const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
+/**
+ * Read and write, every write at the end; without O_CREAT, so a missing file is an error we can
+ * see; never through a symlink at the file's name (every later append goes to the descriptor).
+ */
+const OPEN_EXISTING = fs.constants.O_RDWR | fs.constants.O_APPEND | NOFOLLOW
 
 interface OpenFile {
   threadId: string
@@ -66,12 +70,28 @@ function notAFile(file: string, what = 'a directory'): SpindleError {
   return corrupt(file, path.basename(path.dirname(file)), `is ${what}, not a file: move it aside (nothing was changed). The thread cannot go on without its transcript.`)
 }
 
-/** Opens an existing transcript (see openRegular), naming a file that is not one as the thread's damage. */
+/**
+ * Opens a transcript (see openRegular; `flags` carry O_NOFOLLOW), naming a file that is not one,
+ * or a symlink at its name, as the thread's damage.
+ */
 function openTranscript(file: string, flags: number): number {
   try {
     return openRegular(file, flags).fd
   } catch (error) {
     if (error instanceof NotRegularFile) throw notAFile(file, error.kind)
+    if (notRegularReason(error) === 'a symbolic link') {
+      let target = '?'
+      try {
+        target = fs.readlinkSync(file)
+      } catch {}
+      throw corrupt(
+        file,
+        path.basename(path.dirname(file)),
+        `is a symbolic link (to ${target}), not a file: spindle reads and appends to no transcript through a link, so nothing was read or written through it. ` +
+          'Move the link aside and put the transcript it stands for in its place (if it is this thread\'s), find out who made it, and open the directory again.',
+        { target },
+      )
+    }
     throw error
   }
 }
@@ -155,20 +175,20 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     }
   }
 
-  function create(file: string): number {
+  /**
+   * Creates the transcript of a new thread, and its folder when missing: never through a link at
+   * either (see assertThreadDir and OPEN_EXISTING), and never waiting on a FIFO.
+   */
+  function create(threadId: string, file: string): number {
     const dir = path.dirname(file)
-    const firstCreated = fs.mkdirSync(dir, { recursive: true })
-    const fd = fs.openSync(file, 'a+')
+    // `known`: open() checked the folder a moment ago when it exists; a missing one is made here.
+    const { made } = assertThreadDir(paths, threadId, { create: true, known: true })
+    const fd = openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT)
     if (durability === 'fsync') {
       // A new file's name is durable once its directory is fsynced; a new directory's name once
       // its parent is. sync() does both, once per batch.
       newDirs.add(dir)
-      if (firstCreated !== undefined) {
-        for (let d = dir; d !== path.dirname(d); d = path.dirname(d)) {
-          newDirs.add(path.dirname(d))
-          if (d === firstCreated) break
-        }
-      }
+      for (const d of made) newDirs.add(path.dirname(d))
     }
     return fd
   }
@@ -294,7 +314,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       const file = fileOf(threadId)
       const start = from ?? EMPTY_POSITION
-      const fd = read ? ('fd' in read ? read.fd : null) : openOrNull(file)
+      // The folder is checked once here, when the thread's file is opened (a prefetched descriptor
+      // comes from a folder the reading worker checked the same way): appends go to the descriptor.
+      const fd = read ? ('fd' in read ? read.fd : null) : assertThreadDir(paths, threadId).missing ? null : openOrNull(file)
       if (fd === null) {
         if (start.seq > 0) {
           throw corrupt(
@@ -305,7 +327,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
             { seq: start.seq },
           )
         }
-        register(threadId, file, create(file), { ...EMPTY_POSITION })
+        register(threadId, file, create(threadId, file), { ...EMPTY_POSITION })
         return { position: { ...EMPTY_POSITION }, tail: [], torn: null }
       }
       try {
@@ -468,6 +490,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         const file = fileOf(threadId)
         let fd: number
         try {
+          // A linked folder is named when the thread is opened or read; its journal lines stay.
+          if (assertThreadDir(paths, threadId).missing) return false
           fd = openTranscript(file, OPEN_EXISTING)
         } catch {
           return false
@@ -485,15 +509,14 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
 
     read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null } {
       const file = fileOf(threadId)
-      let fd: number
+      let fd: number | null
       try {
-        fd = openTranscript(file, fs.constants.O_RDONLY)
+        fd = assertThreadDir(paths, threadId).missing ? null : openTranscript(file, fs.constants.O_RDONLY | NOFOLLOW)
       } catch (error) {
-        if (isNoEntry(error)) {
-          throw corrupt(file, threadId, `does not exist. Check the thread id, or whether the thread's directory was removed.`)
-        }
-        throw error
+        if (!isNoEntry(error)) throw error
+        fd = null
       }
+      if (fd === null) throw corrupt(file, threadId, `does not exist. Check the thread id, or whether the thread's directory was removed.`)
       try {
         const stat = fs.fstatSync(fd)
         const parsed = parseTranscriptBytes(readRange(fd, 0, stat.size), EMPTY_POSITION, file)

@@ -33,28 +33,33 @@ export function dataPaths(root: string): DataPaths {
 
 /**
  * Refuses a data directory whose own directories (`threads/`, `journal/`) exist as something other
- * than directories: every thread would fail on them one by one, so the whole directory is refused
- * up front, naming the entry. Nothing is changed.
+ * than directories, a symlink included: every thread would fail on them one by one, and through a
+ * link spindle would read and write its threads wherever it points. So the whole directory is
+ * refused up front, naming the entry (and the link's target). Nothing is changed.
  */
 export function assertDirectories(paths: DataPaths): void {
   for (const [dir, what] of [
     [paths.threads, 'its threads'],
     [paths.journal, 'its transcript journal'],
   ] as const) {
-    let stat: fs.Stats
-    try {
-      stat = fs.statSync(dir)
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === 'ENOENT') continue
-      throw error
-    }
-    if (!stat.isDirectory()) {
+    // lstat: a link to a directory is seen as the link it is.
+    const stat = fs.lstatSync(dir, { throwIfNoEntry: false })
+    if (!stat || stat.isDirectory()) continue
+    if (stat.isSymbolicLink()) {
+      const target = linkTarget(dir)
       throw new SpindleError(
         'DATA_DIR_INVALID',
-        `${dir} is not a directory: spindle keeps ${what} there. Move it aside (nothing in the data directory was changed) and open the directory again.`,
-        { details: { path: dir } },
+        `${dir} is a symbolic link (to ${target}), not a directory: spindle keeps ${what} there and follows no link inside its data directory, ` +
+          'so it did not open the directory (nothing in it was changed, nothing was read or written at the target). ' +
+          'Move the link aside (if the directory it points to is yours, move that directory in its place) and open the directory again.',
+        { details: { path: dir, kind: 'symbolic link', target } },
       )
     }
+    throw new SpindleError(
+      'DATA_DIR_INVALID',
+      `${dir} is not a directory: spindle keeps ${what} there. Move it aside (nothing in the data directory was changed) and open the directory again.`,
+      { details: { path: dir } },
+    )
   }
 }
 
@@ -90,25 +95,118 @@ function makeDirectory(dir: string): fs.Stats | undefined {
   return fs.lstatSync(dir, { throwIfNoEntry: false })
 }
 
-function notARealDirectory(root: string, entry: string, stat: fs.Stats): SpindleError {
+function linkTarget(entry: string): string {
+  try {
+    return fs.readlinkSync(entry)
+  } catch {
+    return '?'
+  }
+}
+
+function notARealDirectory(root: string, entry: string, stat: fs.Stats, threadId?: string): SpindleError {
+  const thread = threadId === undefined ? {} : { threadId }
   if (stat.isSymbolicLink()) {
-    let target = '?'
-    try {
-      target = fs.readlinkSync(entry)
-    } catch {}
+    const target = linkTarget(entry)
     return new SpindleError(
       'DATA_DIR_INVALID',
-      `${entry} is a symbolic link (to ${target}), not a directory: spindle writes only into real directories inside its data directory ${root}, ` +
-        'so nothing was written. Replace the link with the directory it stands for (or remove it), find out who made it, and try again.',
-      { details: { path: entry, kind: 'symbolic link', target } },
+      `${entry} is a symbolic link (to ${target}), not a directory: spindle reads and writes only real directories inside its data directory ${root}, ` +
+        'so nothing was read or written through it. Replace the link with the directory it stands for (or move it aside), find out who made it, and try again.',
+      { details: { path: entry, kind: 'symbolic link', target, ...thread } },
     )
   }
   return new SpindleError(
     'DATA_DIR_INVALID',
-    `${entry} is ${stat.isFile() ? 'a file' : 'a FIFO, socket or device'}, not a directory: spindle keeps a directory there, so nothing was written. ` +
+    `${entry} is ${stat.isFile() ? 'a file' : 'a FIFO, socket or device'}, not a directory: spindle keeps a directory there, so nothing was read or written. ` +
       'Move it aside and try again.',
-    { details: { path: entry, kind: stat.isFile() ? 'file' : 'special' } },
+    { details: { path: entry, kind: stat.isFile() ? 'file' : 'special', ...thread } },
   )
+}
+
+/**
+ * Thread folders found to be real directories, per DataPaths (so per runtime): the checkpoint
+ * writer looks here instead of at the folder, since a checkpoint is written thousands of times a
+ * second and a folder is checked once, when its thread's files are opened or created. Cleared
+ * whole past a bound, so a host that runs for months holds at most that many ids; a folder checked
+ * before that is checked again (one lstat) at its next write.
+ */
+const realThreadDirs = new WeakMap<DataPaths, Set<string>>()
+const REAL_THREAD_DIRS_KEPT = 1 << 16
+/** DataPaths whose `threads/` was found to be a real directory (or made as one). */
+const realThreadsDirs = new WeakSet<DataPaths>()
+
+function remember(paths: DataPaths, threadId: string): void {
+  let known = realThreadDirs.get(paths)
+  if (!known) realThreadDirs.set(paths, (known = new Set()))
+  else if (known.size >= REAL_THREAD_DIRS_KEPT) known.clear()
+  known.add(threadId)
+}
+
+/** What `assertThreadDir` found: no folder, or a real one, and the directories it made, outermost first. */
+export interface ThreadDirCheck {
+  missing: boolean
+  made: readonly string[]
+}
+
+const FOUND: ThreadDirCheck = Object.freeze({ missing: false, made: Object.freeze([]) })
+const MISSING: ThreadDirCheck = Object.freeze({ missing: true, made: Object.freeze([]) })
+
+/**
+ * Checks, with lstat (a link is seen as a link), that the folder of `threadId` is a real directory,
+ * and `threads/` above it the first time for these paths: whatever is read or written by path in
+ * that folder afterwards stays inside the data directory (until someone swaps the folder: see the
+ * README on symlinks). Throws DATA_DIR_INVALID naming the entry (and a link's target) otherwise.
+ * With `create` a missing folder is made, and `threads/` (and the root) when missing: mkdir never
+ * follows a link; `made` lists what was made, whose parents need an fsync to be durable. `known`:
+ * trust an earlier check of this folder (see realThreadDirs) and make no system call.
+ */
+export function assertThreadDir(paths: DataPaths, threadId: string, options: { create?: boolean; known?: boolean } = {}): ThreadDirCheck {
+  if (options.known && realThreadDirs.get(paths)?.has(threadId)) return FOUND
+  const dir = threadDir(paths, threadId)
+  const made: string[] = []
+  if (!realThreadsDirs.has(paths)) {
+    if (!checkDirectory(paths.root, paths.threads, options.create ? made : null)) return MISSING
+    realThreadsDirs.add(paths)
+  }
+  if (!checkDirectory(paths.root, dir, options.create ? made : null, threadId)) return MISSING
+  remember(paths, threadId)
+  return made.length === 0 ? FOUND : { missing: false, made }
+}
+
+/**
+ * Whether `dir` is a real directory (false: missing); throws DATA_DIR_INVALID when it is anything
+ * else. With `made`, a missing one is made (and its missing parents up to a directory that exists)
+ * and listed there.
+ */
+function checkDirectory(root: string, dir: string, made: string[] | null, threadId?: string): boolean {
+  let stat = fs.lstatSync(dir, { throwIfNoEntry: false })
+  if (!stat && made) {
+    try {
+      try {
+        fs.mkdirSync(dir)
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+        // Only a data directory that does not exist yet (a store used on its own): made as its
+        // owner named it, then this level.
+        const first = fs.mkdirSync(path.dirname(dir), { recursive: true })
+        const parents: string[] = []
+        for (let d = path.dirname(dir); first !== undefined; d = path.dirname(d)) {
+          parents.unshift(d)
+          if (d === first) break
+        }
+        made.push(...parents)
+        fs.mkdirSync(dir)
+      }
+      made.push(dir)
+      return true
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+    }
+    // Someone made the entry meanwhile: what is there now decides.
+    stat = fs.lstatSync(dir, { throwIfNoEntry: false })
+  }
+  if (!stat) return false
+  if (!stat.isDirectory()) throw notARealDirectory(root, dir, stat, threadId)
+  return true
 }
 
 /** Whether a file exists with something in it. */

@@ -20,12 +20,17 @@ import type { MessagePort } from 'node:worker_threads'
 import { isThreadId } from '../src/ids.js'
 import { STATE_FILE, TRANSCRIPT_FILE } from './paths.js'
 
-/** What the worker read of a thread's state.json: its bytes, or that it is missing. */
+/**
+ * What the worker read of a thread's state.json: its bytes, or that it is missing. Only ever from a
+ * thread folder it found to be a real directory, and never through a link at the file's name: the
+ * stores take it without checking the folder again.
+ */
 export type PrefetchedState = { bytes: Buffer } | { missing: true }
 
 /**
  * What the worker read of a thread's transcript: the open descriptor (read-write, append), the
- * file's size, and its last bytes (`chunk`, starting at byte `start`); or that it is missing.
+ * file's size, and its last bytes (`chunk`, starting at byte `start`); or that it is missing. As
+ * PrefetchedState: from a real folder, not through a link.
  */
 export type PrefetchedTranscript = { fd: number; size: number; start: number; chunk: Buffer } | { missing: true }
 
@@ -87,8 +92,9 @@ port.once('message', (message) => {
   if (message.ids) run(message.ids)
   port.close()
 })
-const OPEN = fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_NONBLOCK
-const READ = fs.constants.O_RDONLY | fs.constants.O_NONBLOCK
+const NOFOLLOW = fs.constants.O_NOFOLLOW || 0
+const OPEN = fs.constants.O_RDWR | fs.constants.O_APPEND | fs.constants.O_NONBLOCK | NOFOLLOW
+const READ = fs.constants.O_RDONLY | fs.constants.O_NONBLOCK | NOFOLLOW
 function readAt(fd, buffer, offset, length, position) {
   let done = 0
   while (done < length) {
@@ -115,6 +121,20 @@ try {
       while (held && Atomics.load(held, 0) === 0) Atomics.wait(held, 0, 0, 100)
       const m = i * fields
       const base = dir + '/' + id + '/'
+      // A thread folder that is a symlink (or no directory) is not read through: left to the
+      // stores, which refuse it naming the link. One lstat, on this core.
+      let folder
+      try {
+        folder = fs.lstatSync(dir + '/' + id, { throwIfNoEntry: false })
+      } catch {
+        folder = null
+      }
+      if (folder === null || (folder !== undefined && !folder.isDirectory())) {
+        meta[m] = -2
+        meta[m + 1] = -2
+        meta[m + 5] = -1
+        return
+      }
       let fd = -1
       try {
         fd = fs.openSync(base + stateFile, READ)

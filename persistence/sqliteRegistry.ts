@@ -5,7 +5,7 @@
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/errors.js'
 import { openSqliteFile, sqliteFailure } from './sqliteFile.js'
-import type { Cost, Durability, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
+import type { Cost, Durability, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 /**
  * Numbered schema migrations: `PRAGMA user_version` records how many have run, and opening a
@@ -31,6 +31,11 @@ export const MIGRATIONS: readonly string[] = [
    CREATE INDEX threads_status ON threads(status);
    CREATE INDEX threads_parent ON threads(parent_id);
    CREATE INDEX threads_previous ON threads(previous_thread_id);`,
+  // 2. Crash-loop detection: how many consecutive recoveries found the thread at the same point of
+  // its history, and that point (the seq of the last transcript entry that moved it on). Counted
+  // here, not in the runtime's memory, because the process that would remember dies with the loop.
+  `ALTER TABLE threads ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0;
+   ALTER TABLE threads ADD COLUMN recovery_seq INTEGER NULL;`,
 ]
 
 /** A `threads` row as SQLite returns it (JSON columns still text). */
@@ -87,6 +92,9 @@ function prepareStatements(db: Database.Database) {
     // Only damage can fork a chain (two rows continuing the same thread); follow the oldest.
     next: db.prepare<[string], Row>('SELECT * FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
     successor: db.prepare<[string], { id: string }>('SELECT id FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
+    recoveryCount: db.prepare<[string], { count: number; seq: number | null }>('SELECT recoveries AS count, recovery_seq AS seq FROM threads WHERE id = ?'),
+    setRecoveryCount: db.prepare<[number, number | null, string]>('UPDATE threads SET recoveries = ?, recovery_seq = ? WHERE id = ?'),
+    resetRecoveryCount: db.prepare<[string]>('UPDATE threads SET recoveries = 0 WHERE id = ? AND recoveries <> 0'),
   }
 }
 
@@ -252,6 +260,29 @@ class SqliteRegistry implements Registry {
       }
       return rows
     }).map(toRecord)
+  }
+
+  recoveryCount(id: string): RecoveryCount | null {
+    return this.guard(`read the recovery count of thread ${id}`, () => this.statements.recoveryCount.get(id)) ?? null
+  }
+
+  setRecoveryCounts(counts: ReadonlyArray<{ id: string } & RecoveryCount>): void {
+    if (counts.length === 0) return
+    // One transaction: recovery writes the counts of thousands of threads before any of them runs.
+    this.guard('record recovery counts', () =>
+      this.db.transaction(() => {
+        for (const { id, count, seq } of counts) this.statements.setRecoveryCount.run(count, seq, id)
+      })(),
+    )
+  }
+
+  resetRecoveryCounts(ids: readonly string[]): void {
+    if (ids.length === 0) return
+    this.guard('reset recovery counts', () =>
+      this.db.transaction(() => {
+        for (const id of ids) this.statements.resetRecoveryCount.run(id)
+      })(),
+    )
   }
 
   transaction<T>(fn: () => T): T {

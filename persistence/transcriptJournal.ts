@@ -23,7 +23,7 @@ import { nanoid } from 'nanoid'
 import { isThreadId } from '../src/ids.js'
 import { pidAlive } from '../src/locks.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
-import { fdatasync, readRange, writeAll } from './fdio.js'
+import { fdatasync, notRegularReason, openRegular, readRange, writeAll } from './fdio.js'
 import { parseTranscriptBytes } from './transcriptLines.js'
 import { SpindleError } from '../src/errors.js'
 import type { DataPaths } from './paths.js'
@@ -35,6 +35,7 @@ const HEADER_KEY = 'spindle-journal'
 const SUFFIX = '.journal'
 /** A header line (who wrote the file) fits in this. */
 const HEADER_BYTES = 4096
+const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
 /** A new epoch file: never an existing one, every write at its end. */
 const APPEND_NEW = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_APPEND
 
@@ -198,21 +199,20 @@ function readJournals(dir: string, own: string, head?: number, skip?: (skipped: 
     const file = path.join(dir, name)
     let bytes: Buffer
     try {
-      if (head === undefined) {
-        bytes = fs.readFileSync(file)
-      } else {
-        const fd = fs.openSync(file, 'r')
-        try {
-          bytes = readRange(fd, 0, head)
-        } finally {
-          fs.closeSync(fd)
-        }
+      // A regular file only: a FIFO put here would block the open of the whole directory, a link
+      // would have its target's lines written into thread files.
+      const { fd, size } = openRegular(file, fs.constants.O_RDONLY | NOFOLLOW)
+      try {
+        bytes = readRange(fd, 0, head === undefined ? size : head)
+      } finally {
+        fs.closeSync(fd)
       }
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code
       // Deleted by its owner between readdir and here: it had nothing left to give.
       if (code === 'ENOENT') continue
-      skip?.({ file, reason: code === 'EISDIR' ? 'it is a directory, not a journal file' : `it cannot be read (${code ?? (error as Error).message})` })
+      const found = notRegularReason(error)
+      skip?.({ file, reason: found !== null ? `it is ${found}, not a journal file` : `it cannot be read (${code ?? (error as Error).message})` })
       continue
     }
     indexes.push(parseJournal(file, bytes))
@@ -324,13 +324,23 @@ export class ForeignJournals {
   }
 }
 
+/** Whether the folder of `file` is a real directory, or missing (then so is the file); not a link. */
+function inRealFolder(file: string): boolean {
+  const stat = fs.lstatSync(path.dirname(file), { throwIfNoEntry: false })
+  return stat === undefined || stat.isDirectory()
+}
+
 /** Whether `file` durably holds every one of `records` (see `ForeignJournals.settle`). */
 async function holds(file: string, records: JournalRecord[]): Promise<boolean> {
+  // Nothing is written back through a linked thread folder (or a link at the file's name): the
+  // journal keeps the lines, and the thread is named when it is opened or read.
+  if (!inRealFolder(file)) return false
   let fd: number
   try {
     // Read-write, not appending: the bytes are written again where they are (see below).
-    fd = fs.openSync(file, 'r+')
+    fd = openRegular(file, fs.constants.O_RDWR | NOFOLLOW).fd
   } catch (error) {
+    if (notRegularReason(error) === 'a symbolic link') return false
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
     return !fs.existsSync(path.join(path.dirname(file), STATE_FILE))
   }
@@ -378,7 +388,9 @@ export function journalLag(
       if (only !== undefined && threadId !== only) continue
       let fd: number
       try {
-        fd = fs.openSync(transcriptOf(threadId), 'r')
+        // As `holds`: nothing read through a link (doctor names a linked folder on its own).
+        if (!inRealFolder(transcriptOf(threadId))) continue
+        fd = openRegular(transcriptOf(threadId), fs.constants.O_RDONLY | NOFOLLOW).fd
       } catch {
         continue
       }

@@ -165,6 +165,16 @@ export interface RegisterThread {
   createdAt: number
 }
 
+/**
+ * Crash-loop detection: how many consecutive recoveries found a thread at the same point of its
+ * history — `seq`, the last transcript entry that moved it on — without it getting further.
+ */
+export interface RecoveryCount {
+  count: number
+  /** null until the thread is first recovered. */
+  seq: number | null
+}
+
 export interface Registry {
   register(thread: RegisterThread): void
   updateStatus(id: string, status: ThreadStatus, at: number): void
@@ -183,6 +193,12 @@ export interface Registry {
   chain(id: string): ThreadRecord[]
   /** The thread that continues `id` (its row names `id` as previous), or null: one indexed read, no row parsed. */
   successorOf(id: string): string | null
+  /** The thread's recovery count, or null when it has no row. */
+  recoveryCount(id: string): RecoveryCount | null
+  /** Records recovery counts, all in one transaction: durable when the call returns. Unknown ids are skipped. */
+  setRecoveryCounts(counts: ReadonlyArray<{ id: string } & RecoveryCount>): void
+  /** Sets the counts of `ids` to 0, keeping their seq (a clean stop or a person's resume is no crash). */
+  resetRecoveryCounts(ids: readonly string[]): void
   /** Run `fn` in one transaction (better-sqlite3 transactions are synchronous). */
   transaction<T>(fn: () => T): T
   close(): void

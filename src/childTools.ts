@@ -61,7 +61,8 @@ export function childTools(host: ChildToolsHost): Tool<any>[] {
     name: 'wait_threads',
     description:
       'Wait until the given child threads have finished and return their results. With failFast the wait ends at ' +
-      'the first failure; with cancelSiblingsOnFailure the other children are then cancelled.',
+      'the first failure; with cancelSiblingsOnFailure the other children are then cancelled. A wait for a thread ' +
+      'that is (itself or through others) waiting for you is refused at once with WAIT_CYCLE, naming the cycle.',
     input: WaitThreadsInput,
     idempotent: true,
     timeoutMs: NO_TOOL_TIMEOUT_MS,

@@ -199,9 +199,11 @@ function program(setExit: (code: number) => void): Command {
         if (c.policy.tools) out(`tools       ${c.policy.tools.join(', ') || 'none'}`)
         if (c.policy.permissions) out(`permissions ${Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')}`)
         if (c.suspendReason) out(`suspended   ${c.suspendReason}${c.limitHit ? ` (${c.limitHit.limit} ${c.limitHit.used}/${c.limitHit.max})` : ''}`)
+        if (c.suspendReason === 'crash_loop' && c.lastFailure) out(`failure     [${c.lastFailure.code ?? c.lastFailure.category}] ${c.lastFailure.message}`)
         if (c.result !== null) out(`result      ${c.result}`)
         if (c.error) out(`error       [${c.error.code}] ${c.error.message}`)
       }
+      if (report.recoveries && report.recoveries.count > 0) out(`recoveries  ${report.recoveries.count} in a row at transcript seq ${report.recoveries.seq} (supervision.maxRecoveries)`)
       if (transcript) out(`transcript  ${transcript.entries} entries, chain verified${transcript.torn ? ', torn last line' : ''}`)
       for (const p of problems) out(`problem     [${p.code}] ${p.message}`)
       if (problems.length > 0) setExit(5)

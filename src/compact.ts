@@ -91,7 +91,8 @@ export function compactThread(dir: string, id: string, options: { apply?: boolea
   const file = path.join(folder, TRANSCRIPT_FILE)
   const keptAs = path.join(folder, `${TRANSCRIPT_FILE}.pre-compact-${Date.now()}`)
   fs.copyFileSync(file, keptAs)
-  writeFileAtomicSync(file, text, { fsync: true })
-  writeFileAtomicSync(path.join(folder, STATE_FILE), JSON.stringify(makeEnvelope(id, replayed.status, position, replayed.snapshot, Date.now())), { fsync: true })
+  // `under`: never through a thread folder swapped for a link since the transcript was read.
+  writeFileAtomicSync(file, text, { fsync: true, under: paths.root })
+  writeFileAtomicSync(path.join(folder, STATE_FILE), JSON.stringify(makeEnvelope(id, replayed.status, position, replayed.snapshot, Date.now())), { fsync: true, under: paths.root })
   return { ...report, keptAs, applied: true }
 }

@@ -49,6 +49,8 @@ export type SpindleErrorCode =
   | 'TRANSCRIPT_BEHIND_JOURNAL'
   | 'JOURNAL_UNREADABLE'
   | 'DATA_DIR_INVALID'
+  | 'CRASH_LOOP'
+  | 'WAIT_CYCLE'
 
 const BRAND = Symbol.for('spindle.error')
 
@@ -74,6 +76,23 @@ export class SpindleError extends Error {
   }
 }
 SpindleError.prototype.name = 'SpindleError'
+
+const REFUSAL = Symbol.for('spindle.toolRefusal')
+
+/**
+ * A tool's deliberate refusal of one call, meant for the model: its error result carries this
+ * error's code and details rather than the TOOL_FAILED a tool that broke gets, so the model can
+ * tell "not this, do something else" from a failure.
+ */
+export class ToolRefusal extends SpindleError {
+  readonly [REFUSAL] = true
+}
+ToolRefusal.prototype.name = 'ToolRefusal'
+
+/** Brand check, like {@link isSpindleError}. */
+export function isToolRefusal(value: unknown): value is ToolRefusal {
+  return isSpindleError(value) && (value as unknown as Record<symbol, unknown>)[REFUSAL] === true
+}
 
 /** Brand check that survives two copies of the package in one process (unlike `instanceof`). */
 export function isSpindleError(value: unknown): value is SpindleError {

@@ -16,7 +16,7 @@ import type { SkippedJournal } from '../persistence/transcriptJournal.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import { locks } from './locks.js'
-import type { Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../persistence/types.js'
+import type { RecoveryCount, Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId } from './ids.js'
 import { replayTranscript } from './replay.js'
@@ -65,6 +65,8 @@ export function listThreads(dir: string, filter: { status?: ThreadStatus[] } = {
 
 export interface ThreadReport {
   record: ThreadRecord
+  /** How many recoveries in a row found it at the same point (crash-loop detection), and that point. */
+  recoveries: RecoveryCount | null
   /** null when state.json is missing; `problem` says why when it could not be read. */
   state: { value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
   transcript: { entries: number; lastSeq: number; torn: boolean } | null
@@ -73,7 +75,7 @@ export interface ThreadReport {
 
 /** Everything known about one thread; damage is reported, not thrown. */
 export function showThread(dir: string, id: string): ThreadReport {
-  const record = withRegistry(dir, (registry) => recordOf(registry, dir, id))
+  const { record, recoveries } = withRegistry(dir, (registry) => ({ record: recordOf(registry, dir, id), recoveries: registry.recoveryCount(id) }))
   const paths = dataPaths(dir)
   const problems: ThreadReport['problems'] = []
   let state: ThreadReport['state'] = null
@@ -93,7 +95,7 @@ export function showThread(dir: string, id: string): ThreadReport {
   } catch (error) {
     problems.push(describeError(error))
   }
-  return { record, state, transcript, problems }
+  return { record, recoveries, state, transcript, problems }
 }
 
 /** A thread's registry status and transcript entries, verified; `after` skips entries up to that seq. */
@@ -182,7 +184,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       const { position } = transcripts.open(id)
       transcripts.close(id)
       const file = threadFile(paths, id, STATE_FILE)
-      writeFileAtomicSync(file, JSON.stringify(makeEnvelope(id, full.status, position, full.snapshot, Date.now())), { fsync: true })
+      writeFileAtomicSync(file, JSON.stringify(makeEnvelope(id, full.status, position, full.snapshot, Date.now())), { fsync: true, under: paths.root })
       const context = (full.snapshot as { context: ThreadContext }).context
       registry.transaction(() => {
         registry.updateCostSnapshot(id, context.usage)
@@ -226,7 +228,12 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       entries = transcripts.read(id).entries
     } catch (error) {
       const { code, message } = describeError(error)
-      damage(code, message, 'Restore transcript.jsonl from a backup; without it the thread cannot be rebuilt.')
+      // A linked thread folder is not read at all: what it needs is the folder back, not a backup.
+      const repair =
+        code === 'DATA_DIR_INVALID'
+          ? `Move the link aside and put the thread's own folder in its place (find out who made the link), then \`spindle rebuild ${id} --apply\`.`
+          : 'Restore transcript.jsonl from a backup; without it the thread cannot be rebuilt.'
+      damage(code, message, repair)
       continue
     }
     let envelope: StateEnvelope | null = null

@@ -85,12 +85,13 @@ import { continuationMessages, continuationSheds, findDanglingToolCalls } from '
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { capPermissions, PermissionsSchema } from './policies/permissions.js'
 import { pidAlive } from './locks.js'
-import { assertWaitCanEnd, waitThreads } from './waits.js'
+import { assertNoWaitCycle, assertWaitCanEnd, waitThreads } from './waits.js'
 import { decideRecovery, describeRecovery } from './policies/recovery.js'
 import type { RecoveryDecision } from './policies/recovery.js'
 import { checkGovernance } from './policies/governance.js'
+import { CrashLoopGuard, crashLoopError } from './crashLoop.js'
 import { openSqliteRecovery } from '../persistence/sqliteRecovery.js'
-import type { WaitOptions, WaitReport } from './waits.js'
+import type { WaitGraph, WaitInProgress, WaitOptions, WaitReport } from './waits.js'
 import { childThreadId } from './ids.js'
 import type { z } from 'zod'
 import { isActive, isStateValue, statusOfValue } from './threadStatus.js'
@@ -149,6 +150,11 @@ export type LifecycleEvent =
   | { type: 'thread_crashed'; at: number; threadId: string; error: { code: string; message: string } }
   | { type: 'thread_restarted'; at: number; threadId: string; crashed: string; restartsInWindow: number }
   | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }
+  /**
+   * Recovery found the thread at the same point `recoveries` times in a row, each time after the
+   * process running it died: it is suspended (CRASH_LOOP) instead of run again. `seq`: where it stuck.
+   */
+  | { type: 'thread_quarantined'; at: number; threadId: string; recoveries: number; seq: number; error: { code: 'CRASH_LOOP'; message: string } }
   | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' | 'reduced_context' }
   | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }
   /** A thread's share of its tree's budget ran out: it suspended (reason `budget`). */
@@ -247,6 +253,11 @@ export interface RecoveryReport {
    * fdatasync), written back from the transcript journal before they were carried on.
    */
   restored: string[]
+  /**
+   * Threads found at the same point more than `supervision.maxRecoveries` times in a row, each
+   * after the process running them died: suspended (CRASH_LOOP) instead of run again.
+   */
+  quarantined: string[]
 }
 
 export interface Runtime {
@@ -457,7 +468,7 @@ function assertText(value: unknown, field: string): void {
 
 class RuntimeImpl implements Runtime {
   readonly dir: string
-  lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [] }
+  lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [], quarantined: [] }
   private readonly live = new Map<string, LiveThread>()
   private readonly commit: GroupCommit
   private readonly machine: AnyStateMachine
@@ -483,6 +494,12 @@ class RuntimeImpl implements Runtime {
   private readonly lifecycleListeners = new Map<string, Set<(event: LifecycleEvent) => void>>()
   /** Threads waited on that are not live here: looked up in the registry every `waits.remotePollMs`. */
   private readonly remoteWatches = new Map<string, Set<() => void>>()
+  /**
+   * The wait-for graph: the `wait_threads` calls of this runtime's threads in progress, by waiting
+   * thread. A wait that would close a cycle in it is refused (WAIT_CYCLE) instead of waiting out
+   * its timeout. Each wait leaves it as it ends, however it ends.
+   */
+  private readonly waitingFor = new Map<string, Set<WaitInProgress>>()
   private remoteTimer: unknown = null
   private readonly toolNames: ReadonlySet<string>
   /** Live threads' parents (null: host code) and start order, for supervision groups. */
@@ -504,6 +521,8 @@ class RuntimeImpl implements Runtime {
   private readonly budgetKeys = new Map<string, string>()
   /** Hand-offs under way, so that two model calls of one thread never start two successors. */
   private readonly handingOff = new Map<string, Promise<string | null>>()
+  /** Recovery counts kept in the registry, and the suspects of a crash loop held back to run one at a time. */
+  private readonly crashLoop: CrashLoopGuard
 
   constructor(
     private readonly options: RuntimeOptions,
@@ -534,6 +553,7 @@ class RuntimeImpl implements Runtime {
     if (options.config?.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.config', hooks: options.config.hooks })
     if (options.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.hooks', hooks: options.hooks })
     this.hooks = compileHooks(hookSets, { onError: (problem) => this.report(new SpindleError('HOOK_FAILED', `${problem.source}: hook ${problem.hookId}: ${problem.message}`)) })
+    this.crashLoop = new CrashLoopGuard(registry, this.config.supervision.maxRecoveries, (error, threadId) => this.report(error, threadId))
     this.commit = new GroupCommit(
       { transcripts, checkpoints, registry },
       (threadId, error) => this.report(error, threadId),
@@ -567,7 +587,12 @@ class RuntimeImpl implements Runtime {
       permissions: (id) => this.live.get(id)?.context().policy.permissions,
       modelTimeoutMs: this.config.timeouts.modelMs,
       toolTimeoutMs: this.config.timeouts.toolMs,
-      checkpointed: () => this.commit.whenLogged(),
+      // A suspect of a crash loop runs nothing before its turn comes (crashLoop.ts).
+      checkpointed: (id) => {
+        const turn = this.crashLoop.waitTurn(id)
+        if (!turn) return this.commit.whenLogged()
+        return turn.then(() => this.commit.whenLogged()).then(() => this.crashLoop.starting(id))
+      },
       deliver: (id, event) => this.live.get(id)?.deliver(event) ?? false,
       messages: (id) => this.liveThread(id).messages(),
       directiveName: (id) => this.liveThread(id).directiveName(),
@@ -575,8 +600,10 @@ class RuntimeImpl implements Runtime {
       decideLimit: (id, hit) => this.decideLimit(id, hit),
       hasToolIntent: (id, key) => this.live.get(id)?.hasToolIntent(key) ?? false,
       recordToolIntent: async (id, key, call) => {
+        await this.crashLoop.waitTurn(id)
         this.liveThread(id).recordToolIntent(key, call)
         await this.commit.whenLogged()
+        this.crashLoop.starting(id)
       },
       crash: (id, error) => this.crashed(id, error),
       beforeModelCall: (id, at) => this.beforeModelCall(id, at),
@@ -1217,7 +1244,7 @@ class RuntimeImpl implements Runtime {
 
   async recover(): Promise<RecoveryReport> {
     this.assertOpen()
-    const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [] }
+    const report: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [], quarantined: [] }
     const candidates = [...this.registry.activeStatuses(), ...this.suspendedMovedOn()].filter((record) => !this.live.has(record.id))
     // Thousands of threads: their files are read on another core while this one restores actors.
     // The worker boots while the leases are taken, and reads only once they are ours: until then
@@ -1248,6 +1275,7 @@ class RuntimeImpl implements Runtime {
     }
     if (candidates.length > 0) tell(true)
     try {
+      this.crashLoop.begin()
       for (const record of candidates) {
         progress.done++
         if (!leased.has(record.id)) {
@@ -1264,6 +1292,8 @@ class RuntimeImpl implements Runtime {
         tell(progress.done === progress.total)
       }
     } finally {
+      // Before this turn of the event loop ends: no recovered thread's effect has run yet.
+      this.crashLoop.flush()
       await prefetch?.close()
     }
     // Journals left by dead processes go once every thread they name holds their lines.
@@ -1306,7 +1336,10 @@ class RuntimeImpl implements Runtime {
     this.orchestrator.send({ type: 'CLOSE' })
     await this.polling?.catch(() => {})
     const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
+    this.crashLoop.close(this.live.keys())
     for (const thread of [...this.live.values()]) thread.detach(reason)
+    // Detaching aborted every wait; none of them may outlive the runtime in its graph.
+    this.waitingFor.clear()
     try {
       await this.commit.close()
     } finally {
@@ -1445,21 +1478,66 @@ class RuntimeImpl implements Runtime {
   // ── children: waves, cancel cascade ────────────────────────────────────────────────────────
 
   /**
-   * `wait_threads`: refused for the caller itself or its ancestors (it could only time out), and
-   * timed from when the call began — `lastAt` of the caller, the event that started this tool
-   * step, kept in its checkpoint — so a wait run again after a crash or a kill -9 gets what
-   * remained of its timeout instead of all of it again.
+   * `wait_threads`: refused for the caller itself or its ancestors, and when it would close a
+   * cycle of waits (each could only time out), and timed from when the call began — `lastAt` of
+   * the caller, the event that started this tool step, kept in its checkpoint — so a wait run
+   * again after a crash or a kill -9 gets what remained of its timeout instead of all of it again.
+   * A wait run again after a crash comes through here too, so it is back in the wait-for graph.
    */
   private childWait(parentId: string, ids: string[], options: WaitOptions): Promise<WaitReport> {
     assertWaitCanEnd(parentId, ids, (id) => {
       const record = this.registry.get(id)
       return record ? { chain: this.registry.chain(id).map((r) => r.id), parentId: record.parentId ?? null } : null
     })
+    const open = new Set(ids)
+    const wait: WaitInProgress = { open, failFast: options.failFast === true }
+    assertNoWaitCycle(parentId, ids, wait.failFast, this.waitGraph())
+    // In the graph before anything is awaited: the check and the entry are one step, so two waits
+    // closing one cycle at the same moment cannot both pass.
+    let mine = this.waitingFor.get(parentId)
+    if (!mine) this.waitingFor.set(parentId, (mine = new Set()))
+    mine.add(wait)
+    const leave = (): void => {
+      mine.delete(wait)
+      if (mine.size === 0 && this.waitingFor.get(parentId) === mine) this.waitingFor.delete(parentId)
+    }
     const startedAt = this.live.get(parentId)?.context().lastAt
-    return this.waitThreads(ids, startedAt != null ? { ...options, startedAt } : options)
+    const waiting = this.waitFor(ids, startedAt != null ? { ...options, startedAt } : options, (id) => open.delete(id))
+    waiting.then(leave, leave)
+    return waiting
   }
 
-  async waitThreads(ids: string[], options: WaitOptions = {}): Promise<WaitReport> {
+  /** What the wait-for graph check reads: this runtime's waits, and chains from the registry. */
+  private waitGraph(): WaitGraph {
+    return {
+      waits: this.waitingFor,
+      tail: (id) => {
+        // A live thread that has not stopped is the last of its chain: no registry read for most.
+        const seen = new Set<string>()
+        let last = id
+        for (;;) {
+          seen.add(last)
+          const live = this.live.get(last)
+          if (live && !live.stopped) return last
+          const next = this.registry.successorOf(last)
+          if (next === null || seen.has(next)) return last
+          last = next
+        }
+      },
+      stopped: (id) => {
+        const live = this.live.get(id)
+        if (live && !live.stopped) return false
+        const record = this.registry.get(id)
+        return !record || (record.status !== 'suspended' && !isActive(record.status))
+      },
+    }
+  }
+
+  waitThreads(ids: string[], options: WaitOptions = {}): Promise<WaitReport> {
+    return this.waitFor(ids, options)
+  }
+
+  private async waitFor(ids: string[], options: WaitOptions, onSettled?: (threadId: string) => void): Promise<WaitReport> {
     this.assertOpen()
     if (!Array.isArray(ids)) throw new SpindleError('INVALID_OPTIONS', 'waitThreads needs an array of thread ids.')
     for (const id of ids) {
@@ -1477,6 +1555,7 @@ class RuntimeImpl implements Runtime {
       },
       ids,
       options,
+      onSettled,
     )
   }
 
@@ -2021,6 +2100,7 @@ class RuntimeImpl implements Runtime {
   private observe(thread: LiveThread, snapshot: { value: unknown; context: ThreadContext }, previous: { status: ThreadStatus | null; value: unknown }): void {
     const status = statusOfValue(snapshot.value as never)
     const context = snapshot.context
+    this.crashLoop.progressed(thread.id)
     if (status === 'suspended' && previous.status !== 'suspended') {
       this.suspended.set(thread.id, context.limitHit?.requestId ?? null)
       if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
@@ -2376,6 +2456,8 @@ class RuntimeImpl implements Runtime {
       )
     }
     const by = options.by ?? 'api'
+    // A person decided to try again: a thread quarantined for a crash loop starts a new count.
+    this.crashLoop.reset(id)
     return this.wake(id, stored, null, { type: 'RESUME', at: this.clock.now(), decision: 'resumed', by })
   }
 
@@ -2492,6 +2574,36 @@ class RuntimeImpl implements Runtime {
     return look
   }
 
+  /** Folders refused by `requestFolderIsReal` and reported: said once, not at every poll. */
+  private forgedFolders = new Set<string>()
+
+  /**
+   * Whether the request files in `dir` (a thread folder or its approvals/) may be claimed and read:
+   * `dir` and every folder above it inside the data directory are real directories. A symlink put
+   * there after the thread's files were opened would have this runtime rename and read files
+   * wherever it points; so nothing there is touched, and the link is reported as forged input,
+   * once. Checked only where a request file was seen: a poll with none costs nothing more.
+   */
+  private requestFolderIsReal(root: string, dir: string, id: string | null): boolean {
+    try {
+      assertRealDirectories(root, dir)
+    } catch (error) {
+      const at = isSpindleError(error) && typeof error.details.path === 'string' ? error.details.path : dir
+      if (!this.forgedFolders.has(at)) {
+        this.forgedFolders.add(at)
+        this.report(
+          new SpindleError('DATA_DIR_INVALID', `Did not claim or read the request files in ${dir}: ${describeError(error).message}`, {
+            details: { ...(isSpindleError(error) ? error.details : {}), threadId: id, dir },
+          }),
+          id ?? undefined,
+        )
+      }
+      return false
+    }
+    if (this.forgedFolders.size > 0) for (const at of this.forgedFolders) if (dir === at || dir.startsWith(at + path.sep)) this.forgedFolders.delete(at)
+    return true
+  }
+
   /** Every thread directory: stray cancel files, suspended threads other processes left, missing approval requests. */
   private sweep(paths: ReturnType<typeof dataPaths>, report: RequestsReport): void {
     for (const record of this.registry.list({ status: 'suspended' })) {
@@ -2512,7 +2624,7 @@ class RuntimeImpl implements Runtime {
     for (const name of names) {
       if (this.live.has(name) || this.suspended.has(name)) continue
       const file = path.join(paths.threads, name, CANCEL_FILE)
-      if (!fs.existsSync(file)) continue
+      if (!fs.existsSync(file) || !this.requestFolderIsReal(paths.root, path.join(paths.threads, name), null)) continue
       let record: ReturnType<Registry['get']> = null
       try {
         assertThreadId(name)
@@ -2549,6 +2661,8 @@ class RuntimeImpl implements Runtime {
       if (!decided && fs.existsSync(path.join(dir, `${rid}.request.json`))) continue
       const open = requestId ? ` Its open request is ${path.join(dir, `${requestId}.request.json`)}.` : ' It has no open approval request.'
       const reason = decided ? `request ${rid} was already decided` : `thread ${id} has no approval request ${rid}`
+      // Checked before the first file is moved, not per sweep: the listing costs one readdir as before.
+      if (!this.requestFolderIsReal(paths.root, dir, id)) return
       const keptAs = setAside(file, path.join(dir, `${rid}.response.rejected.json`))
       report.refused.push({ threadId: id, kind: 'approval', file, reason })
       this.logRequest(paths.root, { at: new Date(this.clock.now()).toISOString(), kind: 'approval', threadId: id, file, outcome: 'refused', reason })
@@ -2598,6 +2712,7 @@ class RuntimeImpl implements Runtime {
 
   private async handleCancelFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
     const file = cancelFile(paths, id)
+    if (!this.requestFolderIsReal(paths.root, path.dirname(file), id)) return
     const claimed = this.claimNonceRequest(file, (request) => cancelRefusal(this.registry.get(id), request))
     if (!claimed) return
     if (claimed.refusal !== null) {
@@ -2616,6 +2731,7 @@ class RuntimeImpl implements Runtime {
   /** A resume request from another process: nonce-checked, then `resume`. */
   private async handleResumeFile(paths: ReturnType<typeof dataPaths>, id: string, report: RequestsReport): Promise<void> {
     const file = resumeFile(paths, id)
+    if (!this.requestFolderIsReal(paths.root, path.dirname(file), id)) return
     const claimed = this.claimNonceRequest(file, (request) => (this.registry.get(id)?.nonce === request.nonce ? null : "the nonce does not match the thread's nonce"))
     if (!claimed) return
     let refusal = claimed.refusal
@@ -2640,7 +2756,7 @@ class RuntimeImpl implements Runtime {
 
   private async handleResponse(paths: ReturnType<typeof dataPaths>, id: string, requestId: string, report: RequestsReport): Promise<void> {
     const files = approvalFiles(paths, id, requestId)
-    if (!claim(files.response, files.taken)) return
+    if (!this.requestFolderIsReal(paths.root, files.dir, id) || !claim(files.response, files.taken)) return
     const read = readRequestFile(files.taken, ApprovalResponseSchema)
     const reject = (reason: string): void => {
       try {
@@ -2754,12 +2870,23 @@ class RuntimeImpl implements Runtime {
       return context.usage.spend
     }
     if (record.status !== status) this.commit.stageRegistry(id, { status, at: this.clock.now() })
+    // Before the actor starts: its effects ask at once whether they are held back.
+    const verdict = this.crashLoop.assess(id, { value, context }, tail, this.transcripts.position(id).seq)
     const intents = tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
     const thread = this.adopt(id, { intents })
     thread.noteBeforeNext('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
     // `snapshot` is private to this call: freshly parsed from state.json or rebuilt by replay.
     thread.start(this.machine, { snapshot })
     this.supervise(id, record.parentId ?? null)
+    if (verdict.action === 'quarantine') {
+      // Decided before any effect of the restored state can act: effects wait for the checkpoint.
+      const at = this.clock.now()
+      thread.deliver({ type: 'QUARANTINED', at, recoveries: verdict.recoveries, seq: verdict.seq, message: verdict.message })
+      report.quarantined.push(id)
+      this.report(crashLoopError(id, verdict), id)
+      this.emitLifecycle({ type: 'thread_quarantined', at, threadId: id, recoveries: verdict.recoveries, seq: verdict.seq, error: { code: 'CRASH_LOOP', message: verdict.message } })
+      return context.usage.spend
+    }
     if (status === 'created') thread.deliver({ type: 'START', at: this.clock.now() })
     else thread.deliverBeforeNext({ type: 'RECOVERED', at: this.clock.now() })
     report.resumed.push(id)
@@ -2810,6 +2937,7 @@ class RuntimeImpl implements Runtime {
           this.startSeq.delete(threadId)
           this.releaseLease(threadId)
           this.dropBudgetCaches(threadId)
+          this.crashLoop.stopped(threadId)
         }
         this.threadHooks.delete(threadId)
       },

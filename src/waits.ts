@@ -6,7 +6,7 @@
 import { atDeadline } from '../actors/deadline.js'
 import type { Clock } from '../actors/threadEffects.js'
 import type { ThreadOutcome } from '../machines/thread.machine.js'
-import { SpindleError } from './errors.js'
+import { SpindleError, ToolRefusal } from './errors.js'
 
 export interface WaitOptions {
   /** Give up on threads still running after this long (default: config `waits.defaultTimeoutMs`). */
@@ -65,6 +65,200 @@ export function assertWaitCanEnd(waiter: string, ids: readonly string[], lineage
   }
 }
 
+/** A wait of one thread in progress: a node's outgoing edges in the runtime's wait-for graph. */
+export interface WaitInProgress {
+  /**
+   * The threads it still waits for, as they were asked for (the first thread of a continuation
+   * chain stands for the chain): each leaves the set as it settles.
+   */
+  readonly open: ReadonlySet<string>
+  readonly failFast: boolean
+}
+
+/** What `findWaitCycle` reads of the runtime. */
+export interface WaitGraph {
+  /**
+   * The waits in progress, by waiting thread. A thread runs one tool at a time, but a restarted
+   * thread may run its wait again before the old one has wound down: hence a set.
+   */
+  readonly waits: ReadonlyMap<string, ReadonlySet<WaitInProgress>>
+  /** The thread a wait on `id` depends on now: the last of `id`'s continuation chain. */
+  tail(id: string): string
+  /** Whether thread `id` (a chain's last) has stopped for good. Asked only of a new fail-fast wait's threads. */
+  stopped(id: string): boolean
+}
+
+/** One edge of a cycle: `thread` waits for `waitsFor` (as it asked for it), which ends at `tail`. */
+export interface WaitHop {
+  thread: string
+  waitsFor: string
+  /** The thread `waitsFor`'s continuation chain has reached (`waitsFor` itself unless it continued). */
+  tail: string
+}
+
+/** A wait that could only end at its timeout. */
+export interface WaitCycleFound {
+  /** Each thread waits for the next; the last waits for the first. Starts at the waiter when the wait closes the cycle. */
+  cycle: WaitHop[]
+  /** When the waiter is not in the cycle but waits, through these hops, for threads stuck in one. */
+  path: WaitHop[]
+}
+
+/**
+ * Whether `waiter`'s new wait for `ids` could only end at its timeout because of the waits in
+ * progress, and through which cycle. A thread settles only when each of its waits can end: a wait
+ * ends once every thread it waits for has settled, and a fail-fast wait also when one of them,
+ * still running, can settle (it may fail). Threads that are not waiting — running, suspended for
+ * a person, in another process, settled — can settle; threads that can settle are found to a
+ * fixpoint, and the waiter itself is held as one that cannot (it would be waiting). What is left
+ * waits in a cycle. So a wait for a thread that waits for the waiter's parent is let through
+ * unless the parent is itself waiting for the waiter (a parent completes without waiting for its
+ * children), and a wait for a thread that waits for the waiter's child too (a child cannot wait for
+ * its ancestors): only the waits in progress decide. The waiter's own waits in progress are not
+ * read, so a wait run again after a restart is never refused because of the wait it replaces.
+ */
+export function findWaitCycle(waiter: string, ids: readonly string[], failFast: boolean, graph: WaitGraph): WaitCycleFound | null {
+  // Nothing else waits: nothing can wait for the waiter. Most waits end here, with no look-ups.
+  let others = false
+  for (const id of graph.waits.keys()) if (id !== waiter) others = true
+  if (!others || ids.length === 0) return null
+
+  const tails = new Map<string, string>()
+  const tail = (id: string): string => {
+    let found = tails.get(id)
+    if (found === undefined) tails.set(id, (found = graph.tail(id)))
+    return found
+  }
+  type Edge = { failFast: boolean; targets: Array<{ waitsFor: string; tail: string }> }
+  const toEdge = (asked: Iterable<string>, fail: boolean): Edge => ({ failFast: fail, targets: [...asked].map((id) => ({ waitsFor: id, tail: tail(id) })) })
+  const mine = toEdge(new Set(ids), failFast)
+
+  // The waiting threads the new wait can reach, with their waits.
+  const edges = new Map<string, Edge[]>()
+  const seen = new Set<string>([waiter])
+  const stack = mine.targets.map((t) => t.tail)
+  while (stack.length > 0) {
+    const id = stack.pop()!
+    if (seen.has(id)) continue
+    seen.add(id)
+    const waits = graph.waits.get(id)
+    if (!waits || waits.size === 0) continue
+    const out = [...waits].map((w) => toEdge(w.open, w.failFast))
+    edges.set(id, out)
+    for (const edge of out) for (const t of edge.targets) if (!seen.has(t.tail)) stack.push(t.tail)
+  }
+
+  // Threads that can settle, to a fixpoint: linear in the edges, each counting the threads it still
+  // waits on that cannot (yet) be shown to settle.
+  const free = new Set<string>()
+  const left = new Map<Edge, number>()
+  const unended = new Map<string, number>()
+  const dependents = new Map<string, Edge[]>()
+  const owner = new Map<Edge, string>()
+  const ended = new Set<Edge>()
+  for (const [id, out] of edges) {
+    unended.set(id, out.filter((edge) => edge.targets.length > 0).length)
+    for (const edge of out) {
+      if (edge.targets.length === 0) ended.add(edge)
+      owner.set(edge, id)
+      left.set(edge, edge.targets.length)
+      for (const t of edge.targets) {
+        const list = dependents.get(t.tail)
+        if (list) list.push(edge)
+        else dependents.set(t.tail, [edge])
+      }
+    }
+  }
+  const work = [...seen].filter((id) => id !== waiter && !edges.has(id))
+  for (const [id, count] of unended) if (count === 0) work.push(id)
+  while (work.length > 0) {
+    const id = work.pop()!
+    if (free.has(id)) continue
+    free.add(id)
+    for (const edge of dependents.get(id) ?? []) {
+      const count = left.get(edge)! - 1
+      left.set(edge, count)
+      if (ended.has(edge) || (count > 0 && !edge.failFast)) continue
+      ended.add(edge)
+      const waiting = owner.get(edge)!
+      const rest = unended.get(waiting)! - 1
+      unended.set(waiting, rest)
+      if (rest === 0) work.push(waiting)
+    }
+  }
+  const ends = (edge: Edge): boolean => ended.has(edge)
+  const mineEnds =
+    mine.targets.every((t) => free.has(t.tail)) || (failFast && mine.targets.some((t) => free.has(t.tail) && !graph.stopped(t.tail)))
+  if (mineEnds) return null
+
+  // Every thread left waits, in a wait that cannot end, for at least one other thread left (or for
+  // the waiter): following those edges from the waiter must come round. Breadth first, to name the
+  // shortest cycle through the waiter when there is one.
+  const stuck = (id: string): WaitHop[] => {
+    const out = id === waiter ? [mine] : (edges.get(id) ?? []).filter((edge) => !ends(edge))
+    return out.flatMap((edge) => edge.targets.filter((t) => !free.has(t.tail)).map((t) => ({ thread: id, ...t })))
+  }
+  const via = new Map<string, WaitHop>()
+  const queue = [waiter]
+  for (let i = 0; i < queue.length; i++) {
+    for (const hop of stuck(queue[i]!)) {
+      if (hop.tail === waiter) {
+        const cycle = [hop]
+        for (let at = hop.thread; at !== waiter; at = via.get(at)!.thread) cycle.unshift(via.get(at)!)
+        return { cycle, path: [] }
+      }
+      if (!via.has(hop.tail)) {
+        via.set(hop.tail, hop)
+        queue.push(hop.tail)
+      }
+    }
+  }
+  // Stuck behind a cycle the waiter is not part of (one a fail-fast wait's way out closed behind).
+  const path: WaitHop[] = []
+  const at = new Map<string, number>()
+  for (let id = waiter; !at.has(id); ) {
+    at.set(id, path.length)
+    const hop = stuck(id)[0]!
+    path.push(hop)
+    id = hop.tail
+  }
+  const start = at.get(path.at(-1)!.tail)!
+  return { cycle: path.slice(start), path: path.slice(0, start) }
+}
+
+function describeHop(hop: WaitHop): string {
+  return hop.tail === hop.waitsFor ? `${hop.thread} waits for ${hop.waitsFor}` : `${hop.thread} waits for ${hop.waitsFor} (continued as ${hop.tail})`
+}
+
+/**
+ * A thread's wait refused because it could only end at its timeout: it would close a cycle of
+ * waits (or wait for threads stuck in one). The model gets it as its tool result, and goes on.
+ */
+export class WaitCycleError extends ToolRefusal {
+  constructor(waiter: string, found: WaitCycleFound) {
+    const first = (found.path[0] ?? found.cycle[0])!
+    const cycle = found.cycle.map((hop) => hop.thread)
+    const loop = [...cycle, cycle[0]!].join(' → ')
+    const why = found.path.length === 0
+      ? `that wait would close a wait cycle, ${loop} (${found.cycle.map(describeHop).join(', ')}), and none of these waits could end before its timeout.`
+      : `${found.path.map(describeHop).join(', ')}, and ${cycle[0]} is in a wait cycle, ${loop} (${found.cycle.map(describeHop).join(', ')}), ` +
+        `so this wait could only end at its timeout.`
+    super(
+      'WAIT_CYCLE',
+      `Thread ${waiter} cannot wait for ${first.waitsFor}: ${why} The other waits go on. Do something else: finish your part without ` +
+        `${first.waitsFor}'s result, or wait only for threads that are not waiting for you.`,
+      { details: { threadId: waiter, waitedOn: first.waitsFor, cycle, ...(found.path.length ? { path: found.path.map((hop) => hop.thread) } : {}) } },
+    )
+  }
+}
+WaitCycleError.prototype.name = 'WaitCycleError'
+
+/** Refuses (WAIT_CYCLE, naming the cycle) a wait that the waits in progress keep from ever ending. */
+export function assertNoWaitCycle(waiter: string, ids: readonly string[], failFast: boolean, graph: WaitGraph): void {
+  const found = findWaitCycle(waiter, ids, failFast, graph)
+  if (found) throw new WaitCycleError(waiter, found)
+}
+
 export interface SettledThread {
   /** The thread waited on. */
   threadId: string
@@ -101,7 +295,13 @@ export interface WaitHost {
 }
 
 /** Waits for every thread of `ids` (each followed along its continuation chain). */
-export async function waitThreads(host: WaitHost, ids: readonly string[], options: WaitOptions = {}): Promise<WaitReport> {
+export async function waitThreads(
+  host: WaitHost,
+  ids: readonly string[],
+  options: WaitOptions = {},
+  /** Told of each thread of `ids` as it settles (the runtime keeps its wait-for graph with it). */
+  onSettled?: (threadId: string) => void,
+): Promise<WaitReport> {
   const unique = [...new Set(ids)]
   if (unique.length === 0) return { settled: [], failed: null, cancelled: [], pending: [], timedOut: false }
   const timeoutMs = options.timeoutMs ?? host.defaultTimeoutMs
@@ -133,6 +333,7 @@ export async function waitThreads(host: WaitHost, ids: readonly string[], option
           ...(outcome.error ? { error: outcome.error } : {}),
         }
         open.delete(waitedOn)
+        onSettled?.(waitedOn)
         report.settled.push(settled)
         if (outcome.status === 'error' && !report.failed) {
           report.failed = settled

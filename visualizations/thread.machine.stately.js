@@ -52,6 +52,10 @@ export const machine = createMachine({
         },
         "RECOVERED": {
           "actions": "markRecovered"
+        },
+        "QUARANTINED": {
+          "target": "#thread.suspended",
+          "actions": "suspendForCrashLoop"
         }
       },
       "states": {

@@ -266,6 +266,28 @@ export function registryContract(name: string, create: () => RegistryBackend): v
       }))
     })
 
+    describe('recovery counts', () => {
+      it('should start at 0 with no seq, and null for an unknown id', withRegistry((r) => {
+        r.register(thread(A))
+        expect(r.recoveryCount(A)).toEqual({ count: 0, seq: null })
+        expect(r.recoveryCount(GHOST)).toBeNull()
+      }))
+
+      it('should set several at once, skip unknown ids, and reset the count keeping the seq', withRegistry((r) => {
+        r.register(thread(A))
+        r.register(thread(B))
+        r.setRecoveryCounts([{ id: A, count: 2, seq: 7 }, { id: GHOST, count: 1, seq: 1 }, { id: B, count: 1, seq: 3 }])
+        expect(r.recoveryCount(A)).toEqual({ count: 2, seq: 7 })
+        expect(r.recoveryCount(B)).toEqual({ count: 1, seq: 3 })
+        expect(r.recoveryCount(GHOST)).toBeNull()
+        r.resetRecoveryCounts([A, GHOST])
+        expect(r.recoveryCount(A)).toEqual({ count: 0, seq: 7 })
+        expect(r.recoveryCount(B)).toEqual({ count: 1, seq: 3 })
+        // Not part of the thread's record: listing and reading rows is unchanged.
+        expect(r.get(A)).not.toHaveProperty('recoveries')
+      }))
+    })
+
     it('should allow close to be called twice', () => {
       const backend = create()
       try {

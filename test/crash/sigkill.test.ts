@@ -31,7 +31,12 @@ function runWorker(
     })
     let stderr = ''
     child.stderr.on('data', (d) => (stderr += d))
-    const timer = killAfterMs === null ? null : setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+    // Timed from the worker's "loaded": the kill lands in spindle's start-up, recovery, spawning or
+    // turn loop, however long the machine takes to load the modules.
+    let timer: NodeJS.Timeout | null = null
+    child.stdout.on('data', (d: Buffer) => {
+      if (killAfterMs !== null && timer === null && d.toString().includes('loaded')) timer = setTimeout(() => child.kill('SIGKILL'), killAfterMs)
+    })
     child.on('exit', (code, signal) => {
       if (timer) clearTimeout(timer)
       resolve({ code, signal, stderr, pid: child.pid! })

@@ -15,6 +15,9 @@ if (!dir) throw new Error('usage: worker <dir> [threads] [turns]')
 // The power-loss row: record what each fdatasync made durable, before spindle is loaded.
 if (process.env.SPINDLE_TRACK_DURABLE === '1') trackDurable(fs.realpathSync(dir))
 const { createRuntime, defineTool, scriptedModel } = await import('../../src/index.js')
+// The parent times its kill from here: loading the modules is no moment of spindle's to test, and
+// on a slow machine it took most of the kill window.
+process.stdout.write('loaded\n')
 const threads = Number(threadsArg)
 const turns = Number(turnsArg)
 const ledger = path.join(dir, 'charges.log')
@@ -53,8 +56,11 @@ const model = scriptedModel(
 )
 
 const durability = durabilityArg === 'process' ? 'process' : 'fsync'
-// Turns grow with the number of kills; lift the default turn limit.
-const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability, defaultLimits: { turns: null } })
+// Turns grow with the number of kills; lift the default turn limit. A kill every few hundred ms
+// lands now and then just while a crash-loop suspect runs alone, and several in a row would
+// quarantine an innocent thread: this test is about recovery, crashLoop.test.ts about crash loops
+// (suspects still run one at a time here, from the second recovery at the same point).
+const rt = await createRuntime({ dir, model, tools: [charge, lookup], durability, defaultLimits: { turns: null }, config: { supervision: { maxRecoveries: 8 } } })
 // A predecessor killed while spawning left fewer threads: spawn the rest.
 for (let i = rt.list().length; i < threads; i++) {
   {

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { createActor } from 'xstate'
 import { getShortestPaths, getSimplePaths } from 'xstate/graph'
 import type { SnapshotFrom } from 'xstate'
-import { threadMachine } from '../../machines/thread.machine.js'
+import { outcomeOf, threadMachine } from '../../machines/thread.machine.js'
 import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
 import { systemDefaults } from '../../config/load.js'
 
@@ -54,6 +54,9 @@ function eventsFor(snapshot: Snap): ThreadEvent[] {
     { type: 'RESUME', at, limits: { turns: 3 } },
     { type: 'FAIL', at, error: { code: 'THREAD_CRASHED', message: 'boom' } },
     { type: 'HAND_OFF', at, nextThreadId: 'graph-bbbbbbbbbbbb' },
+    // Recovery can quarantine a thread anywhere in running; offered at one point (a tool of the first
+    // turn) to keep the number of simple paths the traversal walks within reach.
+    ...(c.usage.turns === 1 && c.toolsDone.length === 0 ? [{ type: 'QUARANTINED', at, recoveries: 4, seq: 3, message: 'crash loop' } as ThreadEvent] : []),
   ]
 }
 
@@ -233,6 +236,26 @@ describe('thread machine decisions', () => {
     actor.send({ type: 'FAIL', at: 6, error: { code: 'SUPERVISION_GAVE_UP', message: 'crashed while cancelling' } })
     expect(actor.getSnapshot().value).toBe('error')
     expect(actor.getSnapshot().output).toMatchObject({ status: 'error', error: { code: 'SUPERVISION_GAVE_UP' } })
+  })
+
+  it('should suspend a quarantined thread for its crash loop, and carry it on with a model call when resumed', () => {
+    const actor = started()
+    actor.send({ type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 'explode', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+    expect(actor.getSnapshot().value).toEqual({ running: 'runningTools' })
+    // Found there by four recoveries in a row: the time no process ran it is not active time.
+    actor.send({ type: 'QUARANTINED', at: 10_000, recoveries: 4, seq: 3, message: 'Recovery found thread … 4 times in a row' })
+    expect(actor.getSnapshot().value).toBe('suspended')
+    expect(actor.getSnapshot().context).toMatchObject({ suspendReason: 'crash_loop', activeMs: 1, lastAt: 10_000 })
+    expect(actor.getSnapshot().output ?? null).toBeNull()
+    actor.send({ type: 'RESUME', at: 20_000, decision: 'resumed', by: 'test' })
+    expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
+    expect(actor.getSnapshot().context.suspendReason).toBeNull()
+  })
+
+  it('should say CRASH_LOOP in the outcome of a quarantined thread', () => {
+    const actor = started()
+    actor.send({ type: 'QUARANTINED', at: 5, recoveries: 4, seq: 2, message: 'stuck at seq 2' })
+    expect(outcomeOf('suspended', actor.getSnapshot().context)).toMatchObject({ status: 'suspended', suspendReason: 'crash_loop', error: { code: 'CRASH_LOOP', message: 'stuck at seq 2' } })
   })
 
   it('should count only active time against the duration limit', () => {

@@ -91,6 +91,32 @@ describe('openSqliteRegistry on a file', () => {
     expect(() => open(file)).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED', message: expect.stringContaining(file) }))
   })
 
+  it('should migrate a registry written before crash-loop counts, keeping its rows', () => {
+    const file = freshFile()
+    // What a spindle that knew only the first migration left behind.
+    const old = new Database(file)
+    old.exec(MIGRATIONS[0]!)
+    old.pragma('user_version = 1')
+    old.prepare(
+      "INSERT INTO threads (id, directive_name, directive, status, nonce, created_at, updated_at, cost) VALUES ('old-aaaaaaaaaaaa', 'old', '{\"name\":\"old\"}', 'running', 'n', 1, 2, '{\"turns\":3,\"inputTokens\":1,\"outputTokens\":1,\"spend\":0}')",
+    ).run()
+    old.close()
+
+    const registry = open(file)
+    expect(connectionOf(registry).pragma('user_version', { simple: true })).toBe(MIGRATIONS.length)
+    expect(registry.get('old-aaaaaaaaaaaa')).toMatchObject({ status: 'running', directive: { name: 'old' }, cost: { turns: 3 }, updatedAt: 2 })
+    expect(registry.listActive().map((t) => t.id)).toEqual(['old-aaaaaaaaaaaa'])
+    expect(registry.recoveryCount('old-aaaaaaaaaaaa')).toEqual({ count: 0, seq: null })
+    registry.setRecoveryCounts([{ id: 'old-aaaaaaaaaaaa', count: 2, seq: 9 }])
+    registry.register({ id: 'new-aaaaaaaaaaaa', directiveName: 'new', directive: {}, nonce: 'n', createdAt: 3 })
+    registry.close()
+
+    const reopened = open(file)
+    expect(reopened.recoveryCount('old-aaaaaaaaaaaa')).toEqual({ count: 2, seq: 9 })
+    expect(reopened.recoveryCount('new-aaaaaaaaaaaa')).toEqual({ count: 0, seq: null })
+    reopened.close()
+  })
+
   it('should list a row whose JSON cell is damaged, with that field null', () => {
     const file = freshFile()
     const registry = open(file)

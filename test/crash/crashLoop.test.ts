@@ -1,0 +1,191 @@
+/**
+ * Crash loops across processes: a thread whose tool ends the whole process is rehydrated by every
+ * new process, which then dies in the same place. Real child processes (crashLoopWorker.ts) run a
+ * data directory again and again; the registry counts the recoveries that found a thread at the
+ * same point, and past `supervision.maxRecoveries` the thread is quarantined so the rest run.
+ */
+import { spawn } from 'node:child_process'
+import path from 'node:path'
+import { describe, expect, it } from 'vitest'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import type { RecoveryCount, ThreadRecord } from '../../persistence/types.js'
+import { z } from 'zod'
+import { createRuntime, defineTool, readThreadFiles, scriptedModel, systemDefaults, verifyReplay } from '../../src/index.js'
+import type { RecoveryReport } from '../../src/index.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+import { FLAKY_TURNS, crashLoopModel, crashLoopTools } from './crashLoopWorkload.js'
+
+const ORDINARY = 4
+const MAX_RECOVERIES = systemDefaults().supervision.maxRecoveries!
+// Enough starts for either scenario to finish, with room to spare: a loop that is never broken fails the test.
+const MAX_RUNS = 20
+
+interface Run {
+  code: number | null
+  signal: NodeJS.Signals | null
+  stderr: string
+  recovery: RecoveryReport | null
+}
+
+function runWorker(dir: string, scenario: 'poison' | 'flaky'): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [compiled('test/crash/crashLoopWorker.js'), dir, scenario, String(ORDINARY)], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (d) => (stdout += d))
+    child.stderr.on('data', (d) => (stderr += d))
+    child.on('exit', (code, signal) => {
+      const line = stdout.split('\n').find((l) => l.startsWith('{'))
+      resolve({ code, signal, stderr, recovery: line ? (JSON.parse(line) as RecoveryReport) : null })
+    })
+  })
+}
+
+/** Starts a process on `dir` until one finishes its workload (exit code 0); `after` sees the directory after each start. */
+async function runUntilDone(dir: string, scenario: 'poison' | 'flaky', after: (run: Run, index: number) => void = () => {}): Promise<Run[]> {
+  const runs: Run[] = []
+  while (runs.length < MAX_RUNS) {
+    const run = await runWorker(dir, scenario)
+    runs.push(run)
+    after(run, runs.length - 1)
+    if (run.code === 0) break
+  }
+  return runs
+}
+
+function registryOf<T>(dir: string, fn: (registry: ReturnType<typeof openSqliteRegistry>) => T): T {
+  const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'fsync' })
+  try {
+    return fn(registry)
+  } finally {
+    registry.close()
+  }
+}
+
+function rowNamed(rows: ThreadRecord[], name: string): ThreadRecord {
+  const row = rows.find((r) => r.directiveName === name)
+  expect(row, `a thread named ${name}`).toBeDefined()
+  return row!
+}
+
+describe('crash loops across processes', () => {
+  it('should quarantine a thread whose tool ends the process every time, and finish every other thread', async () => {
+    const dir = tempDir('spindle-crashloop')
+    const runs = await runUntilDone(dir, 'poison')
+    // The run that spawned it and the next MAX_RECOVERIES, each of which recovered it at the same
+    // point and ran it on, died in its tool; the recovery after them quarantined it.
+    expect(
+      runs.map((r) => r.code),
+      runs.map((r) => r.stderr).join('\n'),
+    ).toEqual([...Array<number>(MAX_RECOVERIES + 1).fill(1), 0])
+    const rows = registryOf(dir, (registry) => registry.list())
+    const poison = rowNamed(rows, 'poison')
+    expect(runs.at(-1)!.recovery?.quarantined).toEqual([poison.id])
+    for (const run of runs.slice(0, -1)) expect(run.recovery?.quarantined ?? []).toEqual([])
+
+    expect(poison.status).toBe('suspended')
+    const files = readThreadFiles(dir, poison.id)
+    const context = (files.envelope!.snapshot as { context: { suspendReason: string; lastFailure: { code: string; message: string } } }).context
+    expect(context.suspendReason).toBe('crash_loop')
+    expect(context.lastFailure.code).toBe('CRASH_LOOP')
+    expect(context.lastFailure.message).toContain(poison.id)
+    expect(context.lastFailure.message).toContain(`${MAX_RECOVERIES + 1} times in a row`)
+    expect(context.lastFailure.message).toContain('the tool "explode"')
+    expect(context.lastFailure.message).toContain(`spindle resume ${poison.id}`)
+    const quarantined = files.entries.find((e) => e.type === 'QUARANTINED')!
+    const stuckAt = (quarantined.data as { seq: number }).seq
+    expect(quarantined.data).toMatchObject({ recoveries: MAX_RECOVERIES + 1, seq: stuckAt })
+    expect(context.lastFailure.message).toContain(`transcript seq ${stuckAt}`)
+    // The point it kept dying at: its reply asking for the tool, and every recovery after it.
+    expect(files.entries.find((e) => e.seq === stuckAt)?.type).toBe('MODEL_REPLIED')
+    expect(files.entries.filter((e) => e.seq > stuckAt && e.type === 'thread_recovered')).toHaveLength(MAX_RECOVERIES + 1)
+    expect(registryOf(dir, (registry) => registry.recoveryCount(poison.id))).toEqual<RecoveryCount>({ count: MAX_RECOVERIES + 1, seq: stuckAt })
+
+    // Every other thread ran to the end, though the poison killed the processes they ran in.
+    const ordinary = rows.filter((r) => r.id !== poison.id)
+    expect(ordinary).toHaveLength(ORDINARY)
+    for (const row of ordinary) {
+      expect(row.status, `${row.id}: ${JSON.stringify(row.error)}`).toBe('completed')
+      expect(row.cost?.turns).toBe(4)
+    }
+    for (const row of rows) expect(verifyReplay(dir, row.id).matches, `replay of ${row.id}`).toBe(true)
+
+    // A person fixed the tool and resumes the thread: its count starts again, and it finishes.
+    const rt = await createRuntime({ dir, model: crashLoopModel(), tools: crashLoopTools(dir, { explodes: false }), durability: 'fsync', userConfig: null })
+    try {
+      const resumed = await rt.resume(poison.id)
+      expect(registryOf(dir, (registry) => registry.recoveryCount(poison.id))).toEqual<RecoveryCount>({ count: 0, seq: stuckAt })
+      expect(await resumed.done).toMatchObject({ status: 'completed', result: 'recovered after the fix' })
+    } finally {
+      await rt.close()
+    }
+    // The call it kept dying in got a result saying it has none; the model went on from there.
+    expect(readThreadFiles(dir, poison.id).entries.filter((e) => e.type === 'tool_calls_repaired')).toHaveLength(1)
+    expect(verifyReplay(dir, poison.id).matches).toBe(true)
+  }, 300_000)
+
+  it('should not count a clean close as a crash: a thread stopped by rt.close() at the same point again and again runs on', async () => {
+    const dir = tempDir('spindle-crashloop')
+    let started = 0
+    const waitForever = defineTool({
+      name: 'wait_for_signal',
+      description: 'Runs until it is stopped',
+      input: z.object({}),
+      idempotent: true,
+      execute: (_input, { signal }) => {
+        started++
+        return new Promise((resolve) => signal.addEventListener('abort', () => resolve({ stopped: true }), { once: true }))
+      },
+    })
+    const model = scriptedModel([{ toolCalls: [{ name: 'wait_for_signal', input: {} }] }, { text: 'unreachable' }])
+    const open = () => createRuntime({ dir, model, tools: [waitForever], durability: 'process', userConfig: null })
+    const first = await open()
+    const thread = await first.spawn({ directive: { name: 'patient', prompt: 'wait' } })
+    while (started < 1) await new Promise((resolve) => setImmediate(resolve))
+    await first.close()
+    for (let i = 2; i <= MAX_RECOVERIES + 3; i++) {
+      const rt = await open()
+      try {
+        expect(rt.lastRecovery).toMatchObject({ resumed: [thread.id], quarantined: [] })
+        while (started < i) await new Promise((resolve) => setImmediate(resolve))
+        // Counted while it runs, as any recovery at the same point is …
+        expect(registryOf(dir, (registry) => registry.recoveryCount(thread.id))?.count).toBe(1)
+      } finally {
+        await rt.close()
+      }
+      // … and forgotten when the runtime closes cleanly.
+      expect(registryOf(dir, (registry) => registry.recoveryCount(thread.id))?.count).toBe(0)
+    }
+  })
+
+  it('should not quarantine a thread that got further between the deaths of its processes', async () => {
+    const dir = tempDir('spindle-crashloop')
+    const seen: RecoveryCount[] = []
+    const runs = await runUntilDone(dir, 'flaky', (run, index) => {
+      if (index === 0 || run.code === 0) return
+      // Each recovery found it a turn further on: its count is 1 again, at a later seq.
+      const rows = registryOf(dir, (registry) => registry.list())
+      seen.push(registryOf(dir, (registry) => registry.recoveryCount(rowNamed(rows, 'flaky').id))!)
+    })
+    // It died once in each of its stumbling turns, more often than maxRecoveries allows at one point.
+    expect(FLAKY_TURNS).toBeGreaterThan(MAX_RECOVERIES + 1)
+    expect(
+      runs.map((r) => r.signal ?? r.code),
+      runs.map((r) => r.stderr).join('\n'),
+    ).toEqual([...Array<string>(FLAKY_TURNS).fill('SIGKILL'), 0])
+    for (const run of runs) expect(run.recovery?.quarantined ?? []).toEqual([])
+    expect(seen).toHaveLength(FLAKY_TURNS - 1)
+    for (const [i, count] of seen.entries()) {
+      expect(count.count, `recovery ${i + 1}`).toBe(1)
+      if (i > 0) expect(count.seq!).toBeGreaterThan(seen[i - 1]!.seq!)
+    }
+
+    const rows = registryOf(dir, (registry) => registry.list())
+    expect(rows).toHaveLength(ORDINARY + 1)
+    for (const row of rows) {
+      expect(row.status, `${row.id}: ${JSON.stringify(row.error)}`).toBe('completed')
+      expect(verifyReplay(dir, row.id).matches, `replay of ${row.id}`).toBe(true)
+    }
+    expect(rowNamed(rows, 'flaky').cost?.turns).toBe(FLAKY_TURNS + 1)
+  }, 300_000)
+})
