@@ -14,7 +14,7 @@ import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { Problem } from '../../src/runtime.js'
 import { readRequestLog, requestCancel, requestResume, respondToApproval } from '../../src/requests.js'
 import { BELL_FILE, BellReader } from '../../src/requestBell.js'
-import { compiled, tempDir } from '../helpers/dirs.js'
+import { compiled, plantLink, putBack, tempDir } from '../helpers/dirs.js'
 
 function spindle(...args: string[]) {
   return spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8', timeout: 15_000 })
@@ -47,19 +47,6 @@ function contents(dir: string): Record<string, string> {
     if (fs.lstatSync(file).isFile()) out[name] = fs.readFileSync(file, 'utf8')
   }
   return out
-}
-
-/** Moves `entry` outside the data directory and leaves a symlink to it in its place; returns where it went. */
-function plantLink(entry: string): string {
-  const elsewhere = path.join(tempDir('spindle-link-target'), path.basename(entry))
-  fs.renameSync(entry, elsewhere)
-  fs.symlinkSync(elsewhere, entry)
-  return elsewhere
-}
-
-function putBack(entry: string, elsewhere: string): void {
-  fs.unlinkSync(entry)
-  fs.renameSync(elsewhere, entry)
 }
 
 /** Refused with DATA_DIR_INVALID: the CLI's exit status for it, not 0 (written) or 1 (a crash). */

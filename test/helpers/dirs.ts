@@ -13,3 +13,17 @@ export function compiled(relativeFromRoot: string): string {
   if (!fs.existsSync(file)) throw new Error(`${file} is missing: run \`npm run build\` (npm test does) before this test`)
   return file
 }
+
+/** Moves `entry` outside the data directory and leaves a symlink to it in its place; returns where it went. */
+export function plantLink(entry: string): string {
+  const elsewhere = path.join(tempDir('spindle-link-target'), path.basename(entry))
+  fs.renameSync(entry, elsewhere)
+  fs.symlinkSync(elsewhere, entry)
+  return elsewhere
+}
+
+/** Undoes `plantLink`. */
+export function putBack(entry: string, elsewhere: string): void {
+  fs.unlinkSync(entry)
+  fs.renameSync(elsewhere, entry)
+}

@@ -15,7 +15,7 @@ import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { Problem, Runtime, RuntimeOptions } from '../../src/runtime.js'
 import { doctor, rebuildThread } from '../../src/operator.js'
 import { prefetchThreadFiles } from '../../persistence/prefetch.js'
-import { compiled, tempDir } from '../helpers/dirs.js'
+import { compiled, plantLink, putBack, tempDir } from '../helpers/dirs.js'
 import { inState, until } from '../helpers/threads.js'
 
 const open: Runtime[] = []
@@ -64,19 +64,6 @@ function tree(dir: string): Record<string, string> {
     else out[name] = stat.isDirectory() ? `dir ${stat.mtimeMs}` : 'special'
   }
   return out
-}
-
-/** Moves `entry` outside the data directory and leaves a symlink to it in its place; returns where it went. */
-function plantLink(entry: string): string {
-  const elsewhere = path.join(tempDir('spindle-link-target'), path.basename(entry))
-  fs.renameSync(entry, elsewhere)
-  fs.symlinkSync(elsewhere, entry)
-  return elsewhere
-}
-
-function putBack(entry: string, elsewhere: string): void {
-  fs.unlinkSync(entry)
-  fs.renameSync(elsewhere, entry)
 }
 
 function mkfifo(file: string): void {
