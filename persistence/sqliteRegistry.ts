@@ -93,6 +93,9 @@ function prepareStatements(db: Database.Database) {
     next: db.prepare<[string], Row>('SELECT * FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
     successor: db.prepare<[string], { id: string }>('SELECT id FROM threads WHERE previous_thread_id = ? ORDER BY created_at, id LIMIT 1'),
     recoveryCount: db.prepare<[string], { count: number; seq: number | null }>('SELECT recoveries AS count, recovery_seq AS seq FROM threads WHERE id = ?'),
+    recoveryCounts: db.prepare<[], { id: string; count: number; seq: number | null }>(
+      'SELECT id, recoveries AS count, recovery_seq AS seq FROM threads WHERE recoveries <> 0 OR recovery_seq IS NOT NULL',
+    ),
     setRecoveryCount: db.prepare<[number, number | null, string]>('UPDATE threads SET recoveries = ?, recovery_seq = ? WHERE id = ?'),
     resetRecoveryCount: db.prepare<[string]>('UPDATE threads SET recoveries = 0 WHERE id = ? AND recoveries <> 0'),
   }
@@ -264,6 +267,14 @@ class SqliteRegistry implements Registry {
 
   recoveryCount(id: string): RecoveryCount | null {
     return this.guard(`read the recovery count of thread ${id}`, () => this.statements.recoveryCount.get(id)) ?? null
+  }
+
+  recoveryCounts(): Map<string, RecoveryCount> {
+    const counts = new Map<string, RecoveryCount>()
+    this.guard('read the recovery counts', () => {
+      for (const { id, count, seq } of this.statements.recoveryCounts.iterate()) counts.set(id, { count, seq })
+    })
+    return counts
   }
 
   setRecoveryCounts(counts: ReadonlyArray<{ id: string } & RecoveryCount>): void {

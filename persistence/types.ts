@@ -195,6 +195,8 @@ export interface Registry {
   successorOf(id: string): string | null
   /** The thread's recovery count, or null when it has no row. */
   recoveryCount(id: string): RecoveryCount | null
+  /** Every count that is not the initial one (0, no seq), by thread id: what recovery reads once. */
+  recoveryCounts(): Map<string, RecoveryCount>
   /** Records recovery counts, all in one transaction: durable when the call returns. Unknown ids are skipped. */
   setRecoveryCounts(counts: ReadonlyArray<{ id: string } & RecoveryCount>): void
   /** Sets the counts of `ids` to 0, keeping their seq (a clean stop or a person's resume is no crash). */

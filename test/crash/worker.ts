@@ -3,7 +3,7 @@
  * killed predecessor left), spawns the workload if none exists yet, and runs until every thread
  * has stopped. The parent kills it with SIGKILL at random moments.
  *
- * argv: <dir> <threads> <turns> [fsync|process]
+ * argv: <dir> <threads> <turns> [fsync|process]; <turns> is a cap: the parent ends the work with a `finish` file.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -21,6 +21,9 @@ process.stdout.write('loaded\n')
 const threads = Number(threadsArg)
 const turns = Number(turnsArg)
 const ledger = path.join(dir, 'charges.log')
+// The parent writes this file once it has killed enough processes: from then on each thread ends at
+// its next turn. Until then they go on (up to \`turns\`), however fast this machine runs them.
+const finish = path.join(dir, 'finish')
 
 // Not idempotent: each run appends a line. A key appearing twice means an effect ran twice.
 const charge = defineTool({
@@ -49,14 +52,14 @@ const lookup = defineTool({
 
 const model = scriptedModel(
   (request) =>
-    request.turn < turns
+    request.turn < turns && !fs.existsSync(finish)
       ? { toolCalls: request.turn % 3 === 0 ? [{ name: 'charge', input: { cents: request.turn } }, { name: 'lookup', input: { q: `t${request.turn}` } }] : [{ name: 'lookup', input: { q: `t${request.turn}` } }] }
       : { text: `done after ${request.turn} turns` },
   { latencyMs: (r) => 3 + ((r.turn * 7 + r.threadId.length) % 11) },
 )
 
 const durability = durabilityArg === 'process' ? 'process' : 'fsync'
-// Turns grow with the number of kills; lift the default turn limit. A kill every few hundred ms
+// Threads run until the parent says finish; lift the default turn limit. A kill every few hundred ms
 // lands now and then just while a crash-loop suspect runs alone, and several in a row would
 // quarantine an innocent thread: this test is about recovery, crashLoop.test.ts about crash loops
 // (suspects still run one at a time here, from the second recovery at the same point).
