@@ -10,7 +10,7 @@ import { z } from 'zod'
 import { NotRegularFile, openRegular, readRange } from '../persistence/fdio.js'
 import { SpindleError } from '../src/errors.js'
 import type { Config, ConfigLayer } from './schema.js'
-import { ConfigLayerSchema, ConfigSchema, closestKey, knownKeys } from './schema.js'
+import { ConfigLayerSchema, ConfigSchema, closestKey, knownKeys, trustingShippedPatterns } from './schema.js'
 
 function invalid(file: string, message: string, details: Record<string, unknown> = {}): SpindleError {
   return new SpindleError('CONFIG_INVALID', `${file}: ${message}`, { details: { file, ...details } })
@@ -242,7 +242,7 @@ let cached: Config | null = null
 export function systemDefaults(): Config {
   if (!cached) {
     const file = defaultsFile()
-    cached = validate(ConfigSchema, parseYaml(readConfigText(file), file), file)
+    cached = trustingShippedPatterns(() => validate(ConfigSchema, parseYaml(readConfigText(file), file), file))
   }
   return cached
 }
