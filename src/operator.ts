@@ -201,8 +201,11 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
 
 export interface Finding {
   threadId: string
-  /** damage: something is lost or wrong; lag: normal after a crash, fixed by recovery; stray: files of a spawn that never returned */
-  kind: 'damage' | 'lag' | 'stray'
+  /**
+   * damage: something is lost or wrong; lag: normal after a crash, fixed by recovery; stray: files
+   * of a spawn that never returned; crash: a thread quarantined for a crash loop, or heading there
+   */
+  kind: 'damage' | 'lag' | 'stray' | 'crash'
   code: string
   message: string
   repair: string
@@ -218,7 +221,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
   const checkpoints = createFileCheckpointStore({ paths, durability: 'process' })
   const transcripts = createJsonlTranscriptStore({ paths, durability: 'process' })
   const findings: Finding[] = []
-  const records = withRegistry(dir, (registry) => registry.list())
+  const { records, counts } = withRegistry(dir, (registry) => ({ records: registry.list(), counts: registry.recoveryCounts() }))
   const registered = new Set(records.map((r) => r.id))
   for (const record of records) {
     const id = record.id
@@ -263,6 +266,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
         findings.push({ threadId: id, kind: 'lag', code: 'STATE_BEHIND', message: `state.json of ${id} is behind its transcript.`, repair: `spindle rebuild ${id} --apply` })
       }
     }
+    findings.push(...crashLoopFindings(id, record.status, counts.get(id), replayed.snapshot))
     // Registry behind the transcript, which recovery brings in line: a thread it calls running, or
     // one it calls suspended whose decision (approval, resume, cancel) was recorded by a process
     // killed before it committed the status.
@@ -308,6 +312,37 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
   }
   findings.push(...ledgerFindings(dir), ...lockFindings(dir, (id) => registered.has(id)), ...configFindings(paths.root))
   return { threads: records.length, findings }
+}
+
+/**
+ * A thread quarantined for a crash loop, or one on its way there: recoveries found it at the same
+ * point at least twice in a row, and each process that ran it on from there died.
+ */
+function crashLoopFindings(id: string, status: ThreadStatus, count: RecoveryCount | undefined, snapshot: unknown): Finding[] {
+  const context = (snapshot as { context?: Partial<ThreadContext> }).context
+  if (status === 'suspended' && context?.suspendReason === 'crash_loop') {
+    return [
+      {
+        threadId: id,
+        kind: 'crash',
+        code: 'CRASH_LOOP',
+        message: context.lastFailure?.message ?? `${id} is quarantined: each process that ran it on from the same point died.`,
+        repair: `Find what kills the process (\`spindle show ${id}\`, \`spindle logs ${id}\`), fix it, then \`spindle resume ${id}\`; or \`spindle cancel ${id}\`.`,
+      },
+    ]
+  }
+  if (!isActive(status) || !count || count.count < 2) return []
+  return [
+    {
+      threadId: id,
+      kind: 'crash',
+      code: 'RECOVERY_REPEATED',
+      message:
+        `Recovery found ${id} at the same point (transcript seq ${count.seq}) ${count.count} times in a row, and each process that ran it on ` +
+        'from there died before it got further. The next recovery runs it alone; past supervision.maxRecoveries it is quarantined.',
+      repair: `If it is what kills the process (\`spindle show ${id}\`, \`spindle logs ${id}\`), cancel it or fix its tool before the next start.`,
+    },
+  ]
 }
 
 /** The directory's own config.yaml: a runtime refuses to open the directory while it is invalid. */

@@ -6,10 +6,11 @@ import fs from 'node:fs'
 import path from 'node:path'
 import Database from 'better-sqlite3'
 import { describe, expect, it } from 'vitest'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { createRuntime, scriptedModel } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
-function doctor(dir: string): { code: number | null; report: { threads: number; findings: Array<{ threadId: string; kind: string; code: string; repair: string }> } } {
+function doctor(dir: string): { code: number | null; report: { threads: number; findings: Array<{ threadId: string; kind: string; code: string; message: string; repair: string }> } } {
   const run = spawnSync(process.execPath, [compiled('src/cli.js'), 'doctor', '--dir', dir, '--json'], { encoding: 'utf8' })
   return { code: run.status, report: JSON.parse(run.stdout) }
 }
@@ -37,6 +38,27 @@ describe('spindle doctor', () => {
     const run = spawnSync(process.execPath, [compiled('src/cli.js'), 'doctor', '--dir', dir, '--json'], { encoding: 'utf8' })
     expect(run.stderr).toContain('DATA_DIR_INVALID')
     expect(run.status).toBe(5)
+  })
+
+  it('should report a thread that recoveries found at the same point twice in a row, as no damage (exit 0)', async () => {
+    const dir = tempDir('spindle-doctor')
+    const rt = await createRuntime({ dir, model: scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }]), userConfig: null })
+    const [suspect, once] = await Promise.all(['suspect', 'once'].map((name) => rt.spawn({ directive: { name, prompt: 'p' } })))
+    // A clean close leaves both where they stand: running, for the next runtime to carry on.
+    await rt.close()
+    // What two processes that each died running it on from seq 2 leave (a single death is no pattern).
+    const registry = openSqliteRegistry({ path: path.join(dir, 'registry.db'), durability: 'process' })
+    registry.setRecoveryCounts([
+      { id: suspect!.id, count: 2, seq: 2 },
+      { id: once!.id, count: 1, seq: 2 },
+    ])
+    registry.close()
+
+    const { code, report } = doctor(dir)
+    expect(code).toBe(0)
+    expect(report.findings).toEqual([
+      expect.objectContaining({ threadId: suspect!.id, kind: 'crash', code: 'RECOVERY_REPEATED', message: expect.stringContaining('(transcript seq 2) 2 times in a row') }),
+    ])
   })
 
   it('should find each kind of planted damage and exit 5', async () => {

@@ -12,6 +12,7 @@ import type { RecoveryCount, ThreadRecord } from '../../persistence/types.js'
 import { z } from 'zod'
 import { createRuntime, defineTool, readThreadFiles, scriptedModel, systemDefaults, verifyReplay } from '../../src/index.js'
 import type { RecoveryReport } from '../../src/index.js'
+import { doctor } from '../../src/operator.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { FLAKY_TURNS, crashLoopModel, crashLoopTools } from './crashLoopWorkload.js'
 
@@ -100,6 +101,10 @@ describe('crash loops across processes', () => {
     expect(files.entries.find((e) => e.seq === stuckAt)?.type).toBe('MODEL_REPLIED')
     expect(files.entries.filter((e) => e.seq > stuckAt && e.type === 'thread_recovered')).toHaveLength(MAX_RECOVERIES + 1)
     expect(registryOf(dir, (registry) => registry.recoveryCount(poison.id))).toEqual<RecoveryCount>({ count: MAX_RECOVERIES + 1, seq: stuckAt })
+    // `spindle doctor` names it, with what to do; a quarantine is no damage to the files.
+    expect(doctor(dir).findings.filter((f) => f.kind !== 'lag')).toEqual([
+      expect.objectContaining({ threadId: poison.id, kind: 'crash', code: 'CRASH_LOOP', repair: expect.stringContaining(`spindle resume ${poison.id}`) }),
+    ])
 
     // Every other thread ran to the end, though the poison killed the processes they ran in.
     const ordinary = rows.filter((r) => r.id !== poison.id)
@@ -122,6 +127,7 @@ describe('crash loops across processes', () => {
     // The call it kept dying in got a result saying it has none; the model went on from there.
     expect(readThreadFiles(dir, poison.id).entries.filter((e) => e.type === 'tool_calls_repaired')).toHaveLength(1)
     expect(verifyReplay(dir, poison.id).matches).toBe(true)
+    expect(doctor(dir).findings).toEqual([])
   }, 300_000)
 
   it('should not count a clean close as a crash: a thread stopped by rt.close() at the same point again and again runs on', async () => {

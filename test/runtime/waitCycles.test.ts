@@ -57,6 +57,19 @@ function gates() {
   return { tool, open: (name: string) => gate(name).open() }
 }
 
+type Handle = Awaited<ReturnType<Runtime['spawn']>>
+
+/** Spawns x, y and z, and lets x start its wait for y, then y its wait for z; z's gate stays shut. */
+async function chainOfWaits(rt: Runtime, gate: ReturnType<typeof gates>): Promise<[Handle, Handle, Handle]> {
+  const [x, y, z] = (await Promise.all(['x', 'y', 'z'].map((name) => rt.spawn({ directive: { name, prompt: 'p' } })))) as [Handle, Handle, Handle]
+  gate.open('x')
+  await until(() => graph(rt)[x.id] !== undefined, 'x waits')
+  gate.open('y')
+  await until(() => graph(rt)[y.id] !== undefined, 'y waits')
+  expect(graph(rt)).toEqual({ [x.id]: [y.id], [y.id]: [z.id] })
+  return [x, y, z]
+}
+
 async function runtime(model: ModelAdapter, gate: ReturnType<typeof gates>, dir = tempDir()): Promise<Runtime> {
   const rt = await createRuntime({ dir, model, tools: [gate.tool], durability: 'process', userConfig: null })
   opened.push(rt)
@@ -161,22 +174,17 @@ describe('a wait that would close a cycle of waits', () => {
     const next = { x: 'y', y: 'z', z: 'x' } as Record<string, string>
     const model = scriptedModel((r) => gatedWaiter(r, () => [idOf(rt, next[r.directiveName]!)], r.directiveName === 'z' ? 2 : 60))
     rt = await runtime(model, gate)
-    const [x, y, z] = await Promise.all(['x', 'y', 'z'].map((name) => rt.spawn({ directive: { name, prompt: 'p' } })))
-    gate.open('x')
-    await until(() => graph(rt)[x!.id] !== undefined, 'x waits')
-    gate.open('y')
-    await until(() => graph(rt)[y!.id] !== undefined, 'y waits')
-    expect(graph(rt)).toEqual({ [x!.id]: [y!.id], [y!.id]: [z!.id] })
+    const [x, y, z] = await chainOfWaits(rt, gate)
     gate.open('z')
 
-    expect(await z!.done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
-    expect(toolResults(rt, z!.id, 'wait_threads')[0]!.output).toMatchObject({
+    expect(await z.done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
+    expect(toolResults(rt, z.id, 'wait_threads')[0]!.output).toMatchObject({
       error: 'WAIT_CYCLE',
-      cycle: [z!.id, x!.id, y!.id],
-      message: expect.stringContaining(`${z!.id} → ${x!.id} → ${y!.id} → ${z!.id}`),
+      cycle: [z.id, x.id, y.id],
+      message: expect.stringContaining(`${z.id} → ${x.id} → ${y.id} → ${z.id}`),
     })
-    expect(await y!.done).toMatchObject({ status: 'completed', result: 'settled completed' })
-    expect(await x!.done).toMatchObject({ status: 'completed', result: 'settled completed' })
+    expect(await y.done).toMatchObject({ status: 'completed', result: 'settled completed' })
+    expect(await x.done).toMatchObject({ status: 'completed', result: 'settled completed' })
     expect(graph(rt)).toEqual({})
   })
 
@@ -255,17 +263,12 @@ describe('waits that can end', () => {
       return gatedWaiter(r, () => [idOf(rt, r.directiveName === 'x' ? 'y' : 'z')], 60)
     })
     rt = await runtime(model, gate)
-    const [x, y, z] = await Promise.all(['x', 'y', 'z'].map((name) => rt.spawn({ directive: { name, prompt: 'p' } })))
-    gate.open('x')
-    await until(() => graph(rt)[x!.id] !== undefined, 'x waits')
-    gate.open('y')
-    await until(() => graph(rt)[y!.id] !== undefined, 'y waits')
-    expect(graph(rt)).toEqual({ [x!.id]: [y!.id], [y!.id]: [z!.id] })
+    const [x, y, z] = await chainOfWaits(rt, gate)
     gate.open('z')
 
-    expect(await x!.done).toMatchObject({ status: 'completed', result: 'settled completed' })
-    expect(await y!.done).toMatchObject({ status: 'completed', result: 'settled completed' })
-    expect(await z!.done).toMatchObject({ status: 'completed', result: 'z done' })
+    expect(await x.done).toMatchObject({ status: 'completed', result: 'settled completed' })
+    expect(await y.done).toMatchObject({ status: 'completed', result: 'settled completed' })
+    expect(await z.done).toMatchObject({ status: 'completed', result: 'z done' })
     expect(graph(rt)).toEqual({})
   })
 
