@@ -17,7 +17,7 @@ import { NotRegularFile, notRegularReason, openRegular } from './fdio.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { eachLimited, poolShare } from './poolShare.js'
-import { assertThreadDir, STATE_FILE, threadDir, threadFile } from './paths.js'
+import { assertThreadDir, forgetThreadDir, STATE_FILE, threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 
@@ -122,7 +122,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
 
   async function writeBatch(batch: Map<string, StagedEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
     const failures: WriteFailure[] = []
-    const written: Array<{ id: string; dir: string }> = []
+    const written: Array<{ id: string; dir: string; settled: boolean }> = []
     await eachLimited([...batch], CONCURRENCY, async ([id, envelope]) => {
       const dir = threadDir(paths, id)
       // Recorded at once, whatever happens next: a retry finds the directory and does not mkdir.
@@ -131,8 +131,9 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         for (const parent of changedParents) unsyncedParents.set(parent, (unsyncedParents.get(parent) ?? new Set()).add(id))
       }
       try {
-        await writeTemp(paths, id, dir, JSON.stringify(stagedEnvelope(envelope)), fsync, onMkdir)
-        written.push({ id, dir })
+        const full = stagedEnvelope(envelope)
+        await writeTemp(paths, id, dir, JSON.stringify(full), fsync, onMkdir)
+        written.push({ id, dir, settled: full.status !== 'created' && full.status !== 'running' })
       } catch (error) {
         failures.push({ threadId: id, file: path.join(dir, TEMP), error })
       }
@@ -152,6 +153,9 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
       try {
         await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE_FILE, cb))
         published.push(w)
+        // A thread that stopped writes here again only when someone resumes it or rebuilds its file:
+        // its folder is checked again then (one lstat), and a long-running host does not hold its id.
+        if (w.settled) forgetThreadDir(paths, w.id)
       } catch (error) {
         failures.push({ threadId: w.id, file: path.join(w.dir, STATE_FILE), error })
       }

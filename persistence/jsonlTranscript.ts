@@ -10,7 +10,7 @@ import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
-import { assertThreadDir, TRANSCRIPT_FILE, threadFile } from './paths.js'
+import { assertThreadDir, forgetThreadDir, TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
@@ -285,6 +285,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     const open = files.get(threadId)
     if (!open) return
     files.delete(threadId)
+    forgetThreadDir(paths, threadId)
     failed.delete(open)
     open.closed = true
     const wasDirty = dirty.delete(open)

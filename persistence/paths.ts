@@ -125,9 +125,10 @@ function notARealDirectory(root: string, entry: string, stat: fs.Stats, threadId
 /**
  * Thread folders found to be real directories, per DataPaths (so per runtime): the checkpoint
  * writer looks here instead of at the folder, since a checkpoint is written thousands of times a
- * second and a folder is checked once, when its thread's files are opened or created. Cleared
- * whole past a bound, so a host that runs for months holds at most that many ids; a folder checked
- * before that is checked again (one lstat) at its next write.
+ * second and a folder is checked once, when its thread's files are opened or created. A thread
+ * that stopped is forgotten once its last checkpoint is written or its transcript closed
+ * (`forgetThreadDir`); the whole set is cleared past a bound as well, so a host that runs for months
+ * holds at most that many ids. A folder forgotten is checked again (one lstat) at its next write.
  */
 const realThreadDirs = new WeakMap<DataPaths, Set<string>>()
 const REAL_THREAD_DIRS_KEPT = 1 << 16
@@ -139,6 +140,15 @@ function remember(paths: DataPaths, threadId: string): void {
   if (!known) realThreadDirs.set(paths, (known = new Set()))
   else if (known.size >= REAL_THREAD_DIRS_KEPT) known.clear()
   known.add(threadId)
+}
+
+/**
+ * The thread's files were closed (it ended, or left this runtime): its folder need not be
+ * remembered. Without this a long-running host held the id of every thread it ever ran, up to the
+ * bound. Should the thread write again, its folder is checked again (one lstat).
+ */
+export function forgetThreadDir(paths: DataPaths, threadId: string): void {
+  realThreadDirs.get(paths)?.delete(threadId)
 }
 
 /** What `assertThreadDir` found: no folder, or a real one, and the directories it made, outermost first. */

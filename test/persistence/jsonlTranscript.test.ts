@@ -4,6 +4,7 @@ import path from 'node:path'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { isSpindleError } from '../../src/errors.js'
 import type { SpindleError } from '../../src/errors.js'
+import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { createMemoryTranscriptStore } from '../../persistence/memoryTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
@@ -11,6 +12,7 @@ import type { DataPaths } from '../../persistence/paths.js'
 import { entryHash } from '../../persistence/transcriptHash.js'
 import type { Durability, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
 import { transcriptContract } from '../contract/transcript.contract.js'
+import { envelope } from '../contract/checkpoints.contract.js'
 
 function freshDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'spindle-'))
@@ -87,6 +89,28 @@ describe('jsonl transcript recovery', () => {
   function lines(): string[] {
     return fs.readFileSync(file, 'utf8').split('\n')
   }
+
+  it('should have the folder of a thread that ended checked again at its next checkpoint, so a link planted after it ended is refused', async () => {
+    // A thread runs (its folder is checked once), ends with a final checkpoint, and its files close.
+    store.open(ID)
+    const checkpoints = createFileCheckpointStore({ paths, durability: 'process' })
+    checkpoints.stage(ID, envelope(ID, 1))
+    await checkpoints.sync()
+    checkpoints.stage(ID, { ...envelope(ID, 1), status: 'completed' })
+    await checkpoints.sync()
+    store.close(ID)
+    // Then its folder is swapped for a link, and someone resumes or rebuilds it.
+    const folder = path.join(paths.threads, ID)
+    const elsewhere = freshDir()
+    fs.renameSync(folder, path.join(elsewhere, ID))
+    fs.symlinkSync(path.join(elsewhere, ID), folder)
+    checkpoints.stage(ID, envelope(ID, 2))
+    const error = await checkpoints.sync().then(() => null, (e: unknown) => e as Error)
+    expect(error?.message).toContain(folder)
+    expect(fs.existsSync(path.join(elsewhere, ID, 'state.json.tmp'))).toBe(false)
+    expect(JSON.parse(fs.readFileSync(path.join(elsewhere, ID, 'state.json'), 'utf8')).status).toBe('completed')
+    fs.rmSync(elsewhere, { recursive: true, force: true })
+  })
 
   describe('torn last line (a crash in the middle of a write)', () => {
     // setup: 3 entries. fault: half a JSON line, no newline, at the end.
