@@ -67,6 +67,22 @@ function mayHaveKilled(value: unknown, context: ThreadContext): boolean {
   return true
 }
 
+/**
+ * Suspects found in a model call that run alone in one recovery: those with the highest counts,
+ * the earliest found first. A model call mostly waits on the network, for seconds or minutes; were
+ * every thread found twice in the same call (all of a busy directory, after two crashes in a row
+ * from any cause) to run alone until its reply came, the others would wait for hours. The rest are
+ * not counted this time and run with everyone once the probation ends: a death then is no
+ * evidence against any of them. A poison among them gets its turn to run alone in a later
+ * recovery (those ahead of it got further and are no longer suspects), dies alone and is counted.
+ */
+export const MODEL_SUSPECTS_ALONE = 4
+
+/** Whether a thread recovered here would start with a model call (a created thread's first step is one). */
+function inModelCall(value: unknown): boolean {
+  return value === 'created' || isStateValue(value, 'callingModel')
+}
+
 function whereItDies(value: unknown, context: ThreadContext): string {
   if (isStateValue(value, 'runningTools')) return `running the tool "${nextTool(context) ?? '?'}"`
   if (isStateValue(value, 'callingModel')) return 'calling the model'
@@ -102,7 +118,7 @@ export class CrashLoopGuard {
   /** Counts of quarantined threads, written with the next flush. */
   private quarantines: Array<{ id: string } & RecoveryCount> = []
   /** Suspects waiting for their turn to run alone, in recovery's order. */
-  private readonly held = new Map<string, RecoveryCount & { gate: Gate }>()
+  private readonly held = new Map<string, RecoveryCount & { gate: Gate; modelCall: boolean }>()
   /** The suspect running alone now, until it takes a step or stops. */
   private admitted: string | null = null
   /** Its count, written once its effect is about to run code (`starting`). */
@@ -161,7 +177,8 @@ export class CrashLoopGuard {
       this.pending.push({ id, count, seq })
       return RUN
     }
-    this.held.set(id, { count, seq, gate: newGate() })
+    // Whether it runs alone is known at the flush, once every suspect has been found.
+    this.held.set(id, { count, seq, gate: newGate(), modelCall: inModelCall(snapshot.value) })
     return HOLD
   }
 
@@ -174,6 +191,7 @@ export class CrashLoopGuard {
     this.recovering = false
     this.stored = null
     this.write(this.quarantines.splice(0))
+    this.releaseModelCallsBeyondTurns()
     if (this.held.size > 0) this.probation ??= newGate()
     if (this.probation) this.admitNext()
     else this.write(this.pending.splice(0))
@@ -249,6 +267,24 @@ export class CrashLoopGuard {
     this.held.clear()
     this.probation?.open()
     this.probation = null
+  }
+
+  /** Suspects in a model call past MODEL_SUSPECTS_ALONE wait for the probation's end like everyone else, uncounted. */
+  private releaseModelCallsBeyondTurns(): void {
+    const inCalls = [...this.held].filter(([, held]) => held.modelCall)
+    if (inCalls.length <= MODEL_SUSPECTS_ALONE) return
+    // Array.prototype.sort is stable: equal counts keep the order recovery found them in.
+    const alone = new Set(
+      inCalls
+        .sort(([, a], [, b]) => b.count - a.count)
+        .slice(0, MODEL_SUSPECTS_ALONE)
+        .map(([id]) => id),
+    )
+    for (const [id, held] of inCalls) {
+      if (alone.has(id)) continue
+      this.held.delete(id)
+      held.gate.open()
+    }
   }
 
   /** The next suspect runs alone; once none is left, the probation ends and everything runs. */

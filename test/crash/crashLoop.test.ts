@@ -5,6 +5,7 @@
  * same point, and past `supervision.maxRecoveries` the thread is quarantined so the rest run.
  */
 import { spawn } from 'node:child_process'
+import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
@@ -12,6 +13,7 @@ import type { RecoveryCount, ThreadRecord } from '../../persistence/types.js'
 import { z } from 'zod'
 import { createRuntime, defineTool, readThreadFiles, scriptedModel, systemDefaults, verifyReplay } from '../../src/index.js'
 import type { RecoveryReport } from '../../src/index.js'
+import { MODEL_SUSPECTS_ALONE } from '../../src/crashLoop.js'
 import { doctor } from '../../src/operator.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { FLAKY_TURNS, crashLoopModel, crashLoopTools } from './crashLoopWorkload.js'
@@ -34,6 +36,24 @@ function runWorker(dir: string, scenario: 'poison' | 'flaky'): Promise<Run> {
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', (d) => (stdout += d))
+    child.stderr.on('data', (d) => (stderr += d))
+    child.on('exit', (code, signal) => {
+      const line = stdout.split('\n').find((l) => l.startsWith('{'))
+      resolve({ code, signal, stderr, recovery: line ? (JSON.parse(line) as RecoveryReport) : null })
+    })
+  })
+}
+
+/** A process running only slow threads; with `kill`, killed with SIGKILL once each is in its model call. */
+function runSlowWorker(dir: string, threads: number, kill: boolean, scenario: 'slow' | 'slowpoison' = 'slow'): Promise<Run> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [compiled('test/crash/crashLoopWorker.js'), dir, scenario, String(threads)], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (d) => {
+      stdout += d
+      if (kill && stdout.includes('all calling')) child.kill('SIGKILL')
+    })
     child.stderr.on('data', (d) => (stderr += d))
     child.on('exit', (code, signal) => {
       const line = stdout.split('\n').find((l) => l.startsWith('{'))
@@ -70,6 +90,62 @@ function rowNamed(rows: ThreadRecord[], name: string): ThreadRecord {
 }
 
 describe('crash loops across processes', () => {
+  it('should run alone only the first few threads found twice in the same model call, then the rest together, uncounted', async () => {
+    const dir = tempDir('spindle-crashloop')
+    const together = 2
+    const threads = MODEL_SUSPECTS_ALONE + together
+    // Two processes die while every thread waits for its model (a slow provider, and crashes that
+    // have nothing to do with it): the recovery after them finds each at the same point twice.
+    for (let i = 0; i < 2; i++) {
+      const run = await runSlowWorker(dir, threads, true)
+      expect(run.signal, run.stderr).toBe('SIGKILL')
+    }
+    const log = path.join(dir, 'calls.log')
+    fs.writeFileSync(log, '')
+    const last = await runSlowWorker(dir, threads, false)
+    expect(last.code, last.stderr).toBe(0)
+    expect(last.recovery?.resumed).toHaveLength(threads)
+    expect(last.recovery?.quarantined).toEqual([])
+    // MODEL_SUSPECTS_ALONE calls one after another, each answered before the next started; then the
+    // others at once, none waiting for another's reply (not hours of calls one at a time).
+    const lines = fs.readFileSync(log, 'utf8').trim().split('\n')
+    expect(lines).toHaveLength(2 * threads)
+    const alone = lines.slice(0, 2 * MODEL_SUSPECTS_ALONE)
+    for (let i = 0; i < alone.length; i += 2) expect(alone[i + 1]).toBe(alone[i]!.replace('start ', 'end '))
+    expect(lines.slice(2 * MODEL_SUSPECTS_ALONE).map((line) => line.split(' ')[0])).toEqual([...Array<string>(together).fill('start'), ...Array<string>(together).fill('end')])
+
+    const rows = registryOf(dir, (registry) => registry.list())
+    expect(rows).toHaveLength(threads)
+    const ranAlone = new Set(alone.filter((line) => line.startsWith('start ')).map((line) => line.slice('start '.length)))
+    for (const row of rows) {
+      expect(row.status).toBe('completed')
+      // Those that ran alone were counted before they ran (had this process died, the next recovery
+      // would know); the others' deaths together would prove nothing, and they were not.
+      expect(registryOf(dir, (registry) => registry.recoveryCount(row.id))?.count, row.directiveName).toBe(ranAlone.has(row.id) ? 2 : 1)
+    }
+  }, 120_000)
+
+
+  it('should quarantine a thread whose model call ends the process, though more threads wait in model calls than run alone', async () => {
+    const dir = tempDir('spindle-crashloop')
+    const threads = MODEL_SUSPECTS_ALONE + 2
+    const runs: Run[] = []
+    while (runs.length < MAX_RUNS) {
+      runs.push(await runSlowWorker(dir, threads, false, 'slowpoison'))
+      if (runs.at(-1)!.code === 0) break
+    }
+    const rows = registryOf(dir, (registry) => registry.list())
+    const poison = rowNamed(rows, 'mpoison')
+    expect(runs.at(-1)!.code, runs.map((r) => r.stderr).join('\n')).toBe(0)
+    expect(runs.at(-1)!.recovery?.quarantined).toEqual([poison.id])
+    expect(poison.status).toBe('suspended')
+    const failure = (readThreadFiles(dir, poison.id).envelope!.snapshot as { context: { lastFailure: { code: string; message: string } } }).context.lastFailure
+    expect(failure.code).toBe('CRASH_LOOP')
+    expect(failure.message).toContain('calling the model')
+    // No thread waiting beside it was quarantined: each ran on to the end.
+    for (const row of rows.filter((r) => r.id !== poison.id)) expect(row.status, row.directiveName).toBe('completed')
+  }, 300_000)
+
   it('should quarantine a thread whose tool ends the process every time, and finish every other thread', async () => {
     const dir = tempDir('spindle-crashloop')
     const runs = await runUntilDone(dir, 'poison')

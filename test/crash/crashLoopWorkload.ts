@@ -8,11 +8,14 @@
  * - `flaky`: each of its first `FLAKY_TURNS` turns calls `stumble`, which kills the process with
  *   SIGKILL the first time it sees an idempotency key and answers the second time: it dies once
  *   per turn, but gets a turn further every time.
+ * - `slow<i>` (slowModel): one model call that takes `SLOW_CALL_MS`; the test kills the process
+ *   while every call is under way. `mpoison`: its model call ends the process every time.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import { z } from 'zod'
 import { defineTool, scriptedModel } from '../../src/index.js'
+import type { ModelAdapter } from '../../src/index.js'
 
 export const FLAKY_TURNS = 6
 
@@ -68,4 +71,28 @@ export function crashLoopModel() {
     },
     { latencyMs: (request) => (request.directiveName.startsWith('ordinary') ? 30 : 1) },
   )
+}
+
+export const SLOW_CALL_MS = 1_500
+
+/**
+ * A model whose every call takes SLOW_CALL_MS, logging `start <thread>` and `end <thread>` lines
+ * to `log` in the order they happen; `allStarted` is called once `threads` calls are under way in
+ * this process.
+ */
+export function slowModel(log: string, threads: number, allStarted: () => void): ModelAdapter {
+  const inner = scriptedModel(() => ({ text: 'answered' }), { latencyMs: SLOW_CALL_MS })
+  let started = 0
+  return {
+    name: 'slow',
+    generate: async (request) => {
+      // A provider reply this adapter cannot survive, for one thread only.
+      if (request.directiveName === 'mpoison') process.exit(1)
+      fs.appendFileSync(log, `start ${request.threadId}\n`)
+      if (++started === threads) allStarted()
+      const response = await inner.generate(request)
+      fs.appendFileSync(log, `end ${request.threadId}\n`)
+      return response
+    },
+  }
 }
