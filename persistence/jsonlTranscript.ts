@@ -317,7 +317,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       const start = from ?? EMPTY_POSITION
       // The folder is checked once here, when the thread's file is opened (a prefetched descriptor
       // comes from a folder the reading worker checked the same way): appends go to the descriptor.
-      const fd = read ? ('fd' in read ? read.fd : null) : assertThreadDir(paths, threadId).missing ? null : openOrNull(file)
+      const fd = read ? ('fd' in read ? read.fd : null) : assertThreadDir(paths, threadId, { writes: true }).missing ? null : openOrNull(file)
       if (fd === null) {
         if (start.seq > 0) {
           throw corrupt(

@@ -167,9 +167,10 @@ const MISSING: ThreadDirCheck = Object.freeze({ missing: true, made: Object.free
  * README on symlinks). Throws DATA_DIR_INVALID naming the entry (and a link's target) otherwise.
  * With `create` a missing folder is made, and `threads/` (and the root) when missing: mkdir never
  * follows a link; `made` lists what was made, whose parents need an fsync to be durable. `known`:
- * trust an earlier check of this folder (see realThreadDirs) and make no system call.
+ * trust an earlier check of this folder (see realThreadDirs) and make no system call. `writes` (or
+ * `create`): the caller writes through the folder next, so the check is kept for `known`.
  */
-export function assertThreadDir(paths: DataPaths, threadId: string, options: { create?: boolean; known?: boolean } = {}): ThreadDirCheck {
+export function assertThreadDir(paths: DataPaths, threadId: string, options: { create?: boolean; known?: boolean; writes?: boolean } = {}): ThreadDirCheck {
   if (options.known && realThreadDirs.get(paths)?.has(threadId)) return FOUND
   const dir = threadDir(paths, threadId)
   const made: string[] = []
@@ -178,7 +179,9 @@ export function assertThreadDir(paths: DataPaths, threadId: string, options: { c
     realThreadsDirs.add(paths)
   }
   if (!checkDirectory(paths.root, dir, options.create ? made : null, threadId)) return MISSING
-  remember(paths, threadId)
+  // Only a folder about to be written through is kept: a read (a parent looking at its ended child,
+  // an operator command) would otherwise hold the id of a thread that writes nothing more.
+  if (options.create || options.writes) remember(paths, threadId)
   return made.length === 0 ? FOUND : { missing: false, made }
 }
 
