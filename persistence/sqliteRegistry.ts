@@ -96,7 +96,11 @@ function prepareStatements(db: Database.Database) {
     recoveryCounts: db.prepare<[], { id: string; count: number; seq: number | null }>(
       'SELECT id, recoveries AS count, recovery_seq AS seq FROM threads WHERE recoveries <> 0 OR recovery_seq IS NOT NULL',
     ),
-    setRecoveryCount: db.prepare<[number, number | null, string]>('UPDATE threads SET recoveries = ?, recovery_seq = ? WHERE id = ?'),
+    // One statement for a whole recovery's counts ([id, count, seq] triples as JSON): ten thousand
+    // single-row UPDATEs cost 50 ms of calls from JavaScript before the first thread could run.
+    setRecoveryCounts: db.prepare<[string]>(
+      'UPDATE threads SET recoveries = c.value ->> 1, recovery_seq = c.value ->> 2 FROM json_each(?) AS c WHERE threads.id = c.value ->> 0',
+    ),
     resetRecoveryCount: db.prepare<[string]>('UPDATE threads SET recoveries = 0 WHERE id = ? AND recoveries <> 0'),
   }
 }
@@ -279,12 +283,8 @@ class SqliteRegistry implements Registry {
 
   setRecoveryCounts(counts: ReadonlyArray<{ id: string } & RecoveryCount>): void {
     if (counts.length === 0) return
-    // One transaction: recovery writes the counts of thousands of threads before any of them runs.
-    this.guard('record recovery counts', () =>
-      this.db.transaction(() => {
-        for (const { id, count, seq } of counts) this.statements.setRecoveryCount.run(count, seq, id)
-      })(),
-    )
+    // One statement, so one transaction: recovery writes the counts of thousands of threads before any of them runs.
+    this.guard('record recovery counts', () => this.statements.setRecoveryCounts.run(JSON.stringify(counts.map(({ id, count, seq }) => [id, count, seq]))))
   }
 
   resetRecoveryCounts(ids: readonly string[]): void {
