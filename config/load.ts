@@ -7,7 +7,7 @@ import path from 'node:path'
 import type { Document } from 'yaml'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
-import { NotRegularFile, openRegular, readRange } from '../persistence/fdio.js'
+import { FileTooLarge, NotRegularFile, readSmallRegular } from '../persistence/fdio.js'
 import { SpindleError } from '../src/errors.js'
 import type { Config, ConfigLayer } from './schema.js'
 import { ConfigLayerSchema, ConfigSchema, closestKey, knownKeys, trustingShippedPatterns } from './schema.js'
@@ -29,26 +29,20 @@ export class UnreadableConfigFile extends Error {}
  * UnreadableConfigFile saying why.
  */
 export function readConfigText(file: string): string {
-  let opened: { fd: number; size: number }
   try {
-    opened = openRegular(file, fs.constants.O_RDONLY)
+    return readSmallRegular(file, MAX_CONFIG_FILE_BYTES)
   } catch (error) {
     if (error instanceof NotRegularFile) throw new UnreadableConfigFile(`is ${error.kind}, not a file`)
+    if (error instanceof FileTooLarge) {
+      throw new UnreadableConfigFile(
+        error.size === null
+          ? `is more than ${MAX_CONFIG_FILE_BYTES} bytes (1 MiB); a configuration file may have at most that`
+          : `is ${error.size} bytes; a configuration file may have at most ${MAX_CONFIG_FILE_BYTES} (1 MiB)`,
+      )
+    }
     const code = (error as NodeJS.ErrnoException).code
     if (code === 'ENOENT' && isSymlink(file)) throw new UnreadableConfigFile(`is a symbolic link to ${readLink(file)}, which does not exist`)
     throw new UnreadableConfigFile(`cannot be read (${(error as Error).message})`)
-  }
-  try {
-    if (opened.size > MAX_CONFIG_FILE_BYTES) throw new UnreadableConfigFile(`is ${opened.size} bytes; a configuration file may have at most ${MAX_CONFIG_FILE_BYTES} (1 MiB)`)
-    // One byte more than allowed: a file that grew since the stat is refused, not cut.
-    const bytes = readRange(opened.fd, 0, MAX_CONFIG_FILE_BYTES + 1)
-    if (bytes.length > MAX_CONFIG_FILE_BYTES) throw new UnreadableConfigFile(`is more than ${MAX_CONFIG_FILE_BYTES} bytes (1 MiB); a configuration file may have at most that`)
-    return bytes.toString('utf8').replace(/^\uFEFF/, '')
-  } catch (error) {
-    if (error instanceof UnreadableConfigFile) throw error
-    throw new UnreadableConfigFile(`cannot be read (${(error as Error).message})`)
-  } finally {
-    fs.closeSync(opened.fd)
   }
 }
 

@@ -58,6 +58,35 @@ export function openRegular(file: string, flags: number): { fd: number; size: nu
   return { fd, size: stat.size }
 }
 
+/** A small file (configuration, a request) that is larger than its readers allow. */
+export class FileTooLarge extends Error {
+  constructor(
+    readonly file: string,
+    /** Its size when opened, or null when it grew past `max` while it was read. */
+    readonly size: number | null,
+    readonly max: number,
+  ) {
+    super(size === null ? `${file} grew past ${max} bytes while it was read` : `${file} is ${size} bytes, more than ${max}`)
+  }
+}
+
+/**
+ * Reads a regular file of at most `max` bytes as UTF-8, a byte-order mark dropped. `flags` are
+ * added to O_RDONLY (O_NOFOLLOW, say). Throws NotRegularFile, FileTooLarge (also for a file that
+ * grew past `max` since it was opened: refused, not cut) or the fs error.
+ */
+export function readSmallRegular(file: string, max: number, flags = 0): string {
+  const { fd, size } = openRegular(file, fs.constants.O_RDONLY | flags)
+  try {
+    if (size > max) throw new FileTooLarge(file, size, max)
+    const bytes = readRange(fd, 0, max + 1)
+    if (bytes.length > max) throw new FileTooLarge(file, null, max)
+    return bytes.toString('utf8').replace(/^\uFEFF/, '')
+  } finally {
+    fs.closeSync(fd)
+  }
+}
+
 /**
  * Appends `text` to `file` (created if missing) only when it is a regular file: never through a
  * symlink (O_NOFOLLOW), which could point at a file outside the data directory, and never waiting

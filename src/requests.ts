@@ -17,7 +17,7 @@ import { z } from 'zod'
 import { LimitsSchema } from '../config/schema.js'
 import type { Limits, LimitName, Usage } from '../machines/thread.machine.js'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
-import { NotRegularFile, appendRegular, notRegularReason, openRegular } from '../persistence/fdio.js'
+import { FileTooLarge, NotRegularFile, appendRegular, notRegularReason, openRegular, readSmallRegular } from '../persistence/fdio.js'
 import type { DataPaths } from '../persistence/paths.js'
 import { assertRealDirectories, dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
@@ -136,20 +136,13 @@ const MAX_REQUEST_BYTES = 1 << 20
  * that reads it — a runtime's whole poll — for good). Throws with the reason otherwise.
  */
 export function readRequestText(file: string): string {
-  let opened: { fd: number; size: number }
   try {
-    opened = openRegular(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
+    return readSmallRegular(file, MAX_REQUEST_BYTES, fs.constants.O_NOFOLLOW ?? 0)
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw new Error(`${file} is a symbolic link, not a file`)
     if (error instanceof NotRegularFile) throw new Error(`${file} is not a regular file`)
+    if (error instanceof FileTooLarge) throw new Error(error.size === null ? error.message : `${file} is ${error.size} bytes, more than a request file's ${MAX_REQUEST_BYTES}`)
     throw error
-  }
-  const { fd, size } = opened
-  try {
-    if (size > MAX_REQUEST_BYTES) throw new Error(`${file} is ${size} bytes, more than a request file's ${MAX_REQUEST_BYTES}`)
-    return fs.readFileSync(fd, 'utf8')
-  } finally {
-    fs.closeSync(fd)
   }
 }
 
