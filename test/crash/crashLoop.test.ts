@@ -30,29 +30,19 @@ interface Run {
   recovery: RecoveryReport | null
 }
 
-function runWorker(dir: string, scenario: 'poison' | 'flaky'): Promise<Run> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [compiled('test/crash/crashLoopWorker.js'), dir, scenario, String(ORDINARY)], { stdio: ['ignore', 'pipe', 'pipe'] })
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (d) => (stdout += d))
-    child.stderr.on('data', (d) => (stderr += d))
-    child.on('exit', (code, signal) => {
-      const line = stdout.split('\n').find((l) => l.startsWith('{'))
-      resolve({ code, signal, stderr, recovery: line ? (JSON.parse(line) as RecoveryReport) : null })
-    })
-  })
-}
-
-/** A process running only slow threads; with `kill`, killed with SIGKILL once each is in its model call. */
-function runSlowWorker(dir: string, threads: number, kill: boolean, scenario: 'slow' | 'slowpoison' = 'slow'): Promise<Run> {
+/**
+ * One crashLoopWorker process on `dir`: `scenario` with `threads` (the ordinary threads beside a
+ * poison or flaky one, or the slow threads); with `killWhenCalling`, killed with SIGKILL once each
+ * slow thread is in its model call.
+ */
+function runWorker(dir: string, scenario: 'poison' | 'flaky' | 'slow' | 'slowpoison', threads = ORDINARY, killWhenCalling = false): Promise<Run> {
   return new Promise((resolve) => {
     const child = spawn(process.execPath, [compiled('test/crash/crashLoopWorker.js'), dir, scenario, String(threads)], { stdio: ['ignore', 'pipe', 'pipe'] })
     let stdout = ''
     let stderr = ''
     child.stdout.on('data', (d) => {
       stdout += d
-      if (kill && stdout.includes('all calling')) child.kill('SIGKILL')
+      if (killWhenCalling && stdout.includes('all calling')) child.kill('SIGKILL')
     })
     child.stderr.on('data', (d) => (stderr += d))
     child.on('exit', (code, signal) => {
@@ -63,10 +53,15 @@ function runSlowWorker(dir: string, threads: number, kill: boolean, scenario: 's
 }
 
 /** Starts a process on `dir` until one finishes its workload (exit code 0); `after` sees the directory after each start. */
-async function runUntilDone(dir: string, scenario: 'poison' | 'flaky', after: (run: Run, index: number) => void = () => {}): Promise<Run[]> {
+async function runUntilDone(
+  dir: string,
+  scenario: 'poison' | 'flaky' | 'slowpoison',
+  after: (run: Run, index: number) => void = () => {},
+  threads = ORDINARY,
+): Promise<Run[]> {
   const runs: Run[] = []
   while (runs.length < MAX_RUNS) {
-    const run = await runWorker(dir, scenario)
+    const run = await runWorker(dir, scenario, threads)
     runs.push(run)
     after(run, runs.length - 1)
     if (run.code === 0) break
@@ -97,12 +92,12 @@ describe('crash loops across processes', () => {
     // Two processes die while every thread waits for its model (a slow provider, and crashes that
     // have nothing to do with it): the recovery after them finds each at the same point twice.
     for (let i = 0; i < 2; i++) {
-      const run = await runSlowWorker(dir, threads, true)
+      const run = await runWorker(dir, 'slow', threads, true)
       expect(run.signal, run.stderr).toBe('SIGKILL')
     }
     const log = path.join(dir, 'calls.log')
     fs.writeFileSync(log, '')
-    const last = await runSlowWorker(dir, threads, false)
+    const last = await runWorker(dir, 'slow', threads)
     expect(last.code, last.stderr).toBe(0)
     expect(last.recovery?.resumed).toHaveLength(threads)
     expect(last.recovery?.quarantined).toEqual([])
@@ -129,11 +124,7 @@ describe('crash loops across processes', () => {
   it('should quarantine a thread whose model call ends the process, though more threads wait in model calls than run alone', async () => {
     const dir = tempDir('spindle-crashloop')
     const threads = MODEL_SUSPECTS_ALONE + 2
-    const runs: Run[] = []
-    while (runs.length < MAX_RUNS) {
-      runs.push(await runSlowWorker(dir, threads, false, 'slowpoison'))
-      if (runs.at(-1)!.code === 0) break
-    }
+    const runs = await runUntilDone(dir, 'slowpoison', undefined, threads)
     const rows = registryOf(dir, (registry) => registry.list())
     const poison = rowNamed(rows, 'mpoison')
     expect(runs.at(-1)!.code, runs.map((r) => r.stderr).join('\n')).toBe(0)
