@@ -99,6 +99,9 @@ export async function runProcess(command: string, args: string[], options: RunPr
   }
 
   return new Promise<ProcessResult>((resolve, reject) => {
+    // Started before the group, and told its id right after: a host killed between the two spawns
+    // (a fork and an exec) left the group with no watchdog; now only one write separates them.
+    const watchdog = startWatchdog(killGraceMs)
     let child: ChildProcess
     try {
       child = spawn(command, args, {
@@ -110,10 +113,13 @@ export async function runProcess(command: string, args: string[], options: RunPr
       })
     } catch (error) {
       // Synchronous failures: invalid arguments (NUL bytes …), EMFILE.
+      watchdog?.release()
       reject(startError(command, args, options.cwd, error))
       return
     }
     const pid = child.pid
+    if (pid === undefined) watchdog?.release()
+    else watchdog?.arm(pid)
     const stdout = new OutputBuffer(maxOutputBytes)
     const stderr = new OutputBuffer(maxOutputBytes)
     child.stdout?.on('data', (chunk: Buffer) => stdout.push(chunk))
@@ -130,7 +136,6 @@ export async function runProcess(command: string, args: string[], options: RunPr
     /** Set when the abort arrived while the group leader was still running. */
     let abortedWhileRunning = false
     let drainTimer: NodeJS.Timeout | undefined
-    const watchdog = pid === undefined ? undefined : startWatchdog(pid, killGraceMs)
     const group = pid === undefined ? undefined : new GroupStopper(pid, child, killGraceMs, watchdog)
 
     const cleanup = (): void => {
@@ -287,22 +292,27 @@ class GroupStopper {
  * would run on, orphaned, and after recovery an idempotent call would run a second copy beside it.
  *
  * A small `sh` outside the group reads its stdin, a pipe whose other end only this process holds
- * (Node opens pipes close-on-exec, so no other child inherits it). When this process dies the
- * kernel closes that end, `read` sees end-of-file, and the watchdog sends the group SIGTERM and,
- * `grace` later, SIGKILL. When the group is gone, `release` writes a line instead and the watchdog
- * exits without signalling anything.
+ * (Node opens pipes close-on-exec, so no other child inherits it). It is started before the group
+ * and first reads the group's id (`arm`); end-of-file there (this process died before the group
+ * was started, or it failed to start) ends it. Then, when this process dies, the kernel closes
+ * that end, `read` sees end-of-file, and the watchdog sends the group SIGTERM and, `grace` later,
+ * SIGKILL. When the group is gone, `release` writes a line instead and the watchdog exits without
+ * signalling anything.
  */
-const WATCHDOG_SCRIPT = 'read -r _ && exit 0; kill -s TERM -- "-$1" 2>/dev/null || exit 0; sleep "$2"; kill -s 0 -- "-$1" 2>/dev/null && kill -s KILL -- "-$1" 2>/dev/null; exit 0'
+const WATCHDOG_SCRIPT =
+  'read -r g || exit 0; read -r _ && exit 0; kill -s TERM -- "-$g" 2>/dev/null || exit 0; sleep "$1"; kill -s 0 -- "-$g" 2>/dev/null && kill -s KILL -- "-$g" 2>/dev/null; exit 0'
 
 interface Watchdog {
+  /** The group it guards: from now on this process's death stops it. */
+  arm(pgid: number): void
   release(): void
 }
 
-function startWatchdog(pgid: number, graceMs: number): Watchdog | undefined {
+function startWatchdog(graceMs: number): Watchdog | undefined {
   if (process.platform === 'win32') return undefined
   let watchdog: ChildProcess
   try {
-    watchdog = spawn('/bin/sh', ['-c', WATCHDOG_SCRIPT, 'spindle-watchdog', String(pgid), String(Math.max(1, Math.ceil(graceMs / 1000)))], {
+    watchdog = spawn('/bin/sh', ['-c', WATCHDOG_SCRIPT, 'spindle-watchdog', String(Math.max(1, Math.ceil(graceMs / 1000)))], {
       stdio: ['pipe', 'ignore', 'ignore'],
       detached: true,
       windowsHide: true,
@@ -317,12 +327,19 @@ function startWatchdog(pgid: number, graceMs: number): Watchdog | undefined {
   // It must not keep the host alive: its only job is to act once the host is gone.
   watchdog.unref()
   ;(stdin as unknown as { unref?: () => void }).unref?.()
+  let armed = false
   let released = false
   return {
+    arm(pgid: number): void {
+      if (armed || released) return
+      armed = true
+      stdin.write(`${pgid}\n`)
+    },
     release(): void {
       if (released) return
       released = true
-      stdin.end('done\n')
+      // Unarmed, end-of-file at the first read ends it; armed, this line does.
+      stdin.end(armed ? 'done\n' : undefined)
     },
   }
 }

@@ -17,16 +17,16 @@ function spec(extra: { maxOutputBytes?: number; killGraceMs?: number }) {
   return { name: 'sh', description: 'Runs sh', input: z.object({}), command: () => ({ command: 'true', args: [] }), ...extra }
 }
 
-/** Pids of the watchdogs guarding process group `pgid` (from /proc). */
-function watchdogsOf(pgid: number): number[] {
+/** The live watchdogs this process started (they are told their group on stdin, so are found by parent). */
+function watchdogs(): number[] {
   const found: number[] = []
   for (const entry of fs.readdirSync('/proc')) {
     if (!/^\d+$/.test(entry)) continue
     try {
       const argv = fs.readFileSync(`/proc/${entry}/cmdline`, 'utf8').split('\0')
       const stat = fs.readFileSync(`/proc/${entry}/stat`, 'utf8')
-      const zombie = stat.slice(stat.lastIndexOf(')') + 2)[0] === 'Z'
-      if (!zombie && argv.includes('spindle-watchdog') && argv.includes(String(pgid))) found.push(Number(entry))
+      const [state, ppid] = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      if (state !== 'Z' && Number(ppid) === process.pid && argv.includes('spindle-watchdog')) found.push(Number(entry))
     } catch {
       // gone meanwhile
     }
@@ -61,8 +61,15 @@ describe.runIf(posix && fs.existsSync('/proc/self/cmdline'))('the process group 
     pgid = Number(result.stdout.trim())
     expect(pgid).toBeGreaterThan(0)
     const deadline = Date.now() + 10_000
-    while (watchdogsOf(pgid).length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
-    expect(watchdogsOf(pgid)).toEqual([])
+    while (watchdogs().length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+    expect(watchdogs()).toEqual([])
+  })
+
+  it('is gone when the command could not be started (it is started first, and never told a group)', async () => {
+    await expect(runProcess('/nonexistent/spindle-no-such-command', [], { signal: never() })).rejects.toThrow()
+    const deadline = Date.now() + 10_000
+    while (watchdogs().length > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+    expect(watchdogs()).toEqual([])
   })
 
   it('guards a running call, and is gone once the call was aborted and its group stopped', async () => {
@@ -71,13 +78,13 @@ describe.runIf(posix && fs.existsSync('/proc/self/cmdline'))('the process group 
     const pending = runProcess('sh', ['-c', `echo $$ > ${pidFile}; exec sleep 60`], { signal: controller.signal, killGraceMs: 200 })
     const deadline = Date.now() + 10_000
     while (!fs.existsSync(pidFile) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
-    const pgid = Number(fs.readFileSync(pidFile, 'utf8').trim())
+    expect(Number(fs.readFileSync(pidFile, 'utf8').trim())).toBeGreaterThan(0)
     fs.rmSync(pidFile, { force: true })
-    expect(watchdogsOf(pgid)).toHaveLength(1)
+    expect(watchdogs()).toHaveLength(1)
     controller.abort(new Error('stop'))
     await expect(pending).rejects.toThrow(/was stopped/)
-    while (watchdogsOf(pgid).length > 0 && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 20))
-    expect(watchdogsOf(pgid)).toEqual([])
+    while (watchdogs().length > 0 && Date.now() < deadline + 10_000) await new Promise((r) => setTimeout(r, 20))
+    expect(watchdogs()).toEqual([])
   })
 
   it('reports an exit by signal and keeps undecodable bytes as replacement characters', async () => {
