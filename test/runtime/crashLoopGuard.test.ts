@@ -1,0 +1,100 @@
+/**
+ * The crash-loop guard's probation, driven step by step on a real registry file: which suspects
+ * run alone, in what order, what each has counted before it runs, and when everyone else may run.
+ * (test/crash/crashLoop.test.ts drives the same guard through real processes killed for real.)
+ */
+import path from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import type { ThreadContext } from '../../machines/thread.machine.js'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import type { Registry } from '../../persistence/types.js'
+import { CrashLoopGuard, MODEL_SUSPECTS_ALONE } from '../../src/crashLoop.js'
+import { tempDir } from '../helpers/dirs.js'
+
+const SEQ = 5
+const CALLING_MODEL = { value: { running: 'callingModel' }, context: { toolCalls: [], toolsDone: [] } as unknown as ThreadContext }
+const RUNNING_TOOL = {
+  value: { running: 'runningTools' },
+  context: { toolCalls: [{ id: 'c1', name: 'explode', input: {} }], toolsDone: [] } as unknown as ThreadContext,
+}
+
+const opened: Registry[] = []
+afterEach(() => {
+  while (opened.length) opened.pop()!.close()
+})
+
+/** A registry whose threads `ids` each stand at SEQ with the given count already recorded. */
+function registryWith(counts: Record<string, number>): Registry {
+  const registry = openSqliteRegistry({ path: path.join(tempDir('spindle-guard'), 'registry.db'), durability: 'process' })
+  opened.push(registry)
+  for (const id of Object.keys(counts)) registry.register({ id, directiveName: id.split('-')[0]!, directive: {}, nonce: 'n', createdAt: 1 })
+  registry.setRecoveryCounts(Object.entries(counts).map(([id, count]) => ({ id, count, seq: SEQ })))
+  return registry
+}
+
+/** Whether `promise` has settled once the microtasks queued so far have run. */
+async function settled(promise: Promise<void> | undefined): Promise<boolean> {
+  if (promise === undefined) return true
+  let done = false
+  void promise.then(() => (done = true))
+  for (let i = 0; i < 10; i++) await null
+  return done
+}
+
+const id = (name: string) => `${name}-aaaaaaaaaaaa`
+
+describe('crash-loop probation', () => {
+  it(`should run alone only the ${MODEL_SUSPECTS_ALONE} model-call suspects with the highest counts, in recovery's order, and the others with everyone, uncounted`, async () => {
+    // m0…m5 were found in the same model call once before; m5 twice. A bystander b is found further on.
+    const models = ['m0', 'm1', 'm2', 'm3', 'm4', 'm5'].map(id)
+    const registry = registryWith({ ...Object.fromEntries(models.map((m) => [m, 1])), [id('m5')]: 2, [id('b')]: 0 })
+    const guard = new CrashLoopGuard(registry, 3, (error) => {
+      throw error
+    })
+    guard.begin()
+    for (const m of models) expect(guard.assess(m, CALLING_MODEL, [], SEQ)).toEqual({ action: 'hold' })
+    expect(guard.assess(id('b'), CALLING_MODEL, [], SEQ + 1)).toEqual({ action: 'run' })
+    const turns = new Map([...models, id('b')].map((m) => [m, guard.waitTurn(m)]))
+    guard.flush()
+
+    // Alone: m5 (the highest count) and the first three found; in the order recovery found them.
+    const alone = [id('m0'), id('m1'), id('m2'), id('m5')]
+    expect(alone).toHaveLength(MODEL_SUSPECTS_ALONE)
+    for (const [index, suspect] of alone.entries()) {
+      // It may run, and those before it; nobody else, the bystander included.
+      for (const [m, turn] of turns) expect(await settled(turn), `${m} while ${suspect} runs alone`).toBe(alone.includes(m) && alone.indexOf(m) <= index)
+      // Counted just before it runs: had the process died now, the next recovery would know.
+      expect(registry.recoveryCount(suspect)?.count).toBe(suspect === id('m5') ? 2 : 1)
+      guard.starting(suspect)
+      expect(registry.recoveryCount(suspect)).toEqual({ count: suspect === id('m5') ? 3 : 2, seq: SEQ })
+      guard.progressed(suspect)
+      await null
+    }
+    // The probation is over: the others and the bystander run; m3 and m4 were not counted.
+    for (const [m, turn] of turns) expect(await settled(turn), m).toBe(true)
+    expect(registry.recoveryCount(id('m3'))).toEqual({ count: 1, seq: SEQ })
+    expect(registry.recoveryCount(id('m4'))).toEqual({ count: 1, seq: SEQ })
+    expect(registry.recoveryCount(id('b'))).toEqual({ count: 1, seq: SEQ + 1 })
+    expect(guard.waitTurn(id('m3'))).toBeUndefined()
+  })
+
+  it('should run every tool suspect alone, however many, and quarantine one past the limit without running it', async () => {
+    const tools = ['t0', 't1', 't2', 't3', 't4', 't5'].map(id)
+    const registry = registryWith({ ...Object.fromEntries(tools.map((t) => [t, 1])), [id('t5')]: 3 })
+    const guard = new CrashLoopGuard(registry, 3, (error) => {
+      throw error
+    })
+    guard.begin()
+    for (const t of tools.slice(0, 5)) expect(guard.assess(t, RUNNING_TOOL, [], SEQ)).toEqual({ action: 'hold' })
+    expect(guard.assess(id('t5'), RUNNING_TOOL, [], SEQ)).toMatchObject({ action: 'quarantine', recoveries: 4, seq: SEQ, message: expect.stringContaining('running the tool "explode"') })
+    const turns = tools.slice(0, 5).map((t) => guard.waitTurn(t))
+    guard.flush()
+    expect(registry.recoveryCount(id('t5'))).toEqual({ count: 4, seq: SEQ })
+    for (let i = 0; i < 5; i++) {
+      expect(await Promise.all(turns.map((turn) => settled(turn)))).toEqual(turns.map((_, j) => j <= i))
+      guard.starting(tools[i]!)
+      guard.progressed(tools[i]!)
+      await null
+    }
+  })
+})
