@@ -4,6 +4,7 @@
  * needs, numbered migrations — and SQLite failures turned into errors that name the file and say
  * what to do. Side effects.
  */
+import fs from 'node:fs'
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/errors.js'
 import type { SpindleErrorCode } from '../src/errors.js'
@@ -75,12 +76,44 @@ function enterWal(db: Database.Database): void {
   }
 }
 
+/** The files SQLite opens for a database in WAL mode (and the rollback journal of an older one). */
+const COMPANIONS = ['', '-wal', '-shm', '-journal']
+
+/**
+ * Refuses a database, or one of its companion files, that is a link or anything but a regular
+ * file. SQLite opens them read-write and follows links: a link planted at `registry.db-wal` would
+ * have log frames written into whatever file it points to, outside the data directory. (As with
+ * thread folders, one planted between this check and the open is not seen.)
+ */
+function refuseNonFiles(store: SqliteStore): void {
+  for (const suffix of COMPANIONS) {
+    const entry = store.file + suffix
+    const stat = fs.lstatSync(entry, { throwIfNoEntry: false })
+    if (!stat || stat.isFile()) continue
+    let kind = stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device'
+    if (stat.isSymbolicLink()) {
+      let target = '?'
+      try {
+        target = fs.readlinkSync(entry)
+      } catch {}
+      kind = `a symbolic link (to ${target})`
+    }
+    throw new SpindleError(
+      'DATA_DIR_INVALID',
+      `${entry} is ${kind}, not a file: SQLite would write ${store.what} through it, so spindle does not open ${store.file}. ` +
+        'Nothing was changed. Move it aside (find out who made it), then open the data directory again.',
+      { details: { path: entry, kind } },
+    )
+  }
+}
+
 /**
  * Opens `store.file` (or ':memory:'), then runs the migrations it has not run yet in one
  * transaction (`PRAGMA user_version` counts them). Refuses a file migrated by a newer spindle.
  */
 export function openSqliteFile(store: SqliteStore, options: { synchronous: 'FULL' | 'NORMAL'; migrations: readonly string[] }): Database.Database {
   const { file } = store
+  if (file !== ':memory:') refuseNonFiles(store)
   let db: Database.Database | undefined
   try {
     db = new Database(file)

@@ -127,6 +127,32 @@ describe('a symlinked threads/ or journal/', () => {
   })
 })
 
+describe("a symlink at one of the data directory's SQLite files", () => {
+  it('should refuse to open the directory, naming the link, and write nothing through it (registry.db-wal, ledger.db)', async () => {
+    for (const name of ['registry.db-wal', 'ledger.db']) {
+      const dir = tempDir('spindle-rt-link-sqlite')
+      await leaveMidCall(dir, 1)
+      const entry = path.join(dir, name)
+      // A file outside the data directory that SQLite would have written its log or pages into.
+      const victim = path.join(tempDir('spindle-link-victim'), 'precious')
+      fs.writeFileSync(victim, 'keep me')
+      fs.rmSync(entry, { force: true })
+      fs.symlinkSync(victim, entry)
+
+      const refused = await createRuntime({ dir, model: finishes, tools: [noop], userConfig: null }).then(
+        (rt) => {
+          open.push(rt)
+          return null
+        },
+        (error: unknown) => error as { code: string; message: string },
+      )
+      expect(refused, name).toMatchObject({ code: 'DATA_DIR_INVALID', message: expect.stringContaining(`${entry} is a symbolic link (to ${victim}), not a file`) })
+      expect(fs.readFileSync(victim, 'utf8')).toBe('keep me')
+      expect(fs.lstatSync(entry).isSymbolicLink()).toBe(true)
+    }
+  })
+})
+
 describe('a thread folder replaced by a symlink after a kill', () => {
   it('should fail that thread alone at recovery, naming the link, carry the others on, and touch nothing at the target', async () => {
     const dir = tempDir('spindle-rt-link-folder')
