@@ -46,6 +46,17 @@ async function leaveMidCall(dir: string, n: number): Promise<string[]> {
   return threads.map((t) => t.id)
 }
 
+/** The error of a runtime opened on `dir`, or null when it opened (kept, to be closed). */
+async function refusedOpen(dir: string): Promise<{ code: string; message: string } | null> {
+  return createRuntime({ dir, model: finishes, tools: [noop], userConfig: null }).then(
+    (rt) => {
+      open.push(rt)
+      return null
+    },
+    (error: unknown) => error as { code: string; message: string },
+  )
+}
+
 function fileOf(dir: string, id: string, name: string): string {
   return path.join(dir, 'threads', id, name)
 }
@@ -103,13 +114,7 @@ describe('a symlinked threads/ or journal/', () => {
       const registry = fs.readFileSync(path.join(dir, 'registry.db'))
 
       // Before the fix the runtime opened the directory and recovered the thread through the link.
-      const refused = await createRuntime({ dir, model: finishes, tools: [noop], userConfig: null }).then(
-        (rt) => {
-          open.push(rt)
-          return null
-        },
-        (error: unknown) => error as { code: string; message: string },
-      )
+      const refused = await refusedOpen(dir)
       expect(refused).toMatchObject({ code: 'DATA_DIR_INVALID', message: expect.stringContaining(`${link} is a symbolic link (to ${elsewhere}), not a directory`) })
       expect(refused?.message).toContain('Move the link aside')
       expect(tree(elsewhere)).toEqual(before)
@@ -139,13 +144,7 @@ describe("a symlink at one of the data directory's SQLite files", () => {
       fs.rmSync(entry, { force: true })
       fs.symlinkSync(victim, entry)
 
-      const refused = await createRuntime({ dir, model: finishes, tools: [noop], userConfig: null }).then(
-        (rt) => {
-          open.push(rt)
-          return null
-        },
-        (error: unknown) => error as { code: string; message: string },
-      )
+      const refused = await refusedOpen(dir)
       expect(refused, name).toMatchObject({ code: 'DATA_DIR_INVALID', message: expect.stringContaining(`${entry} is a symbolic link (to ${victim}), not a file`) })
       expect(fs.readFileSync(victim, 'utf8')).toBe('keep me')
       expect(fs.lstatSync(entry).isSymbolicLink()).toBe(true)
