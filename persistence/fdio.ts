@@ -27,6 +27,15 @@ export function fdatasync(fd: number): Promise<void> {
   return new Promise((resolve, reject) => fs.fdatasync(fd, (error) => (error ? reject(error) : resolve())))
 }
 
+/** Where the symbolic link `entry` points, or '?' when that cannot be read (for messages). */
+export function linkTarget(entry: string): string {
+  try {
+    return fs.readlinkSync(entry)
+  } catch {
+    return '?'
+  }
+}
+
 /** A path that had to be a regular file and is not. */
 export class NotRegularFile extends Error {
   constructor(

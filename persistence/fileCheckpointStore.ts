@@ -13,7 +13,7 @@ import path from 'node:path'
 import { SpindleError } from '../src/errors.js'
 import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
-import { NotRegularFile, notRegularReason, openRegular } from './fdio.js'
+import { linkTarget, NotRegularFile, notRegularReason, openRegular } from './fdio.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { eachLimited, poolShare } from './poolShare.js'
@@ -236,10 +236,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
         } catch (error) {
           if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null
           if (notRegularReason(error) === 'a symbolic link') {
-            let target = '?'
-            try {
-              target = fs.readlinkSync(file)
-            } catch {}
+            const target = linkTarget(file)
             throw new SpindleError(
               'STATE_CORRUPT',
               `${file} is a symbolic link (to ${target}), not a file: spindle reads no state.json through a link, so it was not read. ` +

@@ -16,7 +16,7 @@ import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
 import type { SkippedJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
-import { fdatasync, NotRegularFile, notRegularReason, openRegular, readRange, writeAll } from './fdio.js'
+import { fdatasync, linkTarget, NotRegularFile, notRegularReason, openRegular, readRange, writeAll } from './fdio.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -80,10 +80,7 @@ function openTranscript(file: string, flags: number): number {
   } catch (error) {
     if (error instanceof NotRegularFile) throw notAFile(file, error.kind)
     if (notRegularReason(error) === 'a symbolic link') {
-      let target = '?'
-      try {
-        target = fs.readlinkSync(file)
-      } catch {}
+      const target = linkTarget(file)
       throw corrupt(
         file,
         path.basename(path.dirname(file)),

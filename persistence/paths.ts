@@ -2,6 +2,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { assertThreadId } from '../src/ids.js'
 import { SpindleError } from '../src/errors.js'
+import { linkTarget } from './fdio.js'
 
 /** Where a data directory keeps its files. Every thread path goes through `threadDir`. */
 export interface DataPaths {
@@ -93,14 +94,6 @@ function makeDirectory(dir: string): fs.Stats | undefined {
     if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
   }
   return fs.lstatSync(dir, { throwIfNoEntry: false })
-}
-
-function linkTarget(entry: string): string {
-  try {
-    return fs.readlinkSync(entry)
-  } catch {
-    return '?'
-  }
 }
 
 function notARealDirectory(root: string, entry: string, stat: fs.Stats, threadId?: string): SpindleError {

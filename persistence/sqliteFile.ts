@@ -8,6 +8,7 @@ import fs from 'node:fs'
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/errors.js'
 import type { SpindleErrorCode } from '../src/errors.js'
+import { linkTarget } from './fdio.js'
 
 /** How long a statement waits for another connection's lock before failing with SQLITE_BUSY. */
 export const BUSY_TIMEOUT_MS = 5000
@@ -90,14 +91,11 @@ function refuseNonFiles(store: SqliteStore): void {
     const entry = store.file + suffix
     const stat = fs.lstatSync(entry, { throwIfNoEntry: false })
     if (!stat || stat.isFile()) continue
-    let kind = stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device'
-    if (stat.isSymbolicLink()) {
-      let target = '?'
-      try {
-        target = fs.readlinkSync(entry)
-      } catch {}
-      kind = `a symbolic link (to ${target})`
-    }
+    const kind = stat.isSymbolicLink()
+      ? `a symbolic link (to ${linkTarget(entry)})`
+      : stat.isDirectory()
+        ? 'a directory'
+        : 'a FIFO, socket or device'
     throw new SpindleError(
       'DATA_DIR_INVALID',
       `${entry} is ${kind}, not a file: SQLite would write ${store.what} through it, so spindle does not open ${store.file}. ` +

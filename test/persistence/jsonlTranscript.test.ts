@@ -12,6 +12,7 @@ import type { DataPaths } from '../../persistence/paths.js'
 import { entryHash } from '../../persistence/transcriptHash.js'
 import type { Durability, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
 import { transcriptContract } from '../contract/transcript.contract.js'
+import { plantLink } from '../helpers/dirs.js'
 import { envelope } from '../contract/checkpoints.contract.js'
 
 function freshDir(): string {
@@ -101,15 +102,13 @@ describe('jsonl transcript recovery', () => {
     store.close(ID)
     // Then its folder is swapped for a link, and someone resumes or rebuilds it.
     const folder = path.join(paths.threads, ID)
-    const elsewhere = freshDir()
-    fs.renameSync(folder, path.join(elsewhere, ID))
-    fs.symlinkSync(path.join(elsewhere, ID), folder)
+    const moved = plantLink(folder)
     checkpoints.stage(ID, envelope(ID, 2))
     const error = await checkpoints.sync().then(() => null, (e: unknown) => e as Error)
     expect(error?.message).toContain(folder)
-    expect(fs.existsSync(path.join(elsewhere, ID, 'state.json.tmp'))).toBe(false)
-    expect(JSON.parse(fs.readFileSync(path.join(elsewhere, ID, 'state.json'), 'utf8')).status).toBe('completed')
-    fs.rmSync(elsewhere, { recursive: true, force: true })
+    expect(fs.existsSync(path.join(moved, 'state.json.tmp'))).toBe(false)
+    expect(JSON.parse(fs.readFileSync(path.join(moved, 'state.json'), 'utf8')).status).toBe('completed')
+    fs.rmSync(path.dirname(moved), { recursive: true, force: true })
   })
 
   describe('torn last line (a crash in the middle of a write)', () => {

@@ -211,9 +211,7 @@ describe("a symlink at a thread's file name", () => {
     const dir = tempDir('spindle-rt-link-state')
     const [id, other] = (await leaveMidCall(dir, 2)) as [string, string]
     const state = fileOf(dir, id, 'state.json')
-    const outside = path.join(tempDir('spindle-link-target'), 'state.json')
-    fs.renameSync(state, outside)
-    fs.symlinkSync(outside, state)
+    const outside = plantLink(state)
     const victim = path.join(tempDir('spindle-link-target'), 'victim.txt')
     fs.writeFileSync(victim, 'keep me\n')
     const temp = fileOf(dir, other, 'state.json.tmp')
@@ -241,9 +239,7 @@ describe("a symlink at a thread's file name", () => {
     const dir = tempDir('spindle-rt-link-transcript')
     const [id, other] = (await leaveMidCall(dir, 2)) as [string, string]
     const transcript = fileOf(dir, id, 'transcript.jsonl')
-    const outside = path.join(tempDir('spindle-link-target'), 'transcript.jsonl')
-    fs.renameSync(transcript, outside)
-    fs.symlinkSync(outside, transcript)
+    const outside = plantLink(transcript)
     const before = fs.readFileSync(outside)
 
     const rt = await runtime({ dir, model: finishes })
