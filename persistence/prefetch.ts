@@ -204,8 +204,8 @@ interface Batch {
 export interface ThreadFileReader {
   /** Starts reading the files of `ids`, in that order (ids that are not thread ids are not read). */
   read(ids: readonly string[]): ThreadPrefetch
-  /** Lets the worker go without reading anything. */
-  cancel(): void
+  /** Lets the worker go without reading anything; settles once its thread has exited. */
+  cancel(): Promise<void>
 }
 
 /**
@@ -243,6 +243,7 @@ export function bootThreadFileReader(threadsDir: string, options: { watchFile?: 
     cancel: () => {
       port1.postMessage({ cancel: true })
       port1.close()
+      return exited
     },
   }
 }

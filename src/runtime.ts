@@ -1253,7 +1253,7 @@ class RuntimeImpl implements Runtime {
     const leased = this.leaseAll(candidates.map((r) => r.id))
     const ours = candidates.filter((r) => leased.has(r.id)).map((r) => r.id)
     const prefetch = reader && ours.length >= PREFETCH_FROM ? reader.read(ours) : null
-    if (reader && !prefetch) reader.cancel()
+    if (reader && !prefetch) void reader.cancel() // it exits on its own; nothing waits for that
     const progress = { total: candidates.length, done: 0, spend: 0, lastAt: 0 }
     // The loop holds the event loop; a host shows progress from these events (synchronous writes).
     const tell = (final: boolean): void => {
