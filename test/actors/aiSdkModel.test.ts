@@ -212,7 +212,7 @@ describe('aiSdkModel', () => {
     const call = adapter().generate(request([{ role: 'user', content: 'hi' }], { signal: controller.signal }))
     setTimeout(() => controller.abort(new Error('model call stopped')), 50)
     const error = await failure(call)
-    expect(Date.now() - started).toBeLessThan(5000)
+    expect(Date.now() - started).toBeLessThan(15_000) // half the 30 s reply delay, with room for a loaded machine
     expect(error).toMatchObject({ message: 'model call stopped' })
     expect(server.requests).toHaveLength(1)
   })
