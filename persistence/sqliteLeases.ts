@@ -4,7 +4,7 @@
  */
 import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
 import type { SqliteStore } from './sqliteFile.js'
-import type { Durability, Lease, LeaseStore } from './types.js'
+import type { Durability, Lease, LeaseStore, RecordedWait } from './types.js'
 
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE leases (
@@ -19,6 +19,18 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX leases_owner ON leases(owner);
    -- The last token handed out per thread survives a release, so tokens only ever grow.
    CREATE TABLE tokens (thread_id TEXT PRIMARY KEY, token INTEGER NOT NULL);`,
+  // The waits in progress of every runtime sharing the directory (wait_threads): the wait-for graph
+  // that refuses a wait closing a cycle spans processes. A row counts while its owner holds the
+  // waiter's lease; a process that dies leaves its rows to the one that takes its threads over.
+  `CREATE TABLE waits (
+     id INTEGER PRIMARY KEY,
+     waiter TEXT NOT NULL,
+     owner TEXT NOT NULL,
+     fail_fast INTEGER NOT NULL,
+     -- JSON array of the thread ids waited for, as they were asked for.
+     ids TEXT NOT NULL
+   );
+   CREATE INDEX waits_owner ON waits(owner);`,
 ]
 
 interface Row {
@@ -90,6 +102,37 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     `INSERT INTO tokens (thread_id, token) SELECT thread_id, token FROM leases WHERE owner = ? AND thread_id IN (SELECT value FROM json_each(?)) AND true
      ON CONFLICT(thread_id) DO UPDATE SET token = excluded.token`,
   )
+
+  // A wait counts while its owner still holds the waiter's lease: taken over or released, it is
+  // over (a thread taken over runs its wait again, under its new owner, if it still waits).
+  const othersWaits = db.prepare<[string], { waiter: string; fail_fast: number; ids: string }>(
+    `SELECT w.waiter, w.fail_fast, w.ids FROM waits AS w JOIN leases AS l ON l.thread_id = w.waiter AND l.owner = w.owner
+      WHERE w.owner != ? ORDER BY w.id`,
+  )
+  const putWait = db.prepare<[string, string, number, string]>('INSERT INTO waits (waiter, owner, fail_fast, ids) VALUES (?, ?, ?, ?)')
+  const delWait = db.prepare<[number, string]>('DELETE FROM waits WHERE id = ? AND owner = ?')
+  const delWaitsOf = db.prepare<[string]>('DELETE FROM waits WHERE owner = ?')
+  const delOverWaits = db.prepare(
+    'DELETE FROM waits WHERE NOT EXISTS (SELECT 1 FROM leases AS l WHERE l.thread_id = waits.waiter AND l.owner = waits.owner)',
+  )
+  const toWait = (row: { waiter: string; fail_fast: number; ids: string }): RecordedWait => {
+    let ids: unknown = null
+    try {
+      ids = JSON.parse(row.ids)
+    } catch {
+      // A damaged row (hand edit, disk damage) names nobody: it cannot close a cycle.
+    }
+    return { waiter: row.waiter, failFast: row.fail_fast !== 0, ids: Array.isArray(ids) ? ids.filter((id): id is string => typeof id === 'string') : [] }
+  }
+  const recordWaitTx = db.transaction((owner: string, wait: RecordedWait, check: (others: RecordedWait[]) => void): { id: number } | { refused: unknown } => {
+    delOverWaits.run()
+    try {
+      check(othersWaits.all(owner).map(toWait))
+    } catch (refused) {
+      return { refused }
+    }
+    return { id: Number(putWait.run(wait.waiter, owner, wait.failFast ? 1 : 0, JSON.stringify(wait.ids)).lastInsertRowid) }
+  })
 
   const guard = sqliteGuard(store)
 
@@ -168,6 +211,19 @@ export function openSqliteLeases(options: { path: string; durability: Durability
           return toLease(row)
         }).immediate(),
       ),
+    recordWait: (owner, wait, check) => {
+      // One immediate transaction: two processes each closing half of a cycle at once are
+      // serialized, and the second sees the first's wait.
+      const done = guard(`record the wait of ${wait.waiter}`, () => recordWaitTx.immediate(owner, wait, check))
+      if ('refused' in done) throw done.refused
+      return done.id
+    },
+    endWait: (owner, id) => {
+      guard('end a wait', () => delWait.run(id, owner))
+    },
+    endWaitsOf: (owner) => {
+      guard('end waits', () => delWaitsOf.run(owner))
+    },
     close: () => db.close(),
   }
 }

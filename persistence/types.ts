@@ -353,7 +353,25 @@ export interface LeaseStore {
    * it never renews. Returns the lease as it was, or null when there is none.
    */
   revoke(threadId: string): Lease | null
+  /**
+   * Records `owner`'s wait after `check` has seen the waits of every other owner that still holds
+   * its waiter's lease, in one transaction; returns its id. When `check` throws, nothing is
+   * recorded and its error is thrown. Waits whose owner no longer holds the waiter's lease go.
+   */
+  recordWait(owner: string, wait: RecordedWait, check: (others: RecordedWait[]) => void): number
+  /** The wait ended (settled, timed out, aborted). */
+  endWait(owner: string, id: number): void
+  /** Every wait of `owner` (its runtime closes). */
+  endWaitsOf(owner: string): void
   close(): void
+}
+
+/** A `wait_threads` in progress, as the lease store holds it for every process to see. */
+export interface RecordedWait {
+  waiter: string
+  failFast: boolean
+  /** The threads waited for, as they were asked for. */
+  ids: string[]
 }
 
 /** What recovery escalation decided last for one task and reason code (design 003 §6). */

@@ -34,6 +34,7 @@ import type {
   Lease,
   LeaseStore,
   Ledger,
+  RecordedWait,
   RecoveryRecord,
   RecoveryStore,
   Registry,
@@ -1341,6 +1342,12 @@ class RuntimeImpl implements Runtime {
     // Detaching aborted every wait; none of them may outlive the runtime in its graph.
     this.waitingFor.clear()
     try {
+      this.leases.endWaitsOf(this.owner.id)
+    } catch (error) {
+      // Its rows stop counting once its leases are gone or taken over.
+      this.report(error)
+    }
+    try {
       await this.commit.close()
     } finally {
       this.transcripts.closeAll()
@@ -1491,15 +1498,25 @@ class RuntimeImpl implements Runtime {
     })
     const open = new Set(ids)
     const wait: WaitInProgress = { open, failFast: options.failFast === true }
-    assertNoWaitCycle(parentId, ids, wait.failFast, this.waitGraph())
-    // In the graph before anything is awaited: the check and the entry are one step, so two waits
-    // closing one cycle at the same moment cannot both pass.
+    // Checked against the waits of every process sharing the directory, and recorded for them, in
+    // one transaction of the lease store; and in this runtime's graph before anything is awaited.
+    // So two waits closing one cycle at the same moment cannot both pass, in one process or two.
+    const recorded = this.leases.recordWait(this.owner.id, { waiter: parentId, failFast: wait.failFast, ids }, (elsewhere) =>
+      assertNoWaitCycle(parentId, ids, wait.failFast, this.waitGraph(elsewhere)),
+    )
     let mine = this.waitingFor.get(parentId)
     if (!mine) this.waitingFor.set(parentId, (mine = new Set()))
     mine.add(wait)
     const leave = (): void => {
       mine.delete(wait)
       if (mine.size === 0 && this.waitingFor.get(parentId) === mine) this.waitingFor.delete(parentId)
+      if (this.closed) return // close ended every wait of this runtime at once
+      try {
+        this.leases.endWait(this.owner.id, recorded)
+      } catch (error) {
+        // Left behind, the row goes when this runtime closes or gives the thread's lease up.
+        this.report(error, parentId)
+      }
     }
     const startedAt = this.live.get(parentId)?.context().lastAt
     const waiting = this.waitFor(ids, startedAt != null ? { ...options, startedAt } : options, (id) => open.delete(id))
@@ -1507,10 +1524,24 @@ class RuntimeImpl implements Runtime {
     return waiting
   }
 
-  /** What the wait-for graph check reads: this runtime's waits, and chains from the registry. */
-  private waitGraph(): WaitGraph {
+  /**
+   * What the wait-for graph check reads: this runtime's waits, those of other processes sharing the
+   * directory (`elsewhere`, from the lease store), and chains from the registry.
+   */
+  private waitGraph(elsewhere: readonly RecordedWait[] = []): WaitGraph {
+    let waits: Map<string, Set<WaitInProgress>> = this.waitingFor
+    if (elsewhere.length > 0) {
+      waits = new Map(this.waitingFor)
+      for (const found of elsewhere) {
+        // This runtime's own view of a thread it runs wins over what another process left.
+        if (this.waitingFor.has(found.waiter)) continue
+        let set = waits.get(found.waiter)
+        if (!set) waits.set(found.waiter, (set = new Set()))
+        set.add({ open: new Set(found.ids), failFast: found.failFast })
+      }
+    }
     return {
-      waits: this.waitingFor,
+      waits,
       tail: (id) => {
         // A live thread that has not stopped is the last of its chain: no registry read for most.
         const seen = new Set<string>()

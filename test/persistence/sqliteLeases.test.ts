@@ -75,3 +75,73 @@ describe('removing a stale lease', () => {
     leases.close()
   })
 })
+
+describe('waits in progress, shared by every process on the directory', () => {
+  const a = 'a-aaaaaaaaaaaa'
+  const b = 'b-aaaaaaaaaaaa'
+  const c = 'c-aaaaaaaaaaaa'
+
+  it("should show a check the waits of other owners that still hold their waiter's lease, and never its own", () => {
+    const leases = store()
+    leases.acquire(a, other, 60_000, 0)
+    leases.acquire(b, me, 60_000, 0)
+    leases.recordWait(other.id, { waiter: a, failFast: true, ids: [b] }, () => {})
+    const seen: unknown[] = []
+    leases.recordWait(me.id, { waiter: b, failFast: false, ids: [c] }, (others) => seen.push(others))
+    expect(seen).toEqual([[{ waiter: a, failFast: true, ids: [b] }]])
+    // The other side sees this owner's wait, not its own.
+    leases.recordWait(other.id, { waiter: a, failFast: false, ids: [c] }, (others) => seen.push(others))
+    expect(seen[1]).toEqual([{ waiter: b, failFast: false, ids: [c] }])
+  })
+
+  it('should drop a wait once its owner no longer holds the waiter (taken over after a crash, or released)', () => {
+    const leases = store()
+    leases.acquire(a, dead, 1_000, 0)
+    leases.acquire(c, me, 60_000, 0)
+    leases.recordWait(dead.id, { waiter: a, failFast: false, ids: [b] }, () => {})
+    const seen: unknown[] = []
+    leases.recordWait(me.id, { waiter: c, failFast: false, ids: [] }, (others) => seen.push(others))
+    expect(seen.pop()).toEqual([{ waiter: a, failFast: false, ids: [b] }])
+    // The dead owner's thread is taken over: its wait is over (the new owner runs it again if it still waits).
+    leases.acquire(a, me, 60_000, 5_000)
+    leases.recordWait(other.id, { waiter: c, failFast: false, ids: [] }, (others) => seen.push(others))
+    expect(seen.pop()).toEqual([{ waiter: c, failFast: false, ids: [] }])
+    // Released (the thread stopped here): over too.
+    leases.release(c, me.id)
+    leases.recordWait(other.id, { waiter: b, failFast: false, ids: [] }, (others) => seen.push(others))
+    expect(seen.pop()).toEqual([])
+  })
+
+  it('should record nothing when the check refuses, and throw what the check threw', () => {
+    const leases = store()
+    leases.acquire(a, other, 60_000, 0)
+    leases.acquire(b, me, 60_000, 0)
+    leases.recordWait(other.id, { waiter: a, failFast: false, ids: [b] }, () => {})
+    const refusal = new Error('would close a cycle')
+    expect(() => leases.recordWait(me.id, { waiter: b, failFast: false, ids: [a] }, () => { throw refusal })).toThrow(refusal)
+    const seen: unknown[] = []
+    leases.recordWait(other.id, { waiter: a, failFast: false, ids: [c] }, (others) => seen.push(others))
+    expect(seen).toEqual([[]])
+  })
+
+  it('should forget a wait that ended, and every wait of an owner that closed', () => {
+    const leases = store()
+    for (const id of [a, b]) leases.acquire(id, me, 60_000, 0)
+    const first = leases.recordWait(me.id, { waiter: a, failFast: false, ids: [c] }, () => {})
+    leases.recordWait(me.id, { waiter: b, failFast: false, ids: [c] }, () => {})
+    const seen: unknown[] = []
+    const look = () => leases.recordWait(other.id, { waiter: c, failFast: false, ids: [] }, (others) => seen.push(others))
+    look()
+    expect(seen.pop()).toHaveLength(2)
+    // Another owner cannot end this owner's wait.
+    leases.endWait(other.id, first)
+    look()
+    expect(seen.pop()).toHaveLength(2)
+    leases.endWait(me.id, first)
+    look()
+    expect(seen.pop()).toEqual([{ waiter: b, failFast: false, ids: [c] }])
+    leases.endWaitsOf(me.id)
+    look()
+    expect(seen.pop()).toEqual([])
+  })
+})

@@ -1,0 +1,104 @@
+/**
+ * A cycle of waits through threads of two runtime processes sharing a data directory. The waits in
+ * progress are in the lease store (leases.db), so a wait that would close a cycle with a thread of
+ * another process is refused at once (WAIT_CYCLE) instead of ending at its timeout.
+ *
+ * Real processes, files and SQLite: the test's runtime runs `near`; a child process runs `far`,
+ * which waits for `near`. Then `near` asks to wait for `far`. The refused wait has a short timeout
+ * (without the refusal the thread would see a time-out instead); `far`'s wait has a long one.
+ */
+import { spawn } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import Database from 'better-sqlite3'
+import { afterEach, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
+import type { Message, Runtime } from '../../src/index.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
+
+const opened: Runtime[] = []
+afterEach(async () => {
+  while (opened.length) await opened.pop()!.close()
+})
+
+async function until(condition: () => boolean, what: string, ms = 30_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
+
+/** The waits leases.db holds, read as another process would. */
+function recordedWaits(dir: string): Array<{ waiter: string; ids: string[] }> {
+  const db = new Database(path.join(dir, 'leases.db'), { readonly: true, fileMustExist: true })
+  try {
+    return db
+      .prepare<[], { waiter: string; ids: string }>('SELECT waiter, ids FROM waits ORDER BY id')
+      .all()
+      .map((row) => ({ waiter: row.waiter, ids: JSON.parse(row.ids) as string[] }))
+  } finally {
+    db.close()
+  }
+}
+
+function waitResults(dir: string, id: string): unknown[] {
+  const calls = new Map<string, string>()
+  const results: unknown[] = []
+  for (const line of fs.readFileSync(path.join(dir, 'threads', id, 'transcript.jsonl'), 'utf8').trim().split('\n')) {
+    const entry = JSON.parse(line)
+    if (entry.type === 'MODEL_REPLIED') for (const call of entry.data.toolCalls) calls.set(call.id, call.name)
+    if (entry.type === 'TOOL_DONE' && calls.get(entry.data.callId) === 'wait_threads') results.push(entry.data.output)
+  }
+  return results
+}
+
+describe('a wait that would close a cycle through threads of two processes', () => {
+  it("should be refused at once, naming both threads, while the other process's wait goes on and ends when the refused thread completes", async () => {
+    const dir = path.join(tempDir('spindle-wait-cycles-procs'), 'data')
+    let open!: () => void
+    const gateOpen = new Promise<void>((resolve) => (open = resolve))
+    const gate = defineTool({ name: 'gate', description: 'waits for the test', input: z.object({}), idempotent: true, execute: async () => (await gateOpen, 'open') })
+    let far = ''
+    const model = scriptedModel((r) => {
+      if (r.turn === 1) return { toolCalls: [{ name: 'gate', input: {} }] }
+      if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: [far], timeoutSeconds: 2 } }] }
+      const result = JSON.parse(r.messages.filter((m): m is Extract<Message, { role: 'tool' }> => m.role === 'tool').at(-1)!.content)
+      return { text: result.error ? `refused ${result.error}` : result.timedOut ? 'timed out' : 'settled' }
+    })
+    const rt = await createRuntime({ dir, model, tools: [gate], durability: 'process', userConfig: null })
+    opened.push(rt)
+    const near = await rt.spawn({ directive: { name: 'near', prompt: 'wait for the other process' } })
+
+    const child = spawn(process.execPath, [compiled('test/runtime/waitCycleWorker.js'), dir, near.id, '120'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let out = ''
+    child.stdout.on('data', (d) => (out += d))
+    child.stderr.on('data', (d) => (out += d))
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)))
+    try {
+      await until(() => /spawned (\S+)/.test(out) || child.exitCode !== null, 'the other process spawned far')
+      far = /spawned (\S+)/.exec(out)?.[1] ?? ''
+      expect(far, out).not.toBe('')
+      // far's wait for near is in progress, where every process sharing the directory sees it.
+      await until(() => recordedWaits(dir).some((w) => w.waiter === far), "far's wait is recorded")
+      expect(recordedWaits(dir)).toEqual([{ waiter: far, ids: [near.id] }])
+      open()
+
+      expect(await near.done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
+      expect(waitResults(dir, near.id)).toEqual([
+        expect.objectContaining({ error: 'WAIT_CYCLE', threadId: near.id, waitedOn: far, cycle: [near.id, far], message: expect.stringContaining(`${near.id} → ${far} → ${near.id}`) }),
+      ])
+      // The other process's wait went on, and ended when near completed (not at its 120 s timeout).
+      expect(await exited, out).toBe(0)
+      const done = JSON.parse(/done (.+)/.exec(out)![1]!)
+      expect(done).toMatchObject({ status: 'completed', result: 'settled completed' })
+    } finally {
+      child.kill('SIGKILL')
+    }
+    expect(waitResults(dir, far)).toEqual([expect.objectContaining({ settled: [expect.objectContaining({ threadId: near.id, status: 'completed' })], timedOut: false })])
+    // Every wait ended, and no row of it is left for a later check to trip over.
+    expect(recordedWaits(dir)).toEqual([])
+    for (const id of [near.id, far]) expect(verifyReplay(dir, id).matches, id).toBe(true)
+  }, 60_000)
+})
