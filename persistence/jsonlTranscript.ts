@@ -36,6 +36,21 @@ export interface JsonlTranscriptOptions {
    * permission): it is skipped and left as it is, and threads open without its lines.
    */
   onJournalSkipped?: (skipped: SkippedJournal) => void
+  /**
+   * Told when bytes this store did not write were found past the end of a transcript it had
+   * opened (see `append`): they were moved aside to `savedTo` and cut off before its next line.
+   */
+  onForeignTail?: (found: ForeignTail) => void
+}
+
+/** Bytes another writer appended to a transcript this store holds open. */
+export interface ForeignTail {
+  threadId: string
+  file: string
+  /** Where they started: the end of the last line this store wrote or read. */
+  offset: number
+  bytes: number
+  savedTo: string
 }
 
 const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
@@ -59,6 +74,11 @@ interface OpenFile {
   appendError: unknown
   /** The file's identity (journal records name it: see recordIdentity), read at the first journaled append. */
   identity: string | null
+  /**
+   * Opened from an existing file (recovery, a takeover), not created here: a process that ran the
+   * thread before may still write a line into it (see `append`).
+   */
+  inherited: boolean
 }
 
 function corrupt(file: string, threadId: string, message: string, details: Record<string, unknown> = {}): SpindleError {
@@ -236,9 +256,59 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     }
   }
 
-  function register(threadId: string, file: string, fd: number, position: TranscriptPosition): void {
-    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, identity: null })
+  function register(threadId: string, file: string, fd: number, position: TranscriptPosition, inherited = true): void {
+    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, identity: null, inherited })
   }
+
+  /**
+   * A process that lost a thread (its lease ran out while it was stopped or starved) checks its
+   * lease before each line, but can be stopped between that check and the write: the line it was
+   * writing then lands after it wakes, past lines the new owner wrote. So before each line, bytes
+   * past the end this store knows are read for their seqs. Lines that repeat seqs this store
+   * already has come from a writer behind it, which lost the thread: they are moved aside, as a
+   * torn line is, and cut off, so the chain goes on unbroken. Lines that go on past its seq come
+   * from a writer ahead of it: this store is the one that lost the thread, and writes nothing
+   * (LEASE_LOST). Anything else is left as it is (TRANSCRIPT_CORRUPT).
+   */
+  function settleForeignTail(open: OpenFile): void {
+    const size = fs.fstatSync(open.fd).size
+    if (size === open.position.bytes) return
+    if (size < open.position.bytes) {
+      throw corrupt(
+        open.file,
+        open.threadId,
+        `is shorter than what this process wrote to it (${size} bytes, ${open.position.bytes} expected): something else cut it. ` +
+          'Inspect it with readThreadFiles() from the spindle API, or restore it from a backup.',
+        { bytes: open.position.bytes, size },
+      )
+    }
+    const tail = readRange(open.fd, open.position.bytes, size)
+    const seqs = tail
+      .toString('utf8')
+      .split('\n')
+      .filter((line) => line.length > 0)
+      .map((line) => /^\{"seq":(\d+),/.exec(line)?.[1])
+    if (seqs.some((seq) => seq !== undefined && Number(seq) > open.position.seq)) {
+      throw new SpindleError(
+        'LEASE_LOST',
+        `Another process has written ${open.file} past this process's last line (seq ${open.position.seq}): the thread was taken over, so this process stops writing it.`,
+        { details: { threadId: open.threadId, file: open.file, seq: open.position.seq } },
+      )
+    }
+    if (seqs.length === 0 || seqs.some((seq) => seq === undefined)) {
+      throw corrupt(
+        open.file,
+        open.threadId,
+        `has ${tail.length} bytes this process did not write after its last line (seq ${open.position.seq}), and they are not transcript lines. ` +
+          'Inspect them with readThreadFiles() from the spindle API; move them out of the file to let the thread go on.',
+        { seq: open.position.seq, bytes: open.position.bytes, size },
+      )
+    }
+    const savedTo = saveTorn(open.fd, open.file, open.position.bytes, tail.length)
+    fs.ftruncateSync(open.fd, open.position.bytes)
+    options.onForeignTail?.({ threadId: open.threadId, file: open.file, offset: open.position.bytes, bytes: tail.length, savedTo })
+  }
+
 
   /** fdatasyncs one file; the caller has counted it in `open.syncing` (see the files sync). */
   async function syncFile(open: OpenFile): Promise<void> {
@@ -325,7 +395,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
             { seq: start.seq },
           )
         }
-        register(threadId, file, create(threadId, file), { ...EMPTY_POSITION })
+        register(threadId, file, create(threadId, file), { ...EMPTY_POSITION }, false)
         return { position: { ...EMPTY_POSITION }, tail: [], torn: null }
       }
       try {
@@ -381,6 +451,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       // Read before the line is written: a failing fstat must not leave a line the journal lacks.
       const identity = journal ? (open.identity ??= recordIdentity(open.fd, paths.journal)) : null
+      // One fstat per line, for files this store did not create: a new file has had no other writer.
+      if (open.inherited) settleForeignTail(open)
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
       // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.

@@ -10,7 +10,7 @@ import { outcomeOf } from '../machines/thread.machine.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import type { GroupCommit, RegistryPatch } from '../persistence/groupCommit.js'
 import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
-import { SpindleError, describeError } from './errors.js'
+import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { applyRepairs } from './continuation.js'
 import type { RepairedCall } from './continuation.js'
 import { applyToMessages, messagesFromTranscript } from './messages.js'
@@ -258,11 +258,21 @@ export class LiveThread implements ThreadHandle {
   private append(type: string, data: unknown): TranscriptEntry {
     const fenced = this.fence()
     if (fenced) throw fenced
-    if (this.pendingNotes.length > 0) {
-      for (const [noteType, noteData] of this.pendingNotes) this.services.transcripts.append(this.id, noteType, noteData)
-      this.pendingNotes = []
+    try {
+      if (this.pendingNotes.length > 0) {
+        for (const [noteType, noteData] of this.pendingNotes) this.services.transcripts.append(this.id, noteType, noteData)
+        this.pendingNotes = []
+      }
+      return this.services.transcripts.append(this.id, type, data)
+    } catch (error) {
+      // The file says another process writes the thread now (this one was stopped between its
+      // lease check and its write): stop here, as a lease found gone does.
+      if (isSpindleError(error) && error.code === 'LEASE_LOST') {
+        if (!this.finished) this.services.report(error, this.id)
+        this.detach(error)
+      }
+      throw error
     }
-    return this.services.transcripts.append(this.id, type, data)
   }
 
   /**

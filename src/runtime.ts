@@ -422,6 +422,17 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
             details: { file },
           }),
         ),
+      onForeignTail: ({ threadId, file, bytes, savedTo }) =>
+        runtime?.reportProblem(
+          new SpindleError(
+            'TRANSCRIPT_FOREIGN_TAIL',
+            `${bytes} bytes this process did not write were found at the end of ${file} and moved to ${savedTo} before the next line: ` +
+              'most likely the last line of a process that lost the thread to this one while it was stopped (its lease ran out). ' +
+              'The transcript goes on unbroken; look at the saved bytes if no other process ran this thread.',
+            { details: { threadId, file, bytes, savedTo } },
+          ),
+          threadId,
+        ),
     })
     checkpoints = createFileCheckpointStore({ paths, durability })
     registry = openSqliteRegistry({ path: paths.registry, durability })
@@ -2997,8 +3008,8 @@ class RuntimeImpl implements Runtime {
   }
 
   /** @internal A problem a store found (no thread of its own): to `onProblem`. */
-  reportProblem(error: unknown): void {
-    this.report(error)
+  reportProblem(error: unknown, threadId?: string): void {
+    this.report(error, threadId)
   }
 
   private report(error: unknown, threadId?: string): void {

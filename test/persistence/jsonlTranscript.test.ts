@@ -291,6 +291,67 @@ describe('jsonl transcript recovery', () => {
     })
   })
 
+  describe('a line from a process that lost the thread (stopped between its lease check and its write)', () => {
+    // setup: 3 entries; the thread is taken over (opened by a new store, which appends entry 4).
+    // fault: the old owner, woken, writes the line it had built before it stopped: seq 4 again.
+    function takeover(found: unknown[]) {
+      writeEntries(3)
+      const stale = createJsonlTranscriptStore({ paths, durability: 'process', onForeignTail: (f) => found.push(f) })
+      stale.open(ID)
+      const taker = createJsonlTranscriptStore({ paths, durability: 'process', onForeignTail: (f) => found.push(f) })
+      taker.open(ID)
+      taker.append(ID, 'NOTE', { n: 4, by: 'taker' }, at(3))
+      const end = taker.position(ID).bytes
+      return { stale, taker, end }
+    }
+
+    it("should move the stale line aside before the new owner's next line, and keep the chain unbroken", () => {
+      const found: unknown[] = []
+      const { stale, taker, end } = takeover(found)
+      // A writer that created the file checks nothing: its line lands after the new owner's.
+      fs.appendFileSync(file, `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`)
+      stale.close(ID)
+      expect(taker.append(ID, 'NOTE', { n: 5, by: 'taker' }, at(4)).seq).toBe(5)
+      const savedTo = `${file}.torn-${end}`
+      expect(found).toEqual([{ threadId: ID, file, offset: end, bytes: fs.statSync(savedTo).size, savedTo }])
+      expect(JSON.parse(fs.readFileSync(savedTo, 'utf8'))).toMatchObject({ seq: 4, data: { by: 'stale owner' } })
+      taker.close(ID)
+      const { entries, torn } = store.read(ID)
+      expect(torn).toBeNull()
+      verifyChain(entries)
+      expect(entries.map((e) => (e.data as { by?: string }).by ?? null)).toEqual([null, null, null, 'taker', 'taker'])
+    })
+
+    it("should have the stale owner write nothing, and cut nothing, when it finds the new owner's lines past its own", () => {
+      const found: unknown[] = []
+      const { stale, taker, end } = takeover(found)
+      const error = thrown(() => stale.append(ID, 'NOTE', { n: 4, by: 'stale owner' }, at(3)))
+      expect(error.code).toBe('LEASE_LOST')
+      expect(error.message).toContain('past this process\'s last line (seq 3)')
+      expect(fs.statSync(file).size).toBe(end)
+      expect(found).toEqual([])
+      expect(taker.append(ID, 'NOTE', { n: 5, by: 'taker' }, at(4)).seq).toBe(5)
+      stale.close(ID)
+      taker.close(ID)
+      verifyChain(store.read(ID).entries)
+    })
+
+    it('should leave bytes that are not transcript lines, and a file that got shorter, as they are and write nothing', () => {
+      const found: unknown[] = []
+      const { stale, taker, end } = takeover(found)
+      stale.close(ID)
+      fs.appendFileSync(file, 'hand-typed notes\n')
+      expect(thrown(() => taker.append(ID, 'NOTE', { n: 5 }, at(4))).code).toBe('TRANSCRIPT_CORRUPT')
+      expect(fs.statSync(file).size).toBe(end + 'hand-typed notes\n'.length)
+      fs.truncateSync(file, end - 10)
+      const shorter = thrown(() => taker.append(ID, 'NOTE', { n: 5 }, at(4)))
+      expect(shorter.code).toBe('TRANSCRIPT_CORRUPT')
+      expect(shorter.message).toContain('shorter than what this process wrote')
+      expect(found).toEqual([])
+      taker.close(ID)
+    })
+  })
+
   describe('thread ids', () => {
     it('should throw INVALID_THREAD_ID for an id that would leave the data directory', () => {
       expect(thrown(() => store.open('../evil-aaaaaaaaaaaa')).code).toBe('INVALID_THREAD_ID')
