@@ -23,8 +23,9 @@ function broken(path: string, seq: number, reason: string): SpindleError {
 
 /**
  * Verifies `buffer` (the bytes after `from`) line by line. A final fragment without a newline is a
- * torn write; so is an unparsable last line, since a crash can cut a line anywhere. Damage
- * anywhere before the last line is real damage.
+ * torn write; so is an unparsable last line, since a crash can cut a line anywhere; so are lines at
+ * the end that repeat seqs already read (a stale writer's). Damage anywhere before that is real
+ * damage.
  */
 export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, path: string): ParsedTail {
   const entries: TranscriptEntry[] = []
@@ -51,6 +52,13 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
       torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
       break
     }
+    if (typeof entry === 'object' && entry !== null && typeof entry.seq === 'number' && entry.seq <= seq && staleTail(buffer, offset, seq)) {
+      // Lines at the end that repeat seqs already read: a process that lost the thread while it
+      // was stopped wrote them after the new owner's last line (see jsonlTranscript's append).
+      // Never a continuation of the chain: set aside like a torn line.
+      torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
+      break
+    }
     if (typeof entry !== 'object' || entry === null || entry.seq !== seq + 1) {
       throw broken(path, seq + 1, `expected seq ${seq + 1}, found ${JSON.stringify((entry as { seq?: unknown } | null)?.seq)}`)
     }
@@ -63,6 +71,16 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
     offset = newline + 1
   }
   return { entries, position: { seq, hash, bytes: from.bytes + offset }, torn }
+}
+
+/** Whether every line of `buffer` from `offset` on is a complete line with a seq of at most `seq`. */
+function staleTail(buffer: Buffer, offset: number, seq: number): boolean {
+  if (buffer[buffer.length - 1] !== 0x0a) return false
+  for (const line of buffer.subarray(offset, buffer.length - 1).toString('utf8').split('\n')) {
+    const found = /^\{"seq":(\d+),/.exec(line)
+    if (!found || Number(found[1]) > seq) return false
+  }
+  return true
 }
 
 /**

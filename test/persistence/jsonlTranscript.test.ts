@@ -336,6 +336,29 @@ describe('jsonl transcript recovery', () => {
       verifyChain(store.read(ID).entries)
     })
 
+    it("should set aside, like a torn line, a stale line that landed after the new owner's last one", () => {
+      const found: unknown[] = []
+      const { stale, taker, end } = takeover(found)
+      taker.close(ID)
+      const staleLine = `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`
+      fs.appendFileSync(file, staleLine)
+      stale.close(ID)
+      // Read (doctor, replay): reported as torn, the chain verifies.
+      const read = store.read(ID)
+      expect(read.torn).toMatchObject({ bytes: staleLine.length })
+      verifyChain(read.entries)
+      // Opened again (a recovery): moved aside and cut off, and the next line goes on from seq 4.
+      const opened = store.open(ID)
+      expect(opened.position.seq).toBe(4)
+      expect(opened.torn).toEqual({ bytes: staleLine.length, savedTo: `${file}.torn-${end}` })
+      expect(store.append(ID, 'NOTE', { n: 5 }, at(4)).seq).toBe(5)
+      // A line with a lower seq that is not at the end is still damage.
+      store.close(ID)
+      const text = fs.readFileSync(file, 'utf8').split('\n')
+      fs.writeFileSync(file, [...text.slice(0, 4), staleLine.trimEnd(), ...text.slice(4)].join('\n'))
+      expect(thrown(() => store.read(ID)).code).toBe('TRANSCRIPT_CHAIN_BROKEN')
+    })
+
     it('should leave bytes that are not transcript lines, and a file that got shorter, as they are and write nothing', () => {
       const found: unknown[] = []
       const { stale, taker, end } = takeover(found)
