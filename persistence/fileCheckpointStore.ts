@@ -108,6 +108,8 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
   // thousand descriptors, and so a round leaves most of the threadpool to the transcript journal.
   const CONCURRENCY = poolShare()
   let staged = new Map<string, StagedEnvelope>()
+  /** Threads this process lost (`discard`): a batch under way publishes nothing of theirs. */
+  const dropped = new Set<string>()
   let chain: Promise<void> = Promise.resolve()
   /** Directories that gained an entry by a mkdir and are not fsynced yet, with the threads that need them. */
   const unsyncedParents = new Map<string, Set<string>>()
@@ -116,7 +118,7 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
   function restage(batch: Map<string, StagedEnvelope>, threadIds: Iterable<string>): void {
     for (const id of threadIds) {
       const envelope = batch.get(id)
-      if (envelope && !staged.has(id)) staged.set(id, envelope)
+      if (envelope && !staged.has(id) && !dropped.has(id)) staged.set(id, envelope)
     }
   }
 
@@ -151,6 +153,10 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
     const published: typeof written = []
     await eachLimited(written, CONCURRENCY, async (w) => {
       try {
+        if (dropped.has(w.id)) {
+          await fs.promises.rm(path.join(w.dir, TEMP), { force: true })
+          return
+        }
         await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE_FILE, cb))
         published.push(w)
         // A thread that stopped writes here again only when someone resumes it or rebuilds its file:
@@ -198,7 +204,13 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
   return {
     stage(threadId, envelope) {
       threadDir(paths, threadId)
+      dropped.delete(threadId)
       staged.set(threadId, envelope)
+    },
+
+    discard(threadId) {
+      staged.delete(threadId)
+      dropped.add(threadId)
     },
 
     sync(options = {}) {

@@ -150,6 +150,11 @@ export class GroupCommit {
     private readonly onRegistryError: (threadId: string, error: unknown) => void = () => {},
     /** A background checkpoint round failed (it is retried with the next one). */
     private readonly onBackgroundError: (error: unknown) => void = () => {},
+    /**
+     * Why this process may not publish checkpoints or registry changes now (its leases' validity
+     * ran out: another process may run its threads), or null. Asked before each publishes.
+     */
+    private readonly fenced: () => Error | null = () => null,
   ) {
     // Transcript rounds may overlap: each fsyncs the files written before it began, and the store
     // orders a round with nothing new behind the ones in flight.
@@ -174,11 +179,17 @@ export class GroupCommit {
   }
 
   private closed = false
+  /** Threads discarded (lost to another process) and not staged again since. */
+  private readonly discarded = new Set<string>()
+  private dropped(threadId: string): boolean {
+    return this.discarded.has(threadId)
+  }
   /** A status or outcome is staged for the registry (cleared when a round takes the patches). */
   private statusChanged = false
 
   /** Records that a thread staged a checkpoint; the background round will write it. */
   noteCheckpoint(threadId: string): void {
+    this.discarded.delete(threadId)
     this.stats.checkpointsStaged++
     this.staged.add(threadId)
     if (!this.closed) this.checkpoint.poke()
@@ -194,10 +205,22 @@ export class GroupCommit {
   }
 
   stageRegistry(threadId: string, patch: RegistryPatch): void {
+    this.discarded.delete(threadId)
     if (patch.status !== undefined || patch.outcome !== undefined) this.statusChanged = true
     const prev = this.patches.get(threadId)
     this.patches.set(threadId, prev ? { ...prev, ...patch } : patch)
     if (!this.closed) this.checkpoint.poke()
+  }
+
+  /**
+   * This process lost the thread to another: nothing staged for it is published any more (a round
+   * under way included), so a stale state.json or registry row never overwrites the new owner's.
+   */
+  discard(threadId: string): void {
+    this.discarded.add(threadId)
+    this.staged.delete(threadId)
+    this.patches.delete(threadId)
+    this.parts.checkpoints.discard(threadId)
   }
 
   /** Resolves when every transcript line appended before this call is durable. */
@@ -220,16 +243,31 @@ export class GroupCommit {
     const staged = this.staged
     this.staged = new Set()
     try {
-      await this.parts.checkpoints.sync({ beforePublish: () => this.parts.transcripts.sync({ files: true }) })
-      if (patches.size > 0 || registrations.length > 0) this.applyRegistry(registrations, patches)
+      // A process stopped or starved past its leases' validity publishes nothing until its
+      // heartbeat has found out which threads are still its own (the rest are discarded).
+      const mayPublish = (): void => {
+        const fenced = this.fenced()
+        if (fenced) throw fenced
+      }
+      await this.parts.checkpoints.sync({
+        beforePublish: async () => {
+          await this.parts.transcripts.sync({ files: true })
+          mayPublish()
+        },
+      })
+      for (const id of patches.keys()) if (this.dropped(id)) patches.delete(id)
+      if (patches.size > 0 || registrations.length > 0) {
+        mayPublish()
+        this.applyRegistry(registrations, patches)
+      }
       this.stats.commits++
       this.stats.checkpointsWritten += staged.size
     } catch (error) {
       // What was not applied goes back so the next round retries it, unless something newer replaced it.
       this.registrations.unshift(...registrations)
       // The store re-stages what it could not write; remember those threads so the next round runs.
-      for (const id of staged) this.staged.add(id)
-      for (const [id, patch] of patches) if (!this.patches.has(id)) this.patches.set(id, patch)
+      for (const id of staged) if (!this.dropped(id)) this.staged.add(id)
+      for (const [id, patch] of patches) if (!this.patches.has(id) && !this.dropped(id)) this.patches.set(id, patch)
       if (statusChanged) this.statusChanged = true
       this.onBackgroundError(error)
       throw error

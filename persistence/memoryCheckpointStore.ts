@@ -18,13 +18,20 @@ import { stagedEnvelope } from './types.js'
  */
 export function createMemoryCheckpointStore(): CheckpointStore {
   let staged = new Map<string, StagedEnvelope>()
+  const dropped = new Set<string>()
   const stored = new Map<string, string>()
   let chain: Promise<void> = Promise.resolve()
 
   return {
     stage(threadId, envelope) {
       assertThreadId(threadId)
+      dropped.delete(threadId)
       staged.set(threadId, envelope)
+    },
+
+    discard(threadId) {
+      staged.delete(threadId)
+      dropped.add(threadId)
     },
 
     sync(options = {}) {
@@ -36,10 +43,10 @@ export function createMemoryCheckpointStore(): CheckpointStore {
           await options.beforePublish?.()
         } catch (error) {
           // Nothing published; the batch goes back unless a newer envelope was staged meanwhile.
-          for (const [id, envelope] of batch) if (!staged.has(id)) staged.set(id, envelope)
+          for (const [id, envelope] of batch) if (!staged.has(id) && !dropped.has(id)) staged.set(id, envelope)
           throw error
         }
-        for (const [id, envelope] of batch) stored.set(id, JSON.stringify(stagedEnvelope(envelope)))
+        for (const [id, envelope] of batch) if (!dropped.has(id)) stored.set(id, JSON.stringify(stagedEnvelope(envelope)))
       })
       chain = run.catch(() => {})
       return run

@@ -68,6 +68,12 @@ export interface CheckpointStore {
    */
   sync(options?: { beforePublish?: () => Promise<unknown> }): Promise<void>
   /**
+   * Forgets what is staged for the thread, and keeps a sync already under way from publishing it:
+   * this process lost the thread to another, which writes its state.json now. A later `stage`
+   * of the thread (it is taken back) lifts this.
+   */
+  discard(threadId: string): void
+  /**
    * The stored envelope, null when the thread has none. Throws STATE_CORRUPT naming the file.
    * `read`: the file's bytes already read by a prefetch (backends without files ignore it).
    */

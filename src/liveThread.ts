@@ -353,6 +353,9 @@ export class LiveThread implements ThreadHandle {
   detach(reason: SpindleError): void {
     if (this.finished) return
     this.finished = true
+    // Lost to another process (or possibly lost: its lease ran out unrenewed): what it staged
+    // must not overwrite what the new owner writes. Its transcript holds every step anyway.
+    if (reason.code === 'LEASE_LOST') this.services.commit.discard(this.id)
     this.unsubscribeActor?.()
     this.actor?.stop()
     this.services.transcripts.close(this.id)

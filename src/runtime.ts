@@ -570,6 +570,9 @@ class RuntimeImpl implements Runtime {
       { transcripts, checkpoints, registry },
       (threadId, error) => this.report(error, threadId),
       (error) => this.report(error),
+      // Until this process has held a lease, what it publishes (registry rows of settled threads
+      // it found) is no thread's that another process runs.
+      () => (this.leaseValidUntil === 0 ? null : this.fenced()),
     )
     const tools = new Map<string, Tool>()
     const builtin = options.builtinTools === false ? [] : childTools({
