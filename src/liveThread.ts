@@ -91,12 +91,15 @@ export class LiveThread implements ThreadHandle {
   private rejectDone!: (error: unknown) => void
   private actor: ThreadActor | null = null
   private unsubscribeActor: (() => void) | null = null
-  private readonly listeners = new Set<(view: ThreadView) => void>()
+  /** Allocated on the first subscriber (most recovered threads never get one). */
+  private listeners: Set<(view: ThreadView) => void> | null = null
   private messageLog: Message[] | null = null
   /** Whether the conversation came from outside this object and was not yet checked for tool calls left without results. */
   private unchecked: boolean
-  private readonly toolNames = new Map<string, string>()
-  private readonly intents: Set<string>
+  /** Tool call id → tool name, for the conversation built here; allocated on first use. */
+  private toolNames: Map<string, string> | null = null
+  /** Keys of tool intents recorded; null while there are none (most threads, most of the time). */
+  private intents: Set<string> | null
   /** The last good snapshot as state.json holds it; null while only `lastGoodRaw` is known. */
   private lastGood: unknown = null
   /** The last good snapshot as the actor made it, persisted on demand (see `persist`). */
@@ -117,7 +120,8 @@ export class LiveThread implements ThreadHandle {
   ) {
     this.messageLog = options.messages ?? null
     this.unchecked = options.seeded ?? false
-    this.intents = new Set(options.intents ?? [])
+    const intents = options.intents ? [...options.intents] : []
+    this.intents = intents.length > 0 ? new Set(intents) : null
     this.done = new Promise<ThreadOutcome>((resolve, reject) => {
       this.resolveDone = resolve
       this.rejectDone = reject
@@ -160,9 +164,9 @@ export class LiveThread implements ThreadHandle {
   }
 
   subscribe(listener: (view: ThreadView) => void): () => void {
-    this.listeners.add(listener)
+    ;(this.listeners ??= new Set()).add(listener)
     if (this.actor) this.notifyOne(listener, viewOf(this.id, this.actor.getSnapshot()))
-    return () => this.listeners.delete(listener)
+    return () => void this.listeners?.delete(listener)
   }
 
   directiveName(): string {
@@ -218,12 +222,12 @@ export class LiveThread implements ThreadHandle {
   }
 
   hasToolIntent(key: string): boolean {
-    return this.intents.has(key)
+    return this.intents?.has(key) ?? false
   }
 
   recordToolIntent(key: string, call: { id: string; name: string }): void {
     this.append('tool_intent', { key, callId: call.id, name: call.name })
-    this.intents.add(key)
+    ;(this.intents ??= new Set()).add(key)
   }
 
   /**
@@ -295,8 +299,9 @@ export class LiveThread implements ThreadHandle {
     }
     this.append(type, data)
     if (this.messageLog !== null) {
-      if (event.type === 'MODEL_REPLIED') for (const call of event.toolCalls) this.toolNames.set(call.id, call.name)
-      applyToMessages(this.messageLog, event, this.toolNames)
+      const names = (this.toolNames ??= new Map())
+      if (event.type === 'MODEL_REPLIED') for (const call of event.toolCalls) names.set(call.id, call.name)
+      applyToMessages(this.messageLog, event, names)
     }
     actor.send(event)
     return true
@@ -329,7 +334,7 @@ export class LiveThread implements ThreadHandle {
     this.unsubscribeActor?.()
     this.actor.stop()
     this.messageLog = null
-    this.toolNames.clear()
+    this.toolNames = null
     this.start(machine, { snapshot })
     return true
   }
@@ -366,7 +371,7 @@ export class LiveThread implements ThreadHandle {
   private learnToolNames(entry: TranscriptEntry): void {
     if (entry.type === 'MODEL_REPLIED') {
       for (const call of (entry.data as { toolCalls: Array<{ id: string; name: string }> }).toolCalls) {
-        this.toolNames.set(call.id, call.name)
+        ;(this.toolNames ??= new Map()).set(call.id, call.name)
       }
     }
   }
@@ -438,7 +443,7 @@ export class LiveThread implements ThreadHandle {
         this.services.report(error, this.id)
       }
     }
-    if (this.listeners.size > 0) {
+    if (this.listeners !== null && this.listeners.size > 0) {
       const view = viewOf(this.id, snapshot)
       for (const listener of this.listeners) this.notifyOne(listener, view)
     }
@@ -449,7 +454,7 @@ export class LiveThread implements ThreadHandle {
     try {
       listener(view)
     } catch (error) {
-      this.listeners.delete(listener)
+      this.listeners?.delete(listener)
       // Deferred: we are inside the actor's notification; the FAIL is its own transition.
       queueMicrotask(() =>
         this.crash(new SpindleError('SUBSCRIBER_FAILED', `A subscriber of thread ${this.id} threw: ${describeError(error).message}`, { cause: error })),
