@@ -12,7 +12,7 @@ import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
 import { assertThreadDir, forgetThreadDir, TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
-import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
+import { encodeEntry, leadingSeq, parseTranscriptBytes } from './transcriptLines.js'
 import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
 import type { SkippedJournal } from './transcriptJournal.js'
 import { eachLimited, poolShare } from './poolShare.js'
@@ -287,15 +287,15 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       .toString('utf8')
       .split('\n')
       .filter((line) => line.length > 0)
-      .map((line) => /^\{"seq":(\d+),/.exec(line)?.[1])
-    if (seqs.some((seq) => seq !== undefined && Number(seq) > open.position.seq)) {
+      .map(leadingSeq)
+    if (seqs.some((seq) => seq !== null && seq > open.position.seq)) {
       throw new SpindleError(
         'LEASE_LOST',
         `Another process has written ${open.file} past this process's last line (seq ${open.position.seq}): the thread was taken over, so this process stops writing it.`,
         { details: { threadId: open.threadId, file: open.file, seq: open.position.seq } },
       )
     }
-    if (seqs.length === 0 || seqs.some((seq) => seq === undefined)) {
+    if (seqs.length === 0 || seqs.includes(null)) {
       throw corrupt(
         open.file,
         open.threadId,
@@ -308,7 +308,6 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     fs.ftruncateSync(open.fd, open.position.bytes)
     options.onForeignTail?.({ threadId: open.threadId, file: open.file, offset: open.position.bytes, bytes: tail.length, savedTo })
   }
-
 
   /** fdatasyncs one file; the caller has counted it in `open.syncing` (see the files sync). */
   async function syncFile(open: OpenFile): Promise<void> {

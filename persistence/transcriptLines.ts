@@ -73,12 +73,18 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
   return { entries, position: { seq, hash, bytes: from.bytes + offset }, torn }
 }
 
+/** The seq a transcript line starts with (every line `encodeEntry` writes does), or null. */
+export function leadingSeq(line: string): number | null {
+  const found = /^\{"seq":(\d+),/.exec(line)
+  return found ? Number(found[1]) : null
+}
+
 /** Whether every line of `buffer` from `offset` on is a complete line with a seq of at most `seq`. */
 function staleTail(buffer: Buffer, offset: number, seq: number): boolean {
   if (buffer[buffer.length - 1] !== 0x0a) return false
   for (const line of buffer.subarray(offset, buffer.length - 1).toString('utf8').split('\n')) {
-    const found = /^\{"seq":(\d+),/.exec(line)
-    if (!found || Number(found[1]) > seq) return false
+    const found = leadingSeq(line)
+    if (found === null || found > seq) return false
   }
   return true
 }
