@@ -181,9 +181,6 @@ export class GroupCommit {
   private closed = false
   /** Threads discarded (lost to another process) and not staged again since. */
   private readonly discarded = new Set<string>()
-  private dropped(threadId: string): boolean {
-    return this.discarded.has(threadId)
-  }
   /** A status or outcome is staged for the registry (cleared when a round takes the patches). */
   private statusChanged = false
 
@@ -255,7 +252,7 @@ export class GroupCommit {
           mayPublish()
         },
       })
-      for (const id of patches.keys()) if (this.dropped(id)) patches.delete(id)
+      for (const id of patches.keys()) if (this.discarded.has(id)) patches.delete(id)
       if (patches.size > 0 || registrations.length > 0) {
         mayPublish()
         this.applyRegistry(registrations, patches)
@@ -266,8 +263,8 @@ export class GroupCommit {
       // What was not applied goes back so the next round retries it, unless something newer replaced it.
       this.registrations.unshift(...registrations)
       // The store re-stages what it could not write; remember those threads so the next round runs.
-      for (const id of staged) if (!this.dropped(id)) this.staged.add(id)
-      for (const [id, patch] of patches) if (!this.patches.has(id) && !this.dropped(id)) this.patches.set(id, patch)
+      for (const id of staged) if (!this.discarded.has(id)) this.staged.add(id)
+      for (const [id, patch] of patches) if (!this.patches.has(id) && !this.discarded.has(id)) this.patches.set(id, patch)
       if (statusChanged) this.statusChanged = true
       this.onBackgroundError(error)
       throw error

@@ -6,21 +6,13 @@
  * argv: <dir> <id to wait for> <timeout seconds>
  */
 import { createRuntime, scriptedModel } from '../../src/index.js'
-import type { Message } from '../../src/index.js'
+import { sawOfWait } from '../helpers/waits.js'
 
 const [dir, target, timeout] = process.argv.slice(2)
 if (!dir || !target || !timeout) throw new Error('usage: waitCycleWorker <dir> <id to wait for> <timeout seconds>')
 
-function saw(messages: readonly Message[]): string {
-  const last = messages.filter((m): m is Extract<Message, { role: 'tool' }> => m.role === 'tool' && m.toolName === 'wait_threads').at(-1)
-  const result = JSON.parse(last!.content) as { error?: string; timedOut?: boolean; settled?: Array<{ status: string }> }
-  if (result.error) return `refused ${result.error}`
-  if (result.timedOut) return 'timed out'
-  return `settled ${result.settled!.map((s) => s.status).join(',')}`
-}
-
 const model = scriptedModel((r) =>
-  r.turn === 1 ? { toolCalls: [{ name: 'wait_threads', input: { threadIds: [target], timeoutSeconds: Number(timeout) } }] } : { text: saw(r.messages) },
+  r.turn === 1 ? { toolCalls: [{ name: 'wait_threads', input: { threadIds: [target], timeoutSeconds: Number(timeout) } }] } : { text: sawOfWait(r.messages) },
 )
 const rt = await createRuntime({ dir, model, durability: 'process', userConfig: null })
 const thread = await rt.spawn({ directive: { name: 'far', prompt: 'wait for the other process' } })

@@ -14,9 +14,10 @@ import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
-import type { Message, ModelAdapter, ModelRequest, Runtime, ScriptedTurn } from '../../src/index.js'
+import type { ModelAdapter, ModelRequest, Runtime, ScriptedTurn } from '../../src/index.js'
 import { findWaitCycle } from '../../src/waits.js'
 import type { WaitGraph, WaitInProgress } from '../../src/waits.js'
+import { recordedToolResults, sawOfWait, toolResultsOf } from '../helpers/waits.js'
 
 const opened: Runtime[] = []
 const dirs: string[] = []
@@ -91,39 +92,17 @@ async function until(condition: () => boolean, what: string, ms = 20_000): Promi
   }
 }
 
-function toolResults(rt: Runtime, id: string, tool: string): Array<{ ok: boolean; output: any }> {
-  const calls = new Map<string, string>()
-  const results: Array<{ ok: boolean; output: any }> = []
-  for (const line of fs.readFileSync(path.join(rt.dir, 'threads', id, 'transcript.jsonl'), 'utf8').trim().split('\n')) {
-    const entry = JSON.parse(line)
-    if (entry.type === 'MODEL_REPLIED') for (const call of entry.data.toolCalls) calls.set(call.id, call.name)
-    if (entry.type === 'TOOL_DONE' && calls.get(entry.data.callId) === tool) results.push({ ok: entry.data.ok, output: entry.data.output })
-  }
-  return results
-}
-
 function idOf(rt: Runtime, name: string): string {
   const found = rt.list().find((r) => r.directiveName === name)
   if (!found) throw new Error(`no thread ${name} yet`)
   return found.id
 }
 
-const toolResultsOf = (messages: readonly Message[], name: string) =>
-  messages.filter((m): m is Extract<Message, { role: 'tool' }> => m.role === 'tool' && m.toolName === name).map((m) => JSON.parse(m.content))
-
-/** What the thread saw of its last wait, for its final reply. */
-function saw(messages: readonly Message[]): string {
-  const result = toolResultsOf(messages, 'wait_threads').at(-1)
-  if (result.error) return `refused ${result.error}`
-  if (result.timedOut) return 'timed out'
-  return `settled ${result.settled.map((s: { status: string }) => s.status).join(',')}`
-}
-
 /** gate → wait for `targets()` → reply with what the wait gave. */
 function gatedWaiter(r: ModelRequest, targets: () => string[], timeoutSeconds: number, firstTurn = 1): ScriptedTurn {
   if (r.turn === firstTurn) return { toolCalls: [{ name: 'gate', input: { name: r.directiveName } }] }
   if (r.turn === firstTurn + 1) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: targets(), timeoutSeconds } }] }
-  return { text: saw(r.messages) }
+  return { text: sawOfWait(r.messages) }
 }
 
 describe('a wait that would close a cycle of waits', () => {
@@ -153,7 +132,7 @@ describe('a wait that would close a cycle of waits', () => {
     gate.open('beta')
 
     expect(await lead.done).toMatchObject({ status: 'completed', result: 'lead done' })
-    const refused = toolResults(rt, beta, 'wait_threads')
+    const refused = recordedToolResults(rt.dir, beta, 'wait_threads')
     expect(refused).toEqual([
       {
         ok: false,
@@ -163,7 +142,7 @@ describe('a wait that would close a cycle of waits', () => {
     // The refused thread's loop went on; the wait it would have deadlocked ended when it completed.
     expect(await rt.get(beta).done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
     expect(await rt.get(alpha).done).toMatchObject({ status: 'completed', result: 'settled completed' })
-    expect(toolResults(rt, alpha, 'wait_threads')[0]!.output).toMatchObject({ settled: [{ threadId: beta, status: 'completed' }], timedOut: false })
+    expect(recordedToolResults(rt.dir, alpha, 'wait_threads')[0]!.output).toMatchObject({ settled: [{ threadId: beta, status: 'completed' }], timedOut: false })
     expect(graph(rt)).toEqual({})
     for (const id of [lead.id, alpha, beta]) expect(verifyReplay(rt.dir, id).matches).toBe(true)
   })
@@ -178,7 +157,7 @@ describe('a wait that would close a cycle of waits', () => {
     gate.open('z')
 
     expect(await z.done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
-    expect(toolResults(rt, z.id, 'wait_threads')[0]!.output).toMatchObject({
+    expect(recordedToolResults(rt.dir, z.id, 'wait_threads')[0]!.output).toMatchObject({
       error: 'WAIT_CYCLE',
       cycle: [z.id, x.id, y.id],
       message: expect.stringContaining(`${z.id} → ${x.id} → ${y.id} → ${z.id}`),
@@ -214,7 +193,7 @@ describe('a wait that would close a cycle of waits', () => {
     gate.open('other')
 
     expect(await other.done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
-    expect(toolResults(rt, other.id, 'wait_threads')[0]!.output).toMatchObject({
+    expect(recordedToolResults(rt.dir, other.id, 'wait_threads')[0]!.output).toMatchObject({
       error: 'WAIT_CYCLE',
       waitedOn: pred.id,
       cycle: [other.id, successor],
@@ -248,7 +227,7 @@ describe('a wait that would close a cycle of waits', () => {
     secondGates.open('y')
 
     expect(await rt.get(y.id).done).toMatchObject({ status: 'completed', result: 'refused WAIT_CYCLE' })
-    expect(toolResults(rt, y.id, 'wait_threads')[0]!.output).toMatchObject({ error: 'WAIT_CYCLE', cycle: [y.id, x.id] })
+    expect(recordedToolResults(rt.dir, y.id, 'wait_threads')[0]!.output).toMatchObject({ error: 'WAIT_CYCLE', cycle: [y.id, x.id] })
     expect(await rt.get(x.id).done).toMatchObject({ status: 'completed', result: 'settled completed' })
     expect(graph(rt)).toEqual({})
   })

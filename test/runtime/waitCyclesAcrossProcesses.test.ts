@@ -14,8 +14,9 @@ import Database from 'better-sqlite3'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
-import type { Message, Runtime } from '../../src/index.js'
+import type { Runtime } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
+import { recordedToolResults, sawOfWait } from '../helpers/waits.js'
 
 const opened: Runtime[] = []
 afterEach(async () => {
@@ -43,16 +44,7 @@ function recordedWaits(dir: string): Array<{ waiter: string; ids: string[] }> {
   }
 }
 
-function waitResults(dir: string, id: string): unknown[] {
-  const calls = new Map<string, string>()
-  const results: unknown[] = []
-  for (const line of fs.readFileSync(path.join(dir, 'threads', id, 'transcript.jsonl'), 'utf8').trim().split('\n')) {
-    const entry = JSON.parse(line)
-    if (entry.type === 'MODEL_REPLIED') for (const call of entry.data.toolCalls) calls.set(call.id, call.name)
-    if (entry.type === 'TOOL_DONE' && calls.get(entry.data.callId) === 'wait_threads') results.push(entry.data.output)
-  }
-  return results
-}
+const waitResults = (dir: string, id: string): unknown[] => recordedToolResults(dir, id, 'wait_threads').map((r) => r.output)
 
 describe('a wait that would close a cycle through threads of two processes', () => {
   it("should be refused at once, naming both threads, while the other process's wait goes on and ends when the refused thread completes", async () => {
@@ -64,8 +56,7 @@ describe('a wait that would close a cycle through threads of two processes', () 
     const model = scriptedModel((r) => {
       if (r.turn === 1) return { toolCalls: [{ name: 'gate', input: {} }] }
       if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: [far], timeoutSeconds: 2 } }] }
-      const result = JSON.parse(r.messages.filter((m): m is Extract<Message, { role: 'tool' }> => m.role === 'tool').at(-1)!.content)
-      return { text: result.error ? `refused ${result.error}` : result.timedOut ? 'timed out' : 'settled' }
+      return { text: sawOfWait(r.messages) }
     })
     const rt = await createRuntime({ dir, model, tools: [gate], durability: 'process', userConfig: null })
     opened.push(rt)
