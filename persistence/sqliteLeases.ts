@@ -218,6 +218,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
       if ('refused' in done) throw done.refused
       return done.id
     },
+    waitsOfOthers: (owner) => guard('read the waits of other processes', () => othersWaits.all(owner).map(toWait)),
     endWait: (owner, id) => {
       guard('end a wait', () => delWait.run(id, owner))
     },

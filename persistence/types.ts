@@ -365,6 +365,8 @@ export interface LeaseStore {
    * recorded and its error is thrown. Waits whose owner no longer holds the waiter's lease go.
    */
   recordWait(owner: string, wait: RecordedWait, check: (others: RecordedWait[]) => void): number
+  /** The waits of every other owner that still holds its waiter's lease: a read, outside any write. */
+  waitsOfOthers(owner: string): RecordedWait[]
   /** The wait ended (settled, timed out, aborted). */
   endWait(owner: string, id: number): void
   /** Every wait of `owner` (its runtime closes). */

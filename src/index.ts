@@ -16,7 +16,7 @@ export type {
   LifecycleEvent,
   LifecycleEventType,
 } from './runtime.js'
-export type { WaitOptions, WaitReport, SettledThread } from './waits.js'
+export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'
 export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'
 export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './requests.js'

@@ -86,13 +86,13 @@ import { continuationMessages, continuationSheds, findDanglingToolCalls } from '
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { capPermissions, PermissionsSchema } from './policies/permissions.js'
 import { pidAlive } from './locks.js'
-import { assertNoWaitCycle, assertWaitCanEnd, waitThreads } from './waits.js'
+import { assertNoWaitCycle, assertWaitCanEnd, findWaitCycle, waitCycleEnd, waitThreads } from './waits.js'
 import { decideRecovery, describeRecovery } from './policies/recovery.js'
 import type { RecoveryDecision } from './policies/recovery.js'
 import { checkGovernance } from './policies/governance.js'
 import { CrashLoopGuard, crashLoopError } from './crashLoop.js'
 import { openSqliteRecovery } from '../persistence/sqliteRecovery.js'
-import type { WaitGraph, WaitInProgress, WaitOptions, WaitReport } from './waits.js'
+import type { SettledThread, WaitCycleEnd, WaitGraph, WaitInProgress, WaitOptions, WaitReport } from './waits.js'
 import { childThreadId } from './ids.js'
 import type { z } from 'zod'
 import { isActive, isStateValue, statusOfValue } from './threadStatus.js'
@@ -1521,9 +1521,12 @@ class RuntimeImpl implements Runtime {
     let mine = this.waitingFor.get(parentId)
     if (!mine) this.waitingFor.set(parentId, (mine = new Set()))
     mine.add(wait)
-    const leave = (): void => {
+    const outOfGraph = (): void => {
       mine.delete(wait)
       if (mine.size === 0 && this.waitingFor.get(parentId) === mine) this.waitingFor.delete(parentId)
+    }
+    const leave = (): void => {
+      outOfGraph()
       if (this.closed) return // close ended every wait of this runtime at once
       try {
         this.leases.endWait(this.owner.id, recorded)
@@ -1533,9 +1536,31 @@ class RuntimeImpl implements Runtime {
       }
     }
     const startedAt = this.live.get(parentId)?.context().lastAt
-    const waiting = this.waitFor(ids, startedAt != null ? { ...options, startedAt } : options, (id) => open.delete(id))
+    const waiting = this.waitFor(ids, startedAt != null ? { ...options, startedAt } : options, (id, settled) => {
+      open.delete(id)
+      // A fail-fast wait was let through for its way out: a thread that might fail. One settling
+      // without failing may close the last way out; then the wait is checked again, as if asked now.
+      if (!wait.failFast || open.size === 0 || settled.status === 'error') return undefined
+      const stuck = this.stuckWait(parentId, wait, settled)
+      // Out of the graph at once, before any other wait's check in this same turn counts it.
+      if (stuck) outOfGraph()
+      return stuck
+    })
     waiting.then(leave, leave)
     return waiting
+  }
+
+  /** Whether fail-fast wait `wait` of `waiter`, whose thread `closedBy` just settled without failing, can now only time out. */
+  private stuckWait(waiter: string, wait: WaitInProgress, closedBy: SettledThread): WaitCycleEnd | undefined {
+    try {
+      const elsewhere = this.leases.waitsOfOthers(this.owner.id)
+      const found = findWaitCycle(waiter, [...wait.open], true, this.waitGraph(elsewhere))
+      return found ? waitCycleEnd(waiter, found, closedBy) : undefined
+    } catch (error) {
+      // Unreadable lease store: the wait goes on as it was let through, and ends at its timeout at worst.
+      this.report(error, waiter)
+      return undefined
+    }
   }
 
   /**
@@ -1573,7 +1598,8 @@ class RuntimeImpl implements Runtime {
         const live = this.live.get(id)
         if (live && !live.stopped) return false
         const record = this.registry.get(id)
-        return !record || (record.status !== 'suspended' && !isActive(record.status))
+        // A thread that ended in error ends the fail-fast waits for it: for them it is a way out.
+        return !record || (record.status !== 'suspended' && record.status !== 'error' && !isActive(record.status))
       },
     }
   }
@@ -1582,7 +1608,7 @@ class RuntimeImpl implements Runtime {
     return this.waitFor(ids, options)
   }
 
-  private async waitFor(ids: string[], options: WaitOptions, onSettled?: (threadId: string) => void): Promise<WaitReport> {
+  private async waitFor(ids: string[], options: WaitOptions, onSettled?: Parameters<typeof waitThreads>[3]): Promise<WaitReport> {
     this.assertOpen()
     if (!Array.isArray(ids)) throw new SpindleError('INVALID_OPTIONS', 'waitThreads needs an array of thread ids.')
     for (const id of ids) {

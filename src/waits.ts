@@ -84,7 +84,10 @@ export interface WaitGraph {
   readonly waits: ReadonlyMap<string, ReadonlySet<WaitInProgress>>
   /** The thread a wait on `id` depends on now: the last of `id`'s continuation chain. */
   tail(id: string): string
-  /** Whether thread `id` (a chain's last) has stopped for good. Asked only of a new fail-fast wait's threads. */
+  /**
+   * Whether thread `id` (a chain's last) has stopped for good other than in error: it can no longer
+   * end a fail-fast wait. Asked only of the threads of fail-fast waits.
+   */
   stopped(id: string): boolean
 }
 
@@ -169,6 +172,14 @@ export function findWaitCycle(waiter: string, ids: readonly string[], failFast: 
       }
     }
   }
+  // A fail-fast wait ends early only through a thread that may still fail: one that settled
+  // without failing (still named by another process's recorded wait) is no way out.
+  const wayOut = new Map<string, boolean>()
+  const mayFail = (id: string): boolean => {
+    let found = wayOut.get(id)
+    if (found === undefined) wayOut.set(id, (found = !graph.stopped(id)))
+    return found
+  }
   const work = [...seen].filter((id) => id !== waiter && !edges.has(id))
   for (const [id, count] of unended) if (count === 0) work.push(id)
   while (work.length > 0) {
@@ -178,7 +189,7 @@ export function findWaitCycle(waiter: string, ids: readonly string[], failFast: 
     for (const edge of dependents.get(id) ?? []) {
       const count = left.get(edge)! - 1
       left.set(edge, count)
-      if (ended.has(edge) || (count > 0 && !edge.failFast)) continue
+      if (ended.has(edge) || (count > 0 && !(edge.failFast && mayFail(id)))) continue
       ended.add(edge)
       const waiting = owner.get(edge)!
       const rest = unended.get(waiting)! - 1
@@ -187,8 +198,7 @@ export function findWaitCycle(waiter: string, ids: readonly string[], failFast: 
     }
   }
   const ends = (edge: Edge): boolean => ended.has(edge)
-  const mineEnds =
-    mine.targets.every((t) => free.has(t.tail)) || (failFast && mine.targets.some((t) => free.has(t.tail) && !graph.stopped(t.tail)))
+  const mineEnds = mine.targets.every((t) => free.has(t.tail)) || (failFast && mine.targets.some((t) => free.has(t.tail) && mayFail(t.tail)))
   if (mineEnds) return null
 
   // Every thread left waits, in a wait that cannot end, for at least one other thread left (or for
@@ -253,6 +263,39 @@ export class WaitCycleError extends ToolRefusal {
 }
 WaitCycleError.prototype.name = 'WaitCycleError'
 
+/**
+ * Why a fail-fast wait in progress was ended early: its way out closed (`closedBy`, a thread it
+ * waited for that might have failed, settled without failing), and what it still waits for can
+ * only settle after its waiter does. Waiting on could only end at its timeout.
+ */
+export interface WaitCycleEnd {
+  code: 'WAIT_CYCLE'
+  message: string
+  /** As in a refusal's details: each thread waits for the next, the last for the first. */
+  cycle: string[]
+  /** When the waiter is not in the cycle: the waits that lead from it to the cycle. */
+  path?: string[]
+}
+
+export function waitCycleEnd(waiter: string, found: WaitCycleFound, closedBy: SettledThread): WaitCycleEnd {
+  const cycle = found.cycle.map((hop) => hop.thread)
+  const loop = [...cycle, cycle[0]!].join(' → ')
+  const hops = found.cycle.map(describeHop).join(', ')
+  const why = found.path.length === 0
+    ? `the threads it still waits for can only settle after it does: a wait cycle, ${loop} (${hops}).`
+    : `${found.path.map(describeHop).join(', ')}, and ${cycle[0]} is in a wait cycle, ${loop} (${hops}).`
+  const settled = closedBy.finalThreadId === closedBy.threadId ? closedBy.threadId : `${closedBy.threadId} (continued as ${closedBy.finalThreadId})`
+  return {
+    code: 'WAIT_CYCLE',
+    message:
+      `Thread ${waiter}'s fail-fast wait was ended early: ${settled} ${closedBy.status} without failing, so no thread it waits for can ` +
+      `end it by failing any more, and ${why} It could only have ended at its timeout. What settled is in \`settled\`; the rest are ` +
+      `\`pending\`. Do something else: finish your part without their results.`,
+    cycle,
+    ...(found.path.length ? { path: found.path.map((hop) => hop.thread) } : {}),
+  }
+}
+
 /** Refuses (WAIT_CYCLE, naming the cycle) a wait that the waits in progress keep from ever ending. */
 export function assertNoWaitCycle(waiter: string, ids: readonly string[], failFast: boolean, graph: WaitGraph): void {
   const found = findWaitCycle(waiter, ids, failFast, graph)
@@ -280,6 +323,12 @@ export interface WaitReport {
   /** Threads still running (or suspended) when the wait ended. */
   pending: string[]
   timedOut: boolean
+  /**
+   * Set when a fail-fast wait was ended early because it could only have ended at its timeout: the
+   * last thread that might have failed settled without failing, and the threads still pending can
+   * only settle after the waiter does (a wait cycle). Absent otherwise.
+   */
+  cycle?: WaitCycleEnd
 }
 
 /** What waiting needs from the runtime. */
@@ -299,8 +348,11 @@ export async function waitThreads(
   host: WaitHost,
   ids: readonly string[],
   options: WaitOptions = {},
-  /** Told of each thread of `ids` as it settles (the runtime keeps its wait-for graph with it). */
-  onSettled?: (threadId: string) => void,
+  /**
+   * Told of each thread of `ids` as it settles (the runtime keeps its wait-for graph with it).
+   * Returning a `WaitCycleEnd` ends the wait there, with it as the report's `cycle`.
+   */
+  onSettled?: (threadId: string, settled: SettledThread) => WaitCycleEnd | undefined,
 ): Promise<WaitReport> {
   const unique = [...new Set(ids)]
   if (unique.length === 0) return { settled: [], failed: null, cancelled: [], pending: [], timedOut: false }
@@ -333,13 +385,18 @@ export async function waitThreads(
           ...(outcome.error ? { error: outcome.error } : {}),
         }
         open.delete(waitedOn)
-        onSettled?.(waitedOn)
+        const stuck = onSettled?.(waitedOn, settled)
         report.settled.push(settled)
         if (outcome.status === 'error' && !report.failed) {
           report.failed = settled
           if (options.failFast) return void failFast(settled)
         }
-        if (open.size === 0 && !failing) end()
+        if (failing) return
+        if (open.size === 0) return end()
+        if (stuck) {
+          report.cycle = stuck
+          end()
+        }
       },
       () => {
         // The runtime closed under the wait: report what is still open as pending.

@@ -19,10 +19,11 @@ export function recordedToolResults(dir: string, id: string, tool: string): Arra
 export const toolResultsOf = (messages: readonly Message[], name: string): any[] =>
   messages.filter((m): m is Extract<Message, { role: 'tool' }> => m.role === 'tool' && m.toolName === name).map((m) => JSON.parse(m.content))
 
-/** What a thread saw of its last wait, for its final reply: `refused CODE`, `timed out` or `settled s1,s2`. */
+/** What a thread saw of its last wait, for its final reply: `refused CODE`, `cycle CODE`, `timed out` or `settled s1,s2`. */
 export function sawOfWait(messages: readonly Message[]): string {
   const result = toolResultsOf(messages, 'wait_threads').at(-1)
   if (result.error) return `refused ${result.error}`
+  if (result.cycle) return `cycle ${result.cycle.code}`
   if (result.timedOut) return 'timed out'
   return `settled ${result.settled.map((s: { status: string }) => s.status).join(',')}`
 }

@@ -92,6 +92,12 @@ describe('waits in progress, shared by every process on the directory', () => {
     // The other side sees this owner's wait, not its own.
     leases.recordWait(other.id, { waiter: a, failFast: false, ids: [c] }, (others) => seen.push(others))
     expect(seen[1]).toEqual([{ waiter: b, failFast: false, ids: [c] }])
+    // Read outside a recording (a fail-fast wait checked again as its way out closes): the same view.
+    expect(leases.waitsOfOthers(me.id)).toEqual([
+      { waiter: a, failFast: true, ids: [b] },
+      { waiter: a, failFast: false, ids: [c] },
+    ])
+    expect(leases.waitsOfOthers(other.id)).toEqual([{ waiter: b, failFast: false, ids: [c] }])
   })
 
   it('should drop a wait once its owner no longer holds the waiter (taken over after a crash, or released)', () => {

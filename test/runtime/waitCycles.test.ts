@@ -319,6 +319,82 @@ describe('waits that can end', () => {
   })
 })
 
+describe("a fail-fast wait whose way out closes", () => {
+  it('should end the wait with WAIT_CYCLE when the last thread that could have failed completes, and let the cycle unwind', async () => {
+    const gate = gates()
+    let rt!: Runtime
+    const model = scriptedModel((r) => {
+      // x waits fail-fast for y and z; y waits for x. Let through: z may fail, which ends x's wait.
+      if (r.directiveName === 'x') {
+        if (r.turn === 1) return { toolCalls: [{ name: 'gate', input: { name: 'x' } }] }
+        if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: [idOf(rt, 'y'), idOf(rt, 'z')], failFast: true, timeoutSeconds: 20 } }] }
+        return { text: sawOfWait(r.messages) }
+      }
+      if (r.directiveName === 'y') return gatedWaiter(r, () => [idOf(rt, 'x')], 60)
+      return r.turn === 1 ? { toolCalls: [{ name: 'gate', input: { name: 'z' } }] } : { text: 'z done' }
+    })
+    rt = await runtime(model, gate)
+    const [x, y, z] = (await Promise.all(['x', 'y', 'z'].map((name) => rt.spawn({ directive: { name, prompt: 'p' } })))) as [Handle, Handle, Handle]
+    gate.open('x')
+    await until(() => graph(rt)[x.id] !== undefined, 'x waits')
+    gate.open('y')
+    await until(() => graph(rt)[y.id] !== undefined, 'y waits')
+    expect(graph(rt)).toEqual({ [x.id]: [y.id, z.id].sort(), [y.id]: [x.id] })
+
+    // z completes without failing: x's wait could now only end at its timeout (20 s).
+    gate.open('z')
+    expect(await z.done).toMatchObject({ status: 'completed' })
+    expect(await x.done).toMatchObject({ status: 'completed', result: 'cycle WAIT_CYCLE' })
+    const [ended] = recordedToolResults(rt.dir, x.id, 'wait_threads')
+    expect(ended).toEqual({
+      ok: true,
+      output: expect.objectContaining({
+        settled: [expect.objectContaining({ threadId: z.id, status: 'completed', result: 'z done' })],
+        pending: [y.id],
+        timedOut: false,
+        cycle: { code: 'WAIT_CYCLE', cycle: [x.id, y.id], message: expect.stringContaining(`${z.id} completed without failing`) },
+      }),
+    })
+    expect(ended!.output.cycle.message).toContain(`${x.id} → ${y.id} → ${x.id}`)
+    // The other wait of the cycle goes on, and ends as x completes.
+    expect(await y.done).toMatchObject({ status: 'completed', result: 'settled completed' })
+    expect(graph(rt)).toEqual({})
+    for (const id of [x.id, y.id, z.id]) expect(verifyReplay(rt.dir, id).matches).toBe(true)
+  })
+
+  it('should leave a fail-fast wait alone while a thread it waits for can still fail', async () => {
+    const gate = gates()
+    let rt!: Runtime
+    const model = scriptedModel((r) => {
+      // x waits fail-fast for y, z and w; y waits for x. z completes; w, still running, is a way out.
+      if (r.directiveName === 'x') {
+        if (r.turn === 1) return { toolCalls: [{ name: 'gate', input: { name: 'x' } }] }
+        if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: ['y', 'z', 'w'].map((n) => idOf(rt, n)), failFast: true, timeoutSeconds: 60 } }] }
+        return { text: sawOfWait(r.messages) }
+      }
+      if (r.directiveName === 'y') return gatedWaiter(r, () => [idOf(rt, 'x')], 60)
+      if (r.directiveName === 'w' && r.turn === 2) throw Object.assign(new Error('w broke'), { status: 400 })
+      return r.turn === 1 ? { toolCalls: [{ name: 'gate', input: { name: r.directiveName } }] } : { text: `${r.directiveName} done` }
+    })
+    rt = await runtime(model, gate)
+    const [x, y, z, w] = (await Promise.all(['x', 'y', 'z', 'w'].map((name) => rt.spawn({ directive: { name, prompt: 'p' } })))) as Handle[]
+    gate.open('x')
+    await until(() => graph(rt)[x!.id] !== undefined, 'x waits')
+    gate.open('y')
+    await until(() => graph(rt)[y!.id] !== undefined, 'y waits')
+    gate.open('z')
+    expect(await z!.done).toMatchObject({ status: 'completed' })
+    await until(() => graph(rt)[x!.id]?.length === 2, "z has left x's wait")
+    expect(graph(rt)).toEqual({ [x!.id]: [y!.id, w!.id].sort(), [y!.id]: [x!.id] })
+    // w fails: that is the way out x's wait was let through for.
+    gate.open('w')
+    expect(await w!.done).toMatchObject({ status: 'error' })
+    expect(await x!.done).toMatchObject({ status: 'completed', result: 'settled completed,error' })
+    expect(recordedToolResults(rt.dir, x!.id, 'wait_threads')[0]!.output).not.toHaveProperty('cycle')
+    expect(await y!.done).toMatchObject({ status: 'completed', result: 'settled completed' })
+  })
+})
+
 describe('findWaitCycle', () => {
   const waits = (edges: Record<string, Array<string[] | { open: string[]; failFast: boolean }>>) =>
     new Map(
@@ -353,6 +429,17 @@ describe('findWaitCycle', () => {
     // The new wait fail-fast: d still running is a way out; d already settled is not.
     expect(findWaitCycle('b', ['a', 'd'], true, graphOf({ a: [['b']] }))).toBeNull()
     expect(ids(findWaitCycle('b', ['a', 'd'], true, graphOf({ a: [['b']] }, { stopped: ['d'] })))).toEqual({ cycle: ['b', 'a'], path: [] })
+  })
+
+  it("should not count a thread that settled without failing as a way out of another process's fail-fast wait", () => {
+    // Another process records a wait as asked: c, which completed since, is still named in it.
+    expect(ids(findWaitCycle('b', ['a'], false, graphOf({ a: [{ open: ['b', 'c'], failFast: true }] }, { stopped: ['c'] })))).toEqual({ cycle: ['b', 'a'], path: [] })
+    // Through a thread between: e's fail-fast wait had c as its way out.
+    expect(ids(findWaitCycle('b', ['e'], false, graphOf({ e: [{ open: ['a', 'c'], failFast: true }], a: [['b']] }, { stopped: ['c'] })))).toEqual({
+      cycle: ['b', 'e', 'a'],
+      path: [],
+    })
+    expect(findWaitCycle('b', ['e'], false, graphOf({ e: [{ open: ['a', 'c'], failFast: true }], a: [['b']] }))).toBeNull()
   })
 
   it('should follow continuations of the threads a wait in progress waits for', () => {
