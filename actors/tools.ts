@@ -47,7 +47,10 @@ export interface ToolSpec<S extends z.ZodType> {
   input: S
   /** @default false */
   idempotent?: boolean
-  /** @default the runtime's `timeouts.toolMs` (120 000 in the shipped defaults) */
+  /**
+   * `Infinity`: no timeout, for a tool that keeps its own deadline (the built-in `wait_threads`).
+   * @default the runtime's `timeouts.toolMs` (120 000 in the shipped defaults)
+   */
   timeoutMs?: number
   /** Capabilities a call needs, checked against the thread's `permissions`. @default [] */
   permissions?: readonly string[]
@@ -71,8 +74,8 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool<z.infer
     throw new TypeError(`defineTool: name must match ${TOOL_NAME} (got ${JSON.stringify(spec.name)})`)
   }
   const timeoutMs = spec.timeoutMs
-  if (timeoutMs !== undefined && (!Number.isFinite(timeoutMs) || timeoutMs <= 0)) {
-    throw new TypeError(`defineTool: timeoutMs of "${spec.name}" must be a positive number of ms (got ${timeoutMs})`)
+  if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || Number.isNaN(timeoutMs) || timeoutMs <= 0)) {
+    throw new TypeError(`defineTool: timeoutMs of "${spec.name}" must be a positive number of ms, or Infinity for none (got ${timeoutMs})`)
   }
   const permissions = spec.permissions ?? []
   const badCapability = permissions.find((c) => typeof c !== 'string' || !CAPABILITY.test(c))
@@ -232,6 +235,7 @@ export async function executeToolCall(
   let stopTimer: (() => void) | undefined
   let schemaCrash: SchemaCrash | undefined
   const timedOut = new Promise<ToolOutcome>((resolve) => {
+    if (timeoutMs === Infinity) return
     // On the monotonic clock; a timeout past a timer's range is armed in steps.
     stopTimer = atDeadline(monotonicClock, monotonicClock.now() + timeoutMs, () => {
       controller.abort(new Error(`tool "${tool.name}" timed out`))

@@ -42,8 +42,6 @@ export interface ChildToolsHost {
   waitThreads(parentId: string, ids: string[], options: WaitOptions): Promise<WaitReport>
 }
 
-/** Long enough never to cut a wait short: the wait enforces its own timeout on the runtime clock. */
-const NO_TOOL_TIMEOUT_MS = 2_147_483_647
 
 export function childTools(host: ChildToolsHost): Tool<any>[] {
   const spawnThread = defineTool({
@@ -65,7 +63,8 @@ export function childTools(host: ChildToolsHost): Tool<any>[] {
       'that is (itself or through others) waiting for you is refused at once with WAIT_CYCLE, naming the cycle.',
     input: WaitThreadsInput,
     idempotent: true,
-    timeoutMs: NO_TOOL_TIMEOUT_MS,
+    // None: the wait keeps its own timeout, on the runtime clock, from when the call began.
+    timeoutMs: Infinity,
     execute: async (input, context) => {
       const options: WaitOptions = {
         ...(input.timeoutSeconds !== undefined ? { timeoutMs: Math.round(input.timeoutSeconds * 1000) } : {}),

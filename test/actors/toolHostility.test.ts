@@ -7,6 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { MAX_TOOL_OUTPUT_CHARS, defineTool, executeToolCall } from '../../actors/tools.js'
 import type { Tool, ToolSpec } from '../../actors/tools.js'
+import { childTools } from '../../src/childTools.js'
 
 const context = () => ({ signal: new AbortController().signal, idempotencyKey: 't:1:c1', threadId: 't' })
 
@@ -109,10 +110,22 @@ describe('tool timeouts', () => {
     expect(outcome).toEqual({ ok: true, output: 'finished' })
   })
 
-  it('refuses a timeout of 0, negative, NaN or Infinity when the tool is defined', () => {
-    for (const timeoutMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY]) {
+  it('refuses a timeout of 0, negative, NaN or -Infinity when the tool is defined', () => {
+    for (const timeoutMs of [0, -1, Number.NaN, Number.NEGATIVE_INFINITY, '5' as unknown as number]) {
       expect(() => defineTool({ name: 't', description: 'd', input: z.object({}), timeoutMs, execute: () => 1 })).toThrow(/timeoutMs/)
     }
+  })
+
+  it('never times out a tool defined with timeoutMs Infinity, whatever the runtime default', async () => {
+    const slow = () => new Promise((r) => setTimeout(() => r('finished'), 100))
+    expect(await run({ input: z.object({}), timeoutMs: Infinity, execute: slow }, {}, 10)).toEqual({ ok: true, output: 'finished' })
+    // The same tool with the default: the 10 ms default applies.
+    expect((await run({ input: z.object({}), execute: slow }, {}, 10)).output).toMatchObject({ error: 'TOOL_TIMEOUT' })
+  })
+
+  it('gives wait_threads no tool timeout: its wait keeps its own, so one of months is not cut at 24.8 days', () => {
+    const host = { spawnChild: () => Promise.reject(new Error('unused')), waitThreads: () => Promise.reject(new Error('unused')) }
+    expect(childTools(host).find((t) => t.name === 'wait_threads')!.timeoutMs).toBe(Infinity)
   })
 
   it('stops waiting for a tool that ignores its signal and never settles, and handles its rejection after the timeout', async () => {
