@@ -140,6 +140,45 @@ function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Bu
   }
 }
 
+/** What `spindle rebuild --compact` keeps the transcript it replaced as: `transcript.jsonl.pre-compact-<ms>`. */
+export const PRE_COMPACT_PREFIX = `${TRANSCRIPT_FILE}.pre-compact-`
+
+/**
+ * The transcript a compaction replaced that `anchor` (a state.json's position) points into, newest
+ * first, or null: the trace of a compaction killed between writing the new transcript and its
+ * state.json. Only asked when a checkpoint does not match its transcript, so it costs recovery nothing.
+ */
+export function replacedByCompaction(paths: DataPaths, threadId: string, anchor: TranscriptPosition): string | null {
+  const folder = path.dirname(threadFile(paths, threadId, TRANSCRIPT_FILE))
+  let names: string[]
+  try {
+    names = fs.readdirSync(folder).filter((name) => name.startsWith(PRE_COMPACT_PREFIX))
+  } catch {
+    return null
+  }
+  const stamp = (name: string): number => Number(name.slice(PRE_COMPACT_PREFIX.length)) || 0
+  for (const name of names.sort((a, b) => stamp(b) - stamp(a))) {
+    const file = path.join(folder, name)
+    let opened: { fd: number; size: number }
+    try {
+      opened = openRegular(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
+    } catch {
+      continue
+    }
+    try {
+      if (opened.size < anchor.bytes) continue
+      const line = lineEndingAt(opened.fd, anchor.bytes)
+      const entry = line ? (JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null) : null
+      if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return file
+    } catch {
+      // Not JSON where the anchor ends: not the file this state.json was checkpointed against.
+    } finally {
+      fs.closeSync(opened.fd)
+    }
+  }
+  return null
+}
+
 /**
  * Opens, appends to and syncs `transcript.jsonl` files, one file descriptor per open thread.
  *

@@ -10,7 +10,7 @@ import path from 'node:path'
 import { isDeepStrictEqual } from 'node:util'
 import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { makeEnvelope } from '../persistence/envelope.js'
-import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
+import { createJsonlTranscriptStore, PRE_COMPACT_PREFIX } from '../persistence/jsonlTranscript.js'
 import { dataPaths, STATE_FILE, threadDir, TRANSCRIPT_FILE } from '../persistence/paths.js'
 import { refuseIfBehindJournal } from '../persistence/transcriptJournal.js'
 import { encodeEntry } from '../persistence/transcriptLines.js'
@@ -89,8 +89,16 @@ export function compactThread(dir: string, id: string, options: { apply?: boolea
   }
   const folder = threadDir(paths, id)
   const file = path.join(folder, TRANSCRIPT_FILE)
-  const keptAs = path.join(folder, `${TRANSCRIPT_FILE}.pre-compact-${Date.now()}`)
+  const keptAs = path.join(folder, `${PRE_COMPACT_PREFIX}${Date.now()}`)
   fs.copyFileSync(file, keptAs)
+  // Durable before the transcript is replaced: a runtime that finds state.json pointing into the
+  // old transcript (killed between the two writes below) recognises it by this copy.
+  const copy = fs.openSync(keptAs, 'r')
+  try {
+    fs.fsyncSync(copy)
+  } finally {
+    fs.closeSync(copy)
+  }
   // `under`: never through a thread folder swapped for a link since the transcript was read.
   writeFileAtomicSync(file, text, { fsync: true, under: paths.root })
   writeFileAtomicSync(path.join(folder, STATE_FILE), JSON.stringify(makeEnvelope(id, replayed.status, position, replayed.snapshot, Date.now())), { fsync: true, under: paths.root })

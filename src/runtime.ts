@@ -18,7 +18,7 @@ import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js
 import { makeEnvelope } from '../persistence/envelope.js'
 import { GroupCommit } from '../persistence/groupCommit.js'
 import type { CommitStats } from '../persistence/groupCommit.js'
-import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
+import { createJsonlTranscriptStore, replacedByCompaction } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
 import { assertDirectories, assertRealDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadDir, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
@@ -42,6 +42,7 @@ import type {
   ThreadRecord,
   ThreadStatus,
   TranscriptEntry,
+  TranscriptOpenResult,
   TranscriptStore,
 } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
@@ -2882,16 +2883,38 @@ class RuntimeImpl implements Runtime {
       this.report(error, id)
     }
     // From here the transcript store owns a prefetched descriptor (open takes it, or closes it).
+    let prefetched = read?.transcript
     if (envelope) {
-      const opened = this.transcripts.open(id, envelope.transcript, read?.transcript)
-      if (opened.restored) report?.restored.push(id)
-      const tail = opened.tail
-      const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
-      return { snapshot, tail }
+      let opened: TranscriptOpenResult | null = null
+      try {
+        opened = this.transcripts.open(id, envelope.transcript, prefetched)
+      } catch (error) {
+        // A compaction killed between its two writes: state.json points into the transcript it
+        // replaced (kept beside), and the new one replays to the same state. Replay the new one.
+        const keptAs =
+          isSpindleError(error) && error.code === 'TRANSCRIPT_CORRUPT' && this.options.store !== 'memory'
+            ? replacedByCompaction(dataPaths(this.dir), id, envelope.transcript)
+            : null
+        if (!keptAs) throw error
+        damaged = new SpindleError(
+          'STATE_CORRUPT',
+          `state.json of ${id} points into the transcript a compaction replaced (kept as ${keptAs}): the compaction was stopped before ` +
+            `it rewrote state.json. It was rebuilt from the compacted transcript, which replays to the same state; the thread goes on from there.`,
+          { details: { threadId: id, keptAs } },
+        )
+        // open closed the prefetched descriptor: the replay below reads the file again.
+        prefetched = undefined
+      }
+      if (opened) {
+        if (opened.restored) report?.restored.push(id)
+        const tail = opened.tail
+        const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
+        return { snapshot, tail }
+      }
     }
     // No usable state.json: the transcript is the source of truth, replay it whole.
-    const exists = read?.transcript ? 'fd' in read.transcript : this.transcriptExists(id)
-    const opened = exists ? this.transcripts.open(id, undefined, read?.transcript) : null
+    const exists = prefetched ? 'fd' in prefetched : this.transcriptExists(id)
+    const opened = exists ? this.transcripts.open(id, undefined, prefetched) : null
     if (opened?.restored) report?.restored.push(id)
     if (!opened || opened.tail.length === 0) {
       // A kill between registering a thread and its first transcript line: spawn never returned.
@@ -2904,7 +2927,8 @@ class RuntimeImpl implements Runtime {
       )
     }
     report?.rebuilt.push(id)
-    if (damaged) this.report(new SpindleError('STATE_CORRUPT', `state.json of ${id} was rebuilt from its transcript; the thread goes on from there.`, { details: { threadId: id } }), id)
+    if (isSpindleError(damaged) && damaged.details?.keptAs) this.report(damaged, id)
+    else if (damaged) this.report(new SpindleError('STATE_CORRUPT', `state.json of ${id} was rebuilt from its transcript; the thread goes on from there.`, { details: { threadId: id } }), id)
     return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
   }
 

@@ -4,6 +4,7 @@
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
@@ -138,6 +139,75 @@ describe('spindle rebuild --compact', () => {
     const again = spindle('rebuild', thread.id, '--compact', '--apply', '--dir', dir)
     expect(again.code, again.stderr).toBe(0)
     expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: true, checkpointFound: true })
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('should carry on a thread whose compaction was stopped between its two writes, rebuilding state.json from the compacted transcript', async () => {
+    // Setup: a thread suspended at its turn limit, with repeated notes before its last entries.
+    const rt = await createTestRuntime({ model: scriptedModel([{ toolCalls: [{ name: 'missing', input: {} }] }, { text: 'done' }]) })
+    const thread = await rt.spawn({ directive: { name: 'unfinished', prompt: 'p' }, limits: { turns: 1 } })
+    expect((await thread.done).status).toBe('suspended')
+    const dir = rt.dir
+    await rt.close()
+    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+    store.open(thread.id)
+    for (let i = 0; i < 5; i++) store.append(thread.id, 'operator_looked', { at: 1000 + i, by: 'ops' })
+    store.closeAll()
+    const next = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }]), userConfig: null })
+    await next.close()
+    const statePath = path.join(dir, 'threads', thread.id, 'state.json')
+    const stateBefore = fs.readFileSync(statePath)
+    expect(compactThread(dir, thread.id, { apply: true })).toMatchObject({ applied: true, dropped: { operator_looked: 4 } })
+    const compacted = fs.readFileSync(path.join(dir, 'threads', thread.id, 'transcript.jsonl'))
+
+    // The fault: killed after the new transcript was renamed in, before state.json was.
+    fs.writeFileSync(statePath, stateBefore)
+
+    // After: a runtime opening the directory rebuilds state.json from the compacted transcript,
+    // says so, and the thread goes on when approved; the compacted transcript is kept, not cut.
+    const problems: Array<{ code: string; message: string }> = []
+    const last = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }, { text: 'done' }]), userConfig: null, onProblem: (p) => problems.push(p) })
+    expect(last.lastRecovery.failed).toEqual([])
+    // A suspended thread is read when it is needed: here, when it is approved.
+    await last.approve(thread.id, { limits: { turns: 5 } })
+    expect(await last.get(thread.id).done).toMatchObject({ status: 'completed', result: 'done' })
+    expect(problems).toContainEqual(expect.objectContaining({ code: 'STATE_CORRUPT', message: expect.stringContaining('a compaction replaced (kept as') }))
+    expect(fs.readFileSync(path.join(dir, 'threads', thread.id, 'transcript.jsonl')).subarray(0, compacted.length).equals(compacted)).toBe(true)
+    await last.close()
+    expect(verifyReplay(dir, thread.id)).toMatchObject({ matches: true, checkpointFound: true })
+    expect(spindle('doctor', '--dir', dir).code).toBe(0)
+    fs.rmSync(dir, { recursive: true, force: true })
+  })
+
+  it('should recover a running thread whose compaction was stopped between its two writes when a runtime opens, beside one that was not compacted', async () => {
+    // Setup: two threads left running in a model call that never returns (the runtime closed under
+    // them); repeated notes in one's transcript, and a checkpoint after them (a runtime reopened).
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'spindle-compact-open-'))
+    const hang = () => scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }])
+    const first = await createRuntime({ dir, model: hang(), userConfig: null })
+    const [halfway, untouched] = (await Promise.all(['halfway', 'untouched'].map(async (name) => (await first.spawn({ directive: { name, prompt: 'p' } })).id))) as [string, string]
+    await first.close()
+    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+    store.open(halfway)
+    for (let i = 0; i < 3; i++) store.append(halfway, 'operator_looked', { at: 1000 + i, by: 'ops' })
+    store.closeAll()
+    await (await createRuntime({ dir, model: hang(), userConfig: null })).close()
+    const statePath = path.join(dir, 'threads', halfway, 'state.json')
+    const stateBefore = fs.readFileSync(statePath)
+    expect(compactThread(dir, halfway, { apply: true })).toMatchObject({ applied: true, dropped: { operator_looked: 2 } })
+
+    // The fault: killed between the compacted transcript's rename and state.json's.
+    fs.writeFileSync(statePath, stateBefore)
+
+    // After: recovery at open rebuilds that one from its compacted transcript and resumes both.
+    const problems: Array<{ code: string; message: string }> = []
+    const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'done' }]), userConfig: null, onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [halfway] })
+    expect([...rt.lastRecovery.resumed].sort()).toEqual([halfway, untouched])
+    expect(problems).toContainEqual(expect.objectContaining({ threadId: halfway, code: 'STATE_CORRUPT', message: expect.stringContaining('a compaction replaced') }))
+    for (const id of [halfway, untouched]) expect(await rt.get(id).done).toMatchObject({ status: 'completed', result: 'done' })
+    await rt.close()
+    for (const id of [halfway, untouched]) expect(verifyReplay(dir, id)).toMatchObject({ matches: true, checkpointFound: true })
     fs.rmSync(dir, { recursive: true, force: true })
   })
 })
