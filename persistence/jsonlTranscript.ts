@@ -144,11 +144,14 @@ function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Bu
 export const PRE_COMPACT_PREFIX = `${TRANSCRIPT_FILE}.pre-compact-`
 
 /**
- * The transcript a compaction replaced that `anchor` (a state.json's position) points into, newest
- * first, or null: the trace of a compaction killed between writing the new transcript and its
- * state.json. Only asked when a checkpoint does not match its transcript, so it costs recovery nothing.
+ * The transcript a compaction replaced that a state.json saved at `savedAt` (ms) and pointing at
+ * `anchor` was checkpointed against, or null: the trace of a compaction killed between writing the
+ * new transcript and its state.json. Only a compaction begun after that state.json was saved
+ * counts: a state.json written later points into the compacted transcript, and a mismatch there is
+ * damage to that file, not an unfinished compaction. Only asked when a checkpoint does not match
+ * its transcript, so it costs recovery nothing.
  */
-export function replacedByCompaction(paths: DataPaths, threadId: string, anchor: TranscriptPosition): string | null {
+export function replacedByCompaction(paths: DataPaths, threadId: string, anchor: TranscriptPosition, savedAt: number): string | null {
   const folder = path.dirname(threadFile(paths, threadId, TRANSCRIPT_FILE))
   let names: string[]
   try {
@@ -157,7 +160,7 @@ export function replacedByCompaction(paths: DataPaths, threadId: string, anchor:
     return null
   }
   const stamp = (name: string): number => Number(name.slice(PRE_COMPACT_PREFIX.length)) || 0
-  for (const name of names.sort((a, b) => stamp(b) - stamp(a))) {
+  for (const name of names.filter((n) => stamp(n) > savedAt).sort((a, b) => stamp(b) - stamp(a))) {
     const file = path.join(folder, name)
     let opened: { fd: number; size: number }
     try {

@@ -2893,7 +2893,7 @@ class RuntimeImpl implements Runtime {
         // replaced (kept beside), and the new one replays to the same state. Replay the new one.
         const keptAs =
           isSpindleError(error) && error.code === 'TRANSCRIPT_CORRUPT' && this.options.store !== 'memory'
-            ? replacedByCompaction(dataPaths(this.dir), id, envelope.transcript)
+            ? replacedByCompaction(dataPaths(this.dir), id, envelope.transcript, Date.parse(envelope.savedAt))
             : null
         if (!keptAs) throw error
         damaged = new SpindleError(
