@@ -225,6 +225,11 @@ export const SupervisionSchema = z.strictObject({
    * same point of its history; the next one quarantines it (suspends it, CRASH_LOOP). null: never.
    */
   maxRecoveries: z.number().int().nonnegative().nullable(),
+  /**
+   * How long a crash-loop suspect may run alone, holding every other thread back, without taking a
+   * step; then everything runs again beside it. null: until it steps or stops.
+   */
+  aloneMs: z.number().int().positive().nullable(),
 })
 
 export const ChildrenSchema = z.strictObject({

@@ -16,6 +16,8 @@
  * a process that dies while the poison runs alone counts against the poison, and not against the
  * threads it held back.
  */
+import type { Clock } from '../actors/threadEffects.js'
+import { systemClock } from '../actors/threadEffects.js'
 import type { ThreadContext } from '../machines/thread.machine.js'
 import type { RecoveryCount, Registry, TranscriptEntry } from '../persistence/types.js'
 import { SpindleError } from './errors.js'
@@ -132,12 +134,16 @@ export class CrashLoopGuard {
   private closed = false
   /** The counts the registry held when this recovery began (`begin`); null when they could not be read. */
   private stored: Map<string, RecoveryCount> | null = null
+  /** Ends the probation should the suspect running alone take no step within `supervision.aloneMs`. */
+  private aloneTimer: unknown = null
 
   constructor(
     private readonly registry: Registry,
     /** `supervision.maxRecoveries`; null turns detection off. */
     private readonly max: number | null,
     private readonly report: (error: unknown, threadId?: string) => void,
+    /** `supervision.aloneMs` (null: no bound) and the clock it is measured on. */
+    private readonly alone: { ms: number | null; clock: Clock } = { ms: null, clock: systemClock },
   ) {}
 
   /** Recovery starts threads; `flush` follows in the same turn of the event loop. */
@@ -219,6 +225,7 @@ export class CrashLoopGuard {
   /** Thread \`id\` made a transition: if it is the suspect running alone, it got further, and the next may run. */
   progressed(id: string): void {
     if (id !== this.admitted) return
+    this.stopAloneTimer()
     this.admitted = null
     this.admittedCount = null
     // Not from inside the actor's notification that brought us here.
@@ -257,6 +264,7 @@ export class CrashLoopGuard {
   close(live: Iterable<string>): void {
     if (this.closed) return
     this.closed = true
+    this.stopAloneTimer()
     const ids = [...live].filter((id) => this.counted.has(id))
     try {
       this.registry.resetRecoveryCounts(ids)
@@ -301,7 +309,44 @@ export class CrashLoopGuard {
     this.held.delete(id)
     this.admitted = id
     this.admittedCount = { count: held.count, seq: held.seq }
+    if (this.alone.ms !== null) this.aloneTimer = this.alone.clock.setTimeout(() => this.aloneTooLong(id), this.alone.ms)
     held.gate.open()
+  }
+
+  /**
+   * The suspect running alone took no step within `supervision.aloneMs` (a tool or model call that
+   * does not return): holding every other thread of the directory back behind it would stall them
+   * all. The probation ends: everything runs, the suspects still waiting uncounted (a death from
+   * now on is no evidence against them). Its own count stays: it was found at the same point again.
+   */
+  private aloneTooLong(id: string): void {
+    this.aloneTimer = null
+    if (this.closed || this.admitted !== id || this.probation === null) return
+    const waiting = [...this.held.keys()]
+    this.report(
+      new SpindleError(
+        'CRASH_LOOP_PROBATION_ENDED',
+        `Thread ${id}, found by recovery at the same point as before its process died, ran alone for ${this.alone.ms} ms ` +
+          `(supervision.aloneMs) without taking a step, so the other threads run beside it again` +
+          (waiting.length ? `, ${waiting.length} other suspect(s) among them, uncounted` : '') +
+          `. Should this process die now, only ${id} is counted for it. If it is stuck, cancel it (spindle cancel ${id}).`,
+        { details: { threadId: id, aloneMs: this.alone.ms, uncounted: waiting } },
+      ),
+      id,
+    )
+    this.admitted = null
+    this.admittedCount = null
+    for (const held of this.held.values()) held.gate.open()
+    this.held.clear()
+    this.write(this.pending.splice(0))
+    this.probation.open()
+    this.probation = null
+  }
+
+  private stopAloneTimer(): void {
+    if (this.aloneTimer === null) return
+    this.alone.clock.clearTimeout(this.aloneTimer)
+    this.aloneTimer = null
   }
 
   /**

@@ -51,6 +51,7 @@ export type SpindleErrorCode =
   | 'JOURNAL_UNREADABLE'
   | 'DATA_DIR_INVALID'
   | 'CRASH_LOOP'
+  | 'CRASH_LOOP_PROBATION_ENDED'
   | 'WAIT_CYCLE'
 
 const BRAND = Symbol.for('spindle.error')

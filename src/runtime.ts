@@ -566,7 +566,10 @@ class RuntimeImpl implements Runtime {
     if (options.config?.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.config', hooks: options.config.hooks })
     if (options.hooks?.length) hookSets.push({ layer: 'project', source: 'createRuntime options.hooks', hooks: options.hooks })
     this.hooks = compileHooks(hookSets, { onError: (problem) => this.report(new SpindleError('HOOK_FAILED', `${problem.source}: hook ${problem.hookId}: ${problem.message}`)) })
-    this.crashLoop = new CrashLoopGuard(registry, this.config.supervision.maxRecoveries, (error, threadId) => this.report(error, threadId))
+    this.crashLoop = new CrashLoopGuard(registry, this.config.supervision.maxRecoveries, (error, threadId) => this.report(error, threadId), {
+      ms: this.config.supervision.aloneMs,
+      clock: this.clock,
+    })
     this.commit = new GroupCommit(
       { transcripts, checkpoints, registry },
       (threadId, error) => this.report(error, threadId),

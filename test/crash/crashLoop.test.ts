@@ -84,7 +84,43 @@ function rowNamed(rows: ThreadRecord[], name: string): ThreadRecord {
   return row!
 }
 
+/** One stuckSuspectWorker process: killed with SIGKILL at `stuck in tool` unless it spawns ordinary threads. */
+function runStuckWorker(dir: string, ordinary: number): Promise<{ code: number | null; signal: NodeJS.Signals | null; stderr: string; report: any }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [compiled('test/crash/stuckSuspectWorker.js'), dir, String(ordinary)], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stdout = ''
+    let stderr = ''
+    // A bound for a stuck test, not a speed check: without the bound on its time alone it hangs.
+    const stop = setTimeout(() => child.kill('SIGKILL'), 60_000)
+    child.stdout.on('data', (d) => {
+      stdout += d
+      if (ordinary === 0 && stdout.includes('stuck in tool')) child.kill('SIGKILL')
+    })
+    child.stderr.on('data', (d) => (stderr += d))
+    child.on('exit', (code, signal) => {
+      clearTimeout(stop)
+      const line = stdout.split('\n').find((l) => l.startsWith('{'))
+      resolve({ code, signal, stderr, report: line ? JSON.parse(line) : null })
+    })
+  })
+}
+
 describe('crash loops across processes', () => {
+  it('should let the other threads run once a suspect has run alone for supervision.aloneMs in a tool that never returns', async () => {
+    // Setup: a thread's tool never returns, and twice the process running it is killed there.
+    const dir = tempDir('spindle-stuck-suspect')
+    for (let i = 0; i < 2; i++) expect((await runStuckWorker(dir, 0)).signal).toBe('SIGKILL')
+    expect(registryOf(dir, (r) => r.recoveryCount(rowNamed(r.list(), 'stuck').id))).toMatchObject({ count: 1 })
+
+    // The third process finds it there again: a suspect, run alone. Three new threads wait behind it.
+    const third = await runStuckWorker(dir, 3)
+    expect(third.code, third.stderr).toBe(0)
+    // After: its time alone ran out and the others ran; it alone was counted for this recovery.
+    expect(third.report).toMatchObject({ statuses: ['completed', 'completed', 'completed'], problems: ['CRASH_LOOP_PROBATION_ENDED'] })
+    expect(registryOf(dir, (r) => r.recoveryCount(rowNamed(r.list(), 'stuck').id))).toMatchObject({ count: 2 })
+    expect(registryOf(dir, (r) => rowNamed(r.list(), 'stuck').status)).toBe('running')
+  })
+
   it('should run alone only the first few threads found twice in the same model call, then the rest together, uncounted', async () => {
     const dir = tempDir('spindle-crashloop')
     const together = 2

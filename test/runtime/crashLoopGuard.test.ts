@@ -97,4 +97,66 @@ describe('crash-loop probation', () => {
       await null
     }
   })
+
+  it('should end the probation when a suspect runs alone for aloneMs without a step: everyone runs, the suspects still waiting uncounted', async () => {
+    // t0 and t1 were found in the same tool call once before; b is a bystander found further on.
+    const registry = registryWith({ [id('t0')]: 1, [id('t1')]: 1, [id('b')]: 0 })
+    const timers: Array<{ fn: () => void; ms: number; cleared: boolean }> = []
+    const clock = {
+      now: () => 0,
+      setTimeout: (fn: () => void, ms: number) => timers.push({ fn, ms, cleared: false }) - 1,
+      clearTimeout: (handle: unknown) => void (timers[handle as number]!.cleared = true),
+    }
+    const problems: Array<{ code: string; details: unknown }> = []
+    const guard = new CrashLoopGuard(registry, 3, (error) => void problems.push(error as { code: string; details: unknown }), { ms: 60_000, clock })
+    guard.begin()
+    for (const t of [id('t0'), id('t1')]) expect(guard.assess(t, RUNNING_TOOL, [], SEQ)).toEqual({ action: 'hold' })
+    expect(guard.assess(id('b'), RUNNING_TOOL, [], SEQ + 1)).toEqual({ action: 'run' })
+    const turns = [id('t0'), id('t1'), id('b')].map((t) => guard.waitTurn(t))
+    guard.flush()
+    expect(await Promise.all(turns.map(settled))).toEqual([true, false, false])
+    guard.starting(id('t0'))
+    expect(registry.recoveryCount(id('t0'))).toEqual({ count: 2, seq: SEQ })
+
+    // The fault: t0's tool never returns. Its time alone runs out.
+    expect(timers).toHaveLength(1)
+    expect(timers[0]).toMatchObject({ ms: 60_000, cleared: false })
+    timers[0]!.fn()
+
+    // After: everyone runs; t0 keeps its count, t1 is not counted, b's count is written.
+    expect(await Promise.all(turns.map(settled))).toEqual([true, true, true])
+    expect(guard.waitTurn(id('t1'))).toBeUndefined()
+    expect(registry.recoveryCount(id('t0'))).toEqual({ count: 2, seq: SEQ })
+    expect(registry.recoveryCount(id('t1'))).toEqual({ count: 1, seq: SEQ })
+    expect(registry.recoveryCount(id('b'))).toEqual({ count: 1, seq: SEQ + 1 })
+    expect(problems).toEqual([expect.objectContaining({ code: 'CRASH_LOOP_PROBATION_ENDED', details: { threadId: id('t0'), aloneMs: 60_000, uncounted: [id('t1')] } })])
+    // A step after the probation ended changes nothing.
+    guard.progressed(id('t0'))
+    expect(registry.recoveryCount(id('t1'))).toEqual({ count: 1, seq: SEQ })
+  })
+
+  it("should stop a suspect's alone timer once it takes a step, and arm the next suspect's", async () => {
+    const registry = registryWith({ [id('t0')]: 1, [id('t1')]: 1 })
+    const timers: Array<{ fn: () => void; cleared: boolean }> = []
+    const clock = {
+      now: () => 0,
+      setTimeout: (fn: () => void) => timers.push({ fn, cleared: false }) - 1,
+      clearTimeout: (handle: unknown) => void (timers[handle as number]!.cleared = true),
+    }
+    const guard = new CrashLoopGuard(registry, 3, (error) => {
+      throw error
+    }, { ms: 60_000, clock })
+    guard.begin()
+    for (const t of [id('t0'), id('t1')]) guard.assess(t, RUNNING_TOOL, [], SEQ)
+    const turns = [id('t0'), id('t1')].map((t) => guard.waitTurn(t))
+    guard.flush()
+    expect(await Promise.all(turns.map(settled))).toEqual([true, false])
+    guard.starting(id('t0'))
+    guard.progressed(id('t0'))
+    await null
+    expect(timers.map((t) => t.cleared)).toEqual([true, false])
+    expect(await settled(turns[1])).toBe(true)
+    guard.close([id('t1')])
+    expect(timers.map((t) => t.cleared)).toEqual([true, true])
+  })
 })
