@@ -473,7 +473,13 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           torn = { bytes: parsed.torn.bytes, savedTo }
         }
         register(threadId, file, fd, parsed.position)
-        return { position: { ...parsed.position }, tail: parsed.entries, torn, ...(restored ? { restored } : {}) }
+        return {
+          position: { ...parsed.position },
+          tail: parsed.entries,
+          torn,
+          ...(restored ? { restored } : {}),
+          ...(parsed.stale.length > 0 ? { stale: parsed.stale } : {}),
+        }
       } catch (error) {
         fs.closeSync(fd)
         throw error
@@ -618,7 +624,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       })
     },
 
-    read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null } {
+    read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null; stale?: Array<{ offset: number; bytes: number; seq: number }> } {
       const file = fileOf(threadId)
       let fd: number | null
       try {
@@ -631,7 +637,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       try {
         const stat = fs.fstatSync(fd)
         const parsed = parseTranscriptBytes(readRange(fd, 0, stat.size), EMPTY_POSITION, file)
-        return { entries: parsed.entries, torn: parsed.torn ? { bytes: parsed.torn.bytes } : null }
+        return { entries: parsed.entries, torn: parsed.torn ? { bytes: parsed.torn.bytes } : null, ...(parsed.stale.length > 0 ? { stale: parsed.stale } : {}) }
       } finally {
         fs.closeSync(fd)
       }

@@ -10,6 +10,12 @@ export interface ParsedTail {
   position: TranscriptPosition
   /** Byte offset and length of a torn final fragment, if any. */
   torn: { offset: number; bytes: number } | null
+  /**
+   * Complete lines between others that repeat a seq already read: a process that lost the thread
+   * while it was stopped wrote them between the new owner's lines. Skipped, never part of the
+   * chain; left where they are. Empty in the usual case.
+   */
+  stale: Array<{ offset: number; bytes: number; seq: number }>
 }
 
 function broken(path: string, seq: number, reason: string): SpindleError {
@@ -24,14 +30,17 @@ function broken(path: string, seq: number, reason: string): SpindleError {
 /**
  * Verifies `buffer` (the bytes after `from`) line by line. A final fragment without a newline is a
  * torn write; so is an unparsable last line, since a crash can cut a line anywhere; so are lines at
- * the end that repeat seqs already read (a stale writer's). Damage anywhere before that is real
- * damage.
+ * the end that repeat seqs already read (a stale writer's). A complete line in between that repeats
+ * a seq already read is a stale writer's too, landed between two of the owner's lines: skipped and
+ * listed (`stale`), and the next line must go on from the chain before it. Damage anywhere else is
+ * real damage.
  */
 export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, path: string): ParsedTail {
   const entries: TranscriptEntry[] = []
   let { seq, hash } = from
   let offset = 0
   let torn: ParsedTail['torn'] = null
+  const stale: ParsedTail['stale'] = []
   while (offset < buffer.length) {
     const newline = buffer.indexOf(0x0a, offset)
     const end = newline === -1 ? buffer.length : newline
@@ -59,6 +68,13 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
       torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
       break
     }
+    if (typeof entry === 'object' && entry !== null && typeof entry.seq === 'number' && entry.seq <= seq && leadingSeq(text) === entry.seq) {
+      // Written by a process fenced off since (jsonlTranscript's append checks before each line,
+      // but a stopped writer's line can land between that check and the owner's own write).
+      stale.push({ offset: from.bytes + offset, bytes: newline + 1 - offset, seq: entry.seq })
+      offset = newline + 1
+      continue
+    }
     if (typeof entry !== 'object' || entry === null || entry.seq !== seq + 1) {
       throw broken(path, seq + 1, `expected seq ${seq + 1}, found ${JSON.stringify((entry as { seq?: unknown } | null)?.seq)}`)
     }
@@ -70,7 +86,17 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
     hash = entry.hash
     offset = newline + 1
   }
-  return { entries, position: { seq, hash, bytes: from.bytes + offset }, torn }
+  return { entries, position: { seq, hash, bytes: from.bytes + offset }, torn, stale }
+}
+
+/** What a transcript's skipped stale lines (a fenced-off writer's, between the owner's lines) are, for onProblem and doctor. */
+export function staleLinesMessage(id: string, stale: ReadonlyArray<{ offset: number; seq: number }>): string {
+  const where = stale.map((line) => `seq ${line.seq} at byte ${line.offset}`).join(', ')
+  return (
+    `The transcript of ${id} holds ${stale.length} line(s) repeating a seq already written, between the chain's lines (${where}): most likely ` +
+    `written by a process that lost the thread to another while it was stopped, landing between two of the new owner's lines. They are ` +
+    `skipped, never part of the chain, which verifies without them; they stay in the file until it is compacted.`
+  )
 }
 
 /** The seq a transcript line starts with (every line `encodeEntry` writes does), or null. */

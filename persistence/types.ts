@@ -106,6 +106,11 @@ export interface TranscriptOpenResult {
    * there on were kept.
    */
   restored?: { from: number; to: number; savedTo: string | null }
+  /**
+   * Set when complete lines that repeat a seq already read were found between the chain's lines
+   * (a fenced-off writer's, landed between two of the owner's): skipped, and left in the file.
+   */
+  stale?: Array<{ offset: number; bytes: number; seq: number }>
 }
 
 export interface TranscriptStore {
@@ -138,7 +143,7 @@ export interface TranscriptStore {
    */
   settleJournals?(mayWriteBack?: (threadId: string) => boolean): Promise<{ removed: string[]; kept: string[] }>
   /** Read and verify a transcript without opening it for append. */
-  read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null }
+  read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null; stale?: TranscriptOpenResult['stale'] }
   close(threadId: string): void
   closeAll(): void
 }

@@ -11,6 +11,7 @@ import { makeEnvelope } from '../persistence/envelope.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { assertDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
+import { staleLinesMessage } from '../persistence/transcriptLines.js'
 import { journalLag, refuseIfBehindJournal } from '../persistence/transcriptJournal.js'
 import type { SkippedJournal } from '../persistence/transcriptJournal.js'
 import { openSqliteLedger } from '../persistence/sqliteLedger.js'
@@ -228,7 +229,9 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
     const damage = (code: string, message: string, repair: string) => findings.push({ threadId: id, kind: 'damage', code, message, repair })
     let entries: TranscriptEntry[]
     try {
-      entries = transcripts.read(id).entries
+      const read = transcripts.read(id)
+      entries = read.entries
+      if (read.stale) findings.push({ threadId: id, kind: 'lag', code: 'TRANSCRIPT_STALE_LINES', message: staleLinesMessage(id, read.stale), repair: `spindle rebuild ${id} --compact --apply (the old file is kept)` })
     } catch (error) {
       const { code, message } = describeError(error)
       // A linked thread folder is not read at all: what it needs is the folder back, not a backup.

@@ -45,6 +45,7 @@ import type {
   TranscriptOpenResult,
   TranscriptStore,
 } from '../persistence/types.js'
+import { staleLinesMessage } from '../persistence/transcriptLines.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
 import { assertThreadId, newNonce, newThreadId } from './ids.js'
 import { bootThreadFileReader } from '../persistence/prefetch.js'
@@ -2910,6 +2911,7 @@ class RuntimeImpl implements Runtime {
       }
       if (opened) {
         if (opened.restored) report?.restored.push(id)
+        if (opened.stale) this.reportStale(id, opened.stale)
         const tail = opened.tail
         const snapshot = tail.some(isMachineEventEntry) ? replayTranscript(tail, { from: envelope.snapshot }).snapshot : envelope.snapshot
         return { snapshot, tail }
@@ -2919,6 +2921,7 @@ class RuntimeImpl implements Runtime {
     const exists = prefetched ? 'fd' in prefetched : this.transcriptExists(id)
     const opened = exists ? this.transcripts.open(id, undefined, prefetched) : null
     if (opened?.restored) report?.restored.push(id)
+    if (opened?.stale) this.reportStale(id, opened.stale)
     if (!opened || opened.tail.length === 0) {
       // A kill between registering a thread and its first transcript line: spawn never returned.
       throw new SpindleError(
@@ -2933,6 +2936,10 @@ class RuntimeImpl implements Runtime {
     if (isSpindleError(damaged) && damaged.details?.keptAs) this.report(damaged, id)
     else if (damaged) this.report(new SpindleError('STATE_CORRUPT', `state.json of ${id} was rebuilt from its transcript; the thread goes on from there.`, { details: { threadId: id } }), id)
     return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
+  }
+
+  private reportStale(id: string, stale: NonNullable<TranscriptOpenResult['stale']>): void {
+    this.report(new SpindleError('TRANSCRIPT_STALE_LINES', staleLinesMessage(id, stale), { details: { threadId: id, lines: stale } }), id)
   }
 
   /** Carries one thread on from its checkpoint (or settles it); returns what it has spent. */

@@ -9,6 +9,7 @@ import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js
 import { createMemoryTranscriptStore } from '../../persistence/memoryTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import type { DataPaths } from '../../persistence/paths.js'
+import { encodeEntry } from '../../persistence/transcriptLines.js'
 import { entryHash } from '../../persistence/transcriptHash.js'
 import type { Durability, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
 import { transcriptContract } from '../contract/transcript.contract.js'
@@ -352,11 +353,38 @@ describe('jsonl transcript recovery', () => {
       expect(opened.position.seq).toBe(4)
       expect(opened.torn).toEqual({ bytes: staleLine.length, savedTo: `${file}.torn-${end}` })
       expect(store.append(ID, 'NOTE', { n: 5 }, at(4)).seq).toBe(5)
-      // A line with a lower seq that is not at the end is still damage.
       store.close(ID)
-      const text = fs.readFileSync(file, 'utf8').split('\n')
-      fs.writeFileSync(file, [...text.slice(0, 4), staleLine.trimEnd(), ...text.slice(4)].join('\n'))
+    })
+
+    it("should skip and list a stale line that landed between two of the new owner's lines, and verify the chain around it", () => {
+      const found: unknown[] = []
+      const { stale, taker, end } = takeover(found)
+      stale.close(ID)
+      // The stale owner's line lands after the new owner checked the file and before its write.
+      const staleLine = `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`
+      fs.appendFileSync(file, staleLine)
+      const fd = fs.openSync(file, 'a')
+      const next = encodeEntry(taker.position(ID), 'NOTE', { n: 5, by: 'taker' }, at(4))
+      fs.writeSync(fd, next.line)
+      fs.closeSync(fd)
+      taker.close(ID)
+
+      // Read (doctor, replay) and opened again (a recovery): the chain verifies without it.
+      const read = store.read(ID)
+      verifyChain(read.entries)
+      expect(read.entries.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5])
+      expect(read.stale).toEqual([{ offset: end, bytes: staleLine.length, seq: 4 }])
+      const opened = store.open(ID)
+      expect(opened).toMatchObject({ position: { seq: 5 }, stale: [{ offset: end, bytes: staleLine.length, seq: 4 }], torn: null })
+      expect(store.append(ID, 'NOTE', { n: 6 }, at(5)).seq).toBe(6)
+      store.close(ID)
+      expect(store.read(ID).entries.map((e) => e.seq)).toEqual([1, 2, 3, 4, 5, 6])
+      // Still damage: a lower seq in a line spindle did not write that way, and a line the next does not chain past.
+      const lines = fs.readFileSync(file, 'utf8').split('\n')
+      fs.writeFileSync(file, [...lines.slice(0, 4), '{"ts":"x","seq":2}', ...lines.slice(4)].join('\n'))
       expect(thrown(() => store.read(ID)).code).toBe('TRANSCRIPT_CHAIN_BROKEN')
+      fs.writeFileSync(file, [...lines.slice(0, 3), staleLine.trimEnd(), ...lines.slice(4)].join('\n'))
+      expect(thrown(() => store.read(ID))).toMatchObject({ code: 'TRANSCRIPT_CHAIN_BROKEN', details: { seq: 4 } })
     })
 
     it('should leave bytes that are not transcript lines, and a file that got shorter, as they are and write nothing', () => {

@@ -350,6 +350,28 @@ describe('bad input on disk', () => {
     expect(verifyReplay(dir, a).matches).toBe(true)
   })
 
+  it("should carry on a thread whose transcript holds a stale writer's line between two of its owner's lines, and say so", async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    // The fault: a line repeating seq 3, written by a process that had lost the thread, landed
+    // between seq 3 and seq 4 (after the new owner checked the file, before its own write).
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    const lines = fs.readFileSync(transcript, 'utf8').split('\n')
+    const staleLine = lines[2]!.replace('"seq":3,', '"seq":3,"stale":true,')
+    fs.writeFileSync(transcript, [...lines.slice(0, 3), staleLine, ...lines.slice(3)].join('\n'))
+    fs.rmSync(threadFile(dir, a, 'state.json'))
+    const problems: Array<{ code: string; threadId?: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [a] })
+    expect(problems).toContainEqual(expect.objectContaining({ code: 'TRANSCRIPT_STALE_LINES', threadId: a, message: expect.stringContaining('seq 3 at byte') }))
+    expect((await rt.get(a).done).status).toBe('completed')
+    expect((await rt.get(b).done).status).toBe('completed')
+    await rt.close()
+    expect(verifyReplay(dir, a).matches).toBe(true)
+    // doctor lists it as no damage, with the way to be rid of it.
+    expect(doctor(dir).findings).toContainEqual(expect.objectContaining({ threadId: a, kind: 'lag', code: 'TRANSCRIPT_STALE_LINES', repair: expect.stringContaining('--compact') }))
+  })
+
   it('should report a broken hash chain with the seq where it breaks, and mark only that thread error', async () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
