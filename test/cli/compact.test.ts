@@ -19,6 +19,20 @@ function spindle(...args: string[]) {
   return { code: run.status, stdout: run.stdout, stderr: run.stderr }
 }
 
+/** A thread suspended at its turn limit (one tool call made, the reply to it not yet asked for), then five repeated notes in its transcript. */
+async function suspendedWithNotes(name: string): Promise<{ dir: string; thread: { id: string } }> {
+  const rt = await createTestRuntime({ model: scriptedModel([{ toolCalls: [{ name: 'missing', input: {} }] }, { text: 'done' }]) })
+  const thread = await rt.spawn({ directive: { name, prompt: 'p' }, limits: { turns: 1 } })
+  expect((await thread.done).status).toBe('suspended')
+  const dir = rt.dir
+  await rt.close()
+  const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
+  store.open(thread.id)
+  for (let i = 0; i < 5; i++) store.append(thread.id, 'operator_looked', { at: 1000 + i, by: 'ops' })
+  store.closeAll()
+  return { dir, thread }
+}
+
 describe('spindle rebuild --compact', () => {
   it('should drop repeated notes, keep every input, and leave a transcript that verifies and replays the same', async () => {
     const rt = await createTestRuntime({ model: scriptedModel([{ text: 'done' }]) })
@@ -111,16 +125,8 @@ describe('spindle rebuild --compact', () => {
   })
 
   it('should not call a state.json that points into the transcript a compaction replaced a match, and a second compaction repairs it', async () => {
-    const rt = await createTestRuntime({ model: scriptedModel([{ toolCalls: [{ name: 'missing', input: {} }] }, { text: 'done' }]) })
-    const thread = await rt.spawn({ directive: { name: 'halfway', prompt: 'p' }, limits: { turns: 1 } })
-    expect((await thread.done).status).toBe('suspended')
-    const dir = rt.dir
-    await rt.close()
     // Repeated notes in the middle of the transcript: the entries after them move when compacted.
-    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
-    store.open(thread.id)
-    for (let i = 0; i < 5; i++) store.append(thread.id, 'operator_looked', { at: 1000 + i, by: 'ops' })
-    store.closeAll()
+    const { dir, thread } = await suspendedWithNotes('halfway')
     const next = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }, { text: 'done' }]), userConfig: null })
     await next.approve(thread.id, { limits: { turns: 5 } })
     expect((await next.get(thread.id).done).status).toBe('completed')
@@ -144,15 +150,7 @@ describe('spindle rebuild --compact', () => {
 
   it('should carry on a thread whose compaction was stopped between its two writes, rebuilding state.json from the compacted transcript', async () => {
     // Setup: a thread suspended at its turn limit, with repeated notes before its last entries.
-    const rt = await createTestRuntime({ model: scriptedModel([{ toolCalls: [{ name: 'missing', input: {} }] }, { text: 'done' }]) })
-    const thread = await rt.spawn({ directive: { name: 'unfinished', prompt: 'p' }, limits: { turns: 1 } })
-    expect((await thread.done).status).toBe('suspended')
-    const dir = rt.dir
-    await rt.close()
-    const store = createJsonlTranscriptStore({ paths: dataPaths(dir), durability: 'process' })
-    store.open(thread.id)
-    for (let i = 0; i < 5; i++) store.append(thread.id, 'operator_looked', { at: 1000 + i, by: 'ops' })
-    store.closeAll()
+    const { dir, thread } = await suspendedWithNotes('unfinished')
     const next = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }]), userConfig: null })
     await next.close()
     const statePath = path.join(dir, 'threads', thread.id, 'state.json')

@@ -295,6 +295,7 @@ describe('jsonl transcript recovery', () => {
   describe('a line from a process that lost the thread (stopped between its lease check and its write)', () => {
     // setup: 3 entries; the thread is taken over (opened by a new store, which appends entry 4).
     // fault: the old owner, woken, writes the line it had built before it stopped: seq 4 again.
+    const staleLine = `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`
     function takeover(found: unknown[]) {
       writeEntries(3)
       const stale = createJsonlTranscriptStore({ paths, durability: 'process', onForeignTail: (f) => found.push(f) })
@@ -310,7 +311,7 @@ describe('jsonl transcript recovery', () => {
       const found: unknown[] = []
       const { stale, taker, end } = takeover(found)
       // A writer that created the file checks nothing: its line lands after the new owner's.
-      fs.appendFileSync(file, `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`)
+      fs.appendFileSync(file, staleLine)
       stale.close(ID)
       expect(taker.append(ID, 'NOTE', { n: 5, by: 'taker' }, at(4)).seq).toBe(5)
       const savedTo = `${file}.torn-${end}`
@@ -341,7 +342,6 @@ describe('jsonl transcript recovery', () => {
       const found: unknown[] = []
       const { stale, taker, end } = takeover(found)
       taker.close(ID)
-      const staleLine = `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`
       fs.appendFileSync(file, staleLine)
       stale.close(ID)
       // Read (doctor, replay): reported as torn, the chain verifies.
@@ -361,7 +361,6 @@ describe('jsonl transcript recovery', () => {
       const { stale, taker, end } = takeover(found)
       stale.close(ID)
       // The stale owner's line lands after the new owner checked the file and before its write.
-      const staleLine = `{"seq":4,"ts":"2025-01-01T00:00:03.000Z","type":"NOTE","data":{"n":4,"by":"stale owner"},"hash":"x"}\n`
       fs.appendFileSync(file, staleLine)
       const fd = fs.openSync(file, 'a')
       const next = encodeEntry(taker.position(ID), 'NOTE', { n: 5, by: 'taker' }, at(4))

@@ -99,9 +99,9 @@ function idOf(rt: Runtime, name: string): string {
 }
 
 /** gate → wait for `targets()` → reply with what the wait gave. */
-function gatedWaiter(r: ModelRequest, targets: () => string[], timeoutSeconds: number, firstTurn = 1): ScriptedTurn {
+function gatedWaiter(r: ModelRequest, targets: () => string[], timeoutSeconds: number, firstTurn = 1, failFast = false): ScriptedTurn {
   if (r.turn === firstTurn) return { toolCalls: [{ name: 'gate', input: { name: r.directiveName } }] }
-  if (r.turn === firstTurn + 1) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: targets(), timeoutSeconds } }] }
+  if (r.turn === firstTurn + 1) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: targets(), timeoutSeconds, ...(failFast ? { failFast } : {}) } }] }
   return { text: sawOfWait(r.messages) }
 }
 
@@ -325,11 +325,7 @@ describe("a fail-fast wait whose way out closes", () => {
     let rt!: Runtime
     const model = scriptedModel((r) => {
       // x waits fail-fast for y and z; y waits for x. Let through: z may fail, which ends x's wait.
-      if (r.directiveName === 'x') {
-        if (r.turn === 1) return { toolCalls: [{ name: 'gate', input: { name: 'x' } }] }
-        if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: [idOf(rt, 'y'), idOf(rt, 'z')], failFast: true, timeoutSeconds: 20 } }] }
-        return { text: sawOfWait(r.messages) }
-      }
+      if (r.directiveName === 'x') return gatedWaiter(r, () => [idOf(rt, 'y'), idOf(rt, 'z')], 20, 1, true)
       if (r.directiveName === 'y') return gatedWaiter(r, () => [idOf(rt, 'x')], 60)
       return r.turn === 1 ? { toolCalls: [{ name: 'gate', input: { name: 'z' } }] } : { text: 'z done' }
     })
@@ -367,11 +363,7 @@ describe("a fail-fast wait whose way out closes", () => {
     let rt!: Runtime
     const model = scriptedModel((r) => {
       // x waits fail-fast for y, z and w; y waits for x. z completes; w, still running, is a way out.
-      if (r.directiveName === 'x') {
-        if (r.turn === 1) return { toolCalls: [{ name: 'gate', input: { name: 'x' } }] }
-        if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: ['y', 'z', 'w'].map((n) => idOf(rt, n)), failFast: true, timeoutSeconds: 60 } }] }
-        return { text: sawOfWait(r.messages) }
-      }
+      if (r.directiveName === 'x') return gatedWaiter(r, () => ['y', 'z', 'w'].map((n) => idOf(rt, n)), 60, 1, true)
       if (r.directiveName === 'y') return gatedWaiter(r, () => [idOf(rt, 'x')], 60)
       if (r.directiveName === 'w' && r.turn === 2) throw Object.assign(new Error('w broke'), { status: 400 })
       return r.turn === 1 ? { toolCalls: [{ name: 'gate', input: { name: r.directiveName } }] } : { text: `${r.directiveName} done` }
