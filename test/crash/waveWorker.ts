@@ -16,6 +16,10 @@ if (!dir) throw new Error('usage: waveWorker <dir> [children] [turns]')
 const children = Number(childrenArg)
 const turns = Number(turnsArg)
 const charges = path.join(dir, 'charges.log')
+// A child turn costs $0.0001: room for every turn, and the lead's budget for every child, however
+// many kills the test asks for (SPINDLE_WAVE_KILLS), so no child stops at its budget for a person.
+const childSpend = Math.max(0.05, Math.ceil(turns * 2) / 10_000)
+const leadSpend = Math.max(1, 2 * children * childSpend)
 
 // Not idempotent: each run appends a line. A key appearing twice means an effect ran twice.
 const charge = defineTool({
@@ -42,7 +46,7 @@ const model = scriptedModel(
     if (r.directiveName === 'lead') {
       if (r.turn === 1) {
         return {
-          toolCalls: Array.from({ length: children }, (_, i) => ({ name: 'spawn_thread', input: { name: `part${i}`, prompt: `part ${i}`, limits: { spend: 0.05 } } })),
+          toolCalls: Array.from({ length: children }, (_, i) => ({ name: 'spawn_thread', input: { name: `part${i}`, prompt: `part ${i}`, limits: { spend: childSpend } } })),
           usage: { inputTokens: 100, outputTokens: 50, cost: 0.001 },
         }
       }
@@ -59,7 +63,7 @@ const model = scriptedModel(
   { latencyMs: (r) => 10 + ((r.turn * 7 + r.threadId.length) % 9) },
 )
 
-const rt = await createRuntime({ dir, model, tools: [charge], durability: 'fsync', defaultLimits: { turns: null, spend: 1 } })
+const rt = await createRuntime({ dir, model, tools: [charge], durability: 'fsync', defaultLimits: { turns: null, spend: leadSpend } })
 if (rt.list().length === 0) await rt.spawn({ directive: { name: 'lead', prompt: 'run the wave' } })
 // Children appear while the lead runs: wait until nothing is left running here.
 while (rt.active().length > 0) await Promise.all(rt.active().map((t) => t.done.catch(() => undefined)))
