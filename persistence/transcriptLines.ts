@@ -61,19 +61,21 @@ export function parseTranscriptBytes(buffer: Buffer, from: TranscriptPosition, p
       torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
       break
     }
-    if (typeof entry === 'object' && entry !== null && typeof entry.seq === 'number' && entry.seq <= seq && staleTail(buffer, offset, seq)) {
-      // Lines at the end that repeat seqs already read: a process that lost the thread while it
-      // was stopped wrote them after the new owner's last line (see jsonlTranscript's append).
-      // Never a continuation of the chain: set aside like a torn line.
-      torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
-      break
-    }
-    if (typeof entry === 'object' && entry !== null && typeof entry.seq === 'number' && entry.seq <= seq && leadingSeq(text) === entry.seq) {
-      // Written by a process fenced off since (jsonlTranscript's append checks before each line,
-      // but a stopped writer's line can land between that check and the owner's own write).
-      stale.push({ offset: from.bytes + offset, bytes: newline + 1 - offset, seq: entry.seq })
-      offset = newline + 1
-      continue
+    if (typeof entry === 'object' && entry !== null && typeof entry.seq === 'number' && entry.seq <= seq) {
+      // A seq already read: written by a process that lost the thread while it was stopped.
+      if (staleTail(buffer, offset, seq)) {
+        // Lines at the end, after the new owner's last line (see jsonlTranscript's append). Never
+        // a continuation of the chain: set aside like a torn line.
+        torn = { offset: from.bytes + offset, bytes: buffer.length - offset }
+        break
+      }
+      if (leadingSeq(text) === entry.seq) {
+        // Between two of the owner's lines (its append checks before each line, but a stopped
+        // writer's line can land between that check and the owner's own write): skipped.
+        stale.push({ offset: from.bytes + offset, bytes: newline + 1 - offset, seq: entry.seq })
+        offset = newline + 1
+        continue
+      }
     }
     if (typeof entry !== 'object' || entry === null || entry.seq !== seq + 1) {
       throw broken(path, seq + 1, `expected seq ${seq + 1}, found ${JSON.stringify((entry as { seq?: unknown } | null)?.seq)}`)

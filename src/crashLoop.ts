@@ -299,12 +299,7 @@ export class CrashLoopGuard {
   private admitNext(): void {
     if (this.closed || this.admitted !== null || this.probation === null) return
     const next = this.held.entries().next()
-    if (next.done) {
-      this.write(this.pending.splice(0))
-      this.probation.open()
-      this.probation = null
-      return
-    }
+    if (next.done) return this.endProbation()
     const [id, held] = next.value
     this.held.delete(id)
     this.admitted = id
@@ -338,8 +333,13 @@ export class CrashLoopGuard {
     this.admittedCount = null
     for (const held of this.held.values()) held.gate.open()
     this.held.clear()
+    this.endProbation()
+  }
+
+  /** No suspect is left to run alone: the counts of the others are written, and everything runs. */
+  private endProbation(): void {
     this.write(this.pending.splice(0))
-    this.probation.open()
+    this.probation?.open()
     this.probation = null
   }
 

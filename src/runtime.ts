@@ -2874,7 +2874,8 @@ class RuntimeImpl implements Runtime {
     read?: PrefetchedThread,
   ): { snapshot: unknown; tail: TranscriptEntry[] } {
     let envelope: StateEnvelope | null = null
-    let damaged: unknown = null
+    /** Reported once state.json has been rebuilt from the transcript: why it was. */
+    let rebuiltNotice: SpindleError | null = null
     try {
       envelope = this.checkpoints.load(id, read?.state)
     } catch (error) {
@@ -2883,7 +2884,7 @@ class RuntimeImpl implements Runtime {
         if (read?.transcript && 'fd' in read.transcript) fs.closeSync(read.transcript.fd)
         throw error
       }
-      damaged = error
+      rebuiltNotice = new SpindleError('STATE_CORRUPT', `state.json of ${id} was rebuilt from its transcript; the thread goes on from there.`, { details: { threadId: id } })
       this.report(error, id)
     }
     // From here the transcript store owns a prefetched descriptor (open takes it, or closes it).
@@ -2900,7 +2901,7 @@ class RuntimeImpl implements Runtime {
             ? replacedByCompaction(dataPaths(this.dir), id, envelope.transcript, Date.parse(envelope.savedAt))
             : null
         if (!keptAs) throw error
-        damaged = new SpindleError(
+        rebuiltNotice = new SpindleError(
           'STATE_CORRUPT',
           `state.json of ${id} points into the transcript a compaction replaced (kept as ${keptAs}): the compaction was stopped before ` +
             `it rewrote state.json. It was rebuilt from the compacted transcript, which replays to the same state; the thread goes on from there.`,
@@ -2933,8 +2934,7 @@ class RuntimeImpl implements Runtime {
       )
     }
     report?.rebuilt.push(id)
-    if (isSpindleError(damaged) && damaged.details?.keptAs) this.report(damaged, id)
-    else if (damaged) this.report(new SpindleError('STATE_CORRUPT', `state.json of ${id} was rebuilt from its transcript; the thread goes on from there.`, { details: { threadId: id } }), id)
+    if (rebuiltNotice) this.report(rebuiltNotice, id)
     return { snapshot: replayTranscript(opened.tail).snapshot, tail: opened.tail }
   }
 

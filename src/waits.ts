@@ -244,20 +244,31 @@ function describeHop(hop: WaitHop): string {
  * A thread's wait refused because it could only end at its timeout: it would close a cycle of
  * waits (or wait for threads stuck in one). The model gets it as its tool result, and goes on.
  */
+/** A found cycle in words and ids, for a refusal and for a wait ended early. */
+function describeCycle(found: WaitCycleFound) {
+  const cycle = found.cycle.map((hop) => hop.thread)
+  return {
+    cycle,
+    /** `a → b → a (a waits for b, b waits for a)` */
+    loop: `${[...cycle, cycle[0]!].join(' → ')} (${found.cycle.map(describeHop).join(', ')})`,
+    /** The hops from the waiter to the cycle, when it is not in it. */
+    way: found.path.map(describeHop).join(', '),
+    ids: { cycle, ...(found.path.length ? { path: found.path.map((hop) => hop.thread) } : {}) },
+  }
+}
+
 export class WaitCycleError extends ToolRefusal {
   constructor(waiter: string, found: WaitCycleFound) {
     const first = (found.path[0] ?? found.cycle[0])!
-    const cycle = found.cycle.map((hop) => hop.thread)
-    const loop = [...cycle, cycle[0]!].join(' → ')
+    const { cycle, loop, way, ids } = describeCycle(found)
     const why = found.path.length === 0
-      ? `that wait would close a wait cycle, ${loop} (${found.cycle.map(describeHop).join(', ')}), and none of these waits could end before its timeout.`
-      : `${found.path.map(describeHop).join(', ')}, and ${cycle[0]} is in a wait cycle, ${loop} (${found.cycle.map(describeHop).join(', ')}), ` +
-        `so this wait could only end at its timeout.`
+      ? `that wait would close a wait cycle, ${loop}, and none of these waits could end before its timeout.`
+      : `${way}, and ${cycle[0]} is in a wait cycle, ${loop}, so this wait could only end at its timeout.`
     super(
       'WAIT_CYCLE',
       `Thread ${waiter} cannot wait for ${first.waitsFor}: ${why} The other waits go on. Do something else: finish your part without ` +
         `${first.waitsFor}'s result, or wait only for threads that are not waiting for you.`,
-      { details: { threadId: waiter, waitedOn: first.waitsFor, cycle, ...(found.path.length ? { path: found.path.map((hop) => hop.thread) } : {}) } },
+      { details: { threadId: waiter, waitedOn: first.waitsFor, ...ids } },
     )
   }
 }
@@ -278,12 +289,10 @@ export interface WaitCycleEnd {
 }
 
 export function waitCycleEnd(waiter: string, found: WaitCycleFound, closedBy: SettledThread): WaitCycleEnd {
-  const cycle = found.cycle.map((hop) => hop.thread)
-  const loop = [...cycle, cycle[0]!].join(' → ')
-  const hops = found.cycle.map(describeHop).join(', ')
+  const { cycle, loop, way, ids } = describeCycle(found)
   const why = found.path.length === 0
-    ? `the threads it still waits for can only settle after it does: a wait cycle, ${loop} (${hops}).`
-    : `${found.path.map(describeHop).join(', ')}, and ${cycle[0]} is in a wait cycle, ${loop} (${hops}).`
+    ? `the threads it still waits for can only settle after it does: a wait cycle, ${loop}.`
+    : `${way}, and ${cycle[0]} is in a wait cycle, ${loop}.`
   const settled = closedBy.finalThreadId === closedBy.threadId ? closedBy.threadId : `${closedBy.threadId} (continued as ${closedBy.finalThreadId})`
   return {
     code: 'WAIT_CYCLE',
@@ -291,8 +300,7 @@ export function waitCycleEnd(waiter: string, found: WaitCycleFound, closedBy: Se
       `Thread ${waiter}'s fail-fast wait was ended early: ${settled} ${closedBy.status} without failing, so no thread it waits for can ` +
       `end it by failing any more, and ${why} It could only have ended at its timeout. What settled is in \`settled\`; the rest are ` +
       `\`pending\`. Do something else: finish your part without their results.`,
-    cycle,
-    ...(found.path.length ? { path: found.path.map((hop) => hop.thread) } : {}),
+    ...ids,
   }
 }
 
