@@ -63,7 +63,18 @@ const model = scriptedModel(
   { latencyMs: (r) => 10 + ((r.turn * 7 + r.threadId.length) % 9) },
 )
 
-const rt = await createRuntime({ dir, model, tools: [charge], durability: 'fsync', defaultLimits: { turns: null, spend: leadSpend } })
+// No crash-loop detection: the test kills this process from outside, and on a loaded machine a kill
+// can land before any thread has taken a step, run after run. Four such runs in a row would
+// quarantine the lead in its first model call, before it spawned a child (crashLoop.test.ts
+// covers the detection).
+const rt = await createRuntime({
+  dir,
+  model,
+  tools: [charge],
+  durability: 'fsync',
+  defaultLimits: { turns: null, spend: leadSpend },
+  config: { supervision: { maxRecoveries: null } },
+})
 if (rt.list().length === 0) await rt.spawn({ directive: { name: 'lead', prompt: 'run the wave' } })
 // Children appear while the lead runs: wait until nothing is left running here.
 while (rt.active().length > 0) await Promise.all(rt.active().map((t) => t.done.catch(() => undefined)))
