@@ -18,6 +18,7 @@
  * ahead of state.json and state.json never ahead of the transcript. Anything the transcript holds
  * beyond state.json is replayed on recovery.
  */
+import { SpindleError } from '../src/errors.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
 /** A registry change for one thread; the newest value of each field wins within a commit. */
@@ -26,6 +27,8 @@ export interface RegistryPatch {
   at?: number
   cost?: Cost
   outcome?: { result?: unknown; error?: { code: string; message: string } | null }
+  /** The lease token the thread was held with when this was staged (set by `stageRegistry`). */
+  token?: number
 }
 
 export interface CommitStats {
@@ -155,6 +158,12 @@ export class GroupCommit {
      * ran out: another process may run its threads), or null. Asked before each publishes.
      */
     private readonly fenced: () => Error | null = () => null,
+    /**
+     * The lease token this process holds a thread with (leases.db), or undefined (no leases: the
+     * memory store). A thread claimed since with a larger token (`Registry.claim`) was taken over:
+     * what this process staged for it is not applied, even when its validity check passed before it stopped.
+     */
+    private readonly tokenOf: (threadId: string) => number | undefined = () => undefined,
   ) {
     // Transcript rounds may overlap: each fsyncs the files written before it began, and the store
     // orders a round with nothing new behind the ones in flight.
@@ -204,8 +213,13 @@ export class GroupCommit {
   stageRegistry(threadId: string, patch: RegistryPatch): void {
     this.discarded.delete(threadId)
     if (patch.status !== undefined || patch.outcome !== undefined) this.statusChanged = true
+    // The token of when it was staged: a patch staged before this process released the thread
+    // is still refused once another process has claimed it.
+    const token = this.tokenOf(threadId)
     const prev = this.patches.get(threadId)
-    this.patches.set(threadId, prev ? { ...prev, ...patch } : patch)
+    const merged = prev ? { ...prev, ...patch } : { ...patch }
+    if (token !== undefined) merged.token = token
+    this.patches.set(threadId, merged)
     if (!this.closed) this.checkpoint.poke()
   }
 
@@ -283,6 +297,20 @@ export class GroupCommit {
       }
       for (const [id, patch] of patches) {
         try {
+          const token = patch.token
+          const claimed = token === undefined ? null : registry.leaseToken(id)
+          if (claimed !== null && claimed > token!) {
+            this.onRegistryError(
+              id,
+              new SpindleError(
+                'LEASE_LOST',
+                `Thread ${id} was taken over by another runtime process (lease token ${claimed}, this process holds ${token}); ` +
+                  'this process stops publishing its status.',
+                { details: { threadId: id, token, claimed } },
+              ),
+            )
+            continue
+          }
           if (patch.cost) registry.updateCostSnapshot(id, patch.cost)
           if (patch.outcome) registry.setResult(id, patch.outcome)
           if (patch.status) registry.updateStatus(id, patch.status, patch.at ?? Date.now())

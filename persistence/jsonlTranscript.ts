@@ -143,24 +143,47 @@ function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Bu
 /** What `spindle rebuild --compact` keeps the transcript it replaced as: `transcript.jsonl.pre-compact-<ms>`. */
 export const PRE_COMPACT_PREFIX = `${TRANSCRIPT_FILE}.pre-compact-`
 
+/** What a transcript's set-aside lines are kept as: `transcript.jsonl.torn-<offset>` (a torn line, or a stale writer's). */
+const TORN_PREFIX = `${TRANSCRIPT_FILE}.torn-`
+
 /**
- * The transcript a compaction replaced that a state.json saved at `savedAt` (ms) and pointing at
- * `anchor` was checkpointed against, or null: the trace of a compaction killed between writing the
- * new transcript and its state.json. Only a compaction begun after that state.json was saved
- * counts: a state.json written later points into the compacted transcript, and a mismatch there is
- * damage to that file, not an unfinished compaction. Only asked when a checkpoint does not match
- * its transcript, so it costs recovery nothing.
+ * Where the line a state.json is anchored at (`anchor`: it ends at `anchor.bytes` with that seq
+ * and hash) was set aside, when the transcript no longer holds it there; or null. Two ways that
+ * happens without damage:
+ * - 'compaction': a compaction killed between writing the new transcript and its state.json left
+ *   the state.json pointing into the transcript it replaced (`transcript.jsonl.pre-compact-<ms>`).
+ *   Only a compaction begun after that state.json was saved (`savedAt`, ms) counts: a state.json
+ *   written later points into the compacted transcript, and a mismatch there is damage.
+ * - 'stale': a process that had lost the thread (stopped between its lease check and its write)
+ *   wrote lines the new owner then moved aside (`transcript.jsonl.torn-<offset>`, the lines from
+ *   `offset` on), and renamed its state.json over the new owner's.
+ * Either way the transcript replays to the thread's state without that state.json. Only asked when
+ * a checkpoint does not match its transcript, so it costs recovery nothing.
  */
-export function replacedByCompaction(paths: DataPaths, threadId: string, anchor: TranscriptPosition, savedAt: number): string | null {
+export function anchorSetAside(
+  paths: DataPaths,
+  threadId: string,
+  anchor: TranscriptPosition,
+  savedAt: number,
+): { keptAs: string; why: 'compaction' | 'stale' } | null {
   const folder = path.dirname(threadFile(paths, threadId, TRANSCRIPT_FILE))
   let names: string[]
   try {
-    names = fs.readdirSync(folder).filter((name) => name.startsWith(PRE_COMPACT_PREFIX))
+    names = fs.readdirSync(folder)
   } catch {
     return null
   }
-  const stamp = (name: string): number => Number(name.slice(PRE_COMPACT_PREFIX.length)) || 0
-  for (const name of names.filter((n) => stamp(n) > savedAt).sort((a, b) => stamp(b) - stamp(a))) {
+  const stamp = (name: string, prefix: string): number => Number(name.slice(prefix.length).split('.')[0]) || 0
+  const candidates: Array<{ name: string; offset: number; why: 'compaction' | 'stale' }> = [
+    ...names
+      .filter((name) => name.startsWith(PRE_COMPACT_PREFIX) && stamp(name, PRE_COMPACT_PREFIX) > savedAt)
+      .sort((a, b) => stamp(b, PRE_COMPACT_PREFIX) - stamp(a, PRE_COMPACT_PREFIX))
+      .map((name) => ({ name, offset: 0, why: 'compaction' as const })),
+    ...names
+      .filter((name) => name.startsWith(TORN_PREFIX) && stamp(name, TORN_PREFIX) < anchor.bytes)
+      .map((name) => ({ name, offset: stamp(name, TORN_PREFIX), why: 'stale' as const })),
+  ]
+  for (const { name, offset, why } of candidates) {
     const file = path.join(folder, name)
     let opened: { fd: number; size: number }
     try {
@@ -169,12 +192,13 @@ export function replacedByCompaction(paths: DataPaths, threadId: string, anchor:
       continue
     }
     try {
-      if (opened.size < anchor.bytes) continue
-      const line = lineEndingAt(opened.fd, anchor.bytes)
+      const end = anchor.bytes - offset
+      if (opened.size < end) continue
+      const line = lineEndingAt(opened.fd, end)
       const entry = line ? (JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null) : null
-      if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return file
+      if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return { keptAs: file, why }
     } catch {
-      // Not JSON where the anchor ends: not the file this state.json was checkpointed against.
+      // Not JSON where the anchor ends: not the lines this state.json was checkpointed against.
     } finally {
       fs.closeSync(opened.fd)
     }

@@ -96,7 +96,8 @@ export function openSqliteLeases(options: { path: string; durability: Durability
        FROM json_each(@ids) AS j LEFT JOIN leases AS l ON l.thread_id = j.value LEFT JOIN tokens AS t ON t.thread_id = j.value
       WHERE l.thread_id IS NULL OR (l.owner != @owner AND (l.expires_at <= @now OR l.owner IN (SELECT value FROM json_each(@stale))))
      ON CONFLICT(thread_id) DO UPDATE SET owner = excluded.owner, pid = excluded.pid, host = excluded.host,
-       acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, token = excluded.token`,
+       acquired_at = excluded.acquired_at, expires_at = excluded.expires_at, token = excluded.token
+     RETURNING thread_id, token`,
   )
   const recordTokens = db.prepare<[string, string]>(
     `INSERT INTO tokens (thread_id, token) SELECT thread_id, token FROM leases WHERE owner = ? AND thread_id IN (SELECT value FROM json_each(?)) AND true
@@ -162,9 +163,15 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     const held = new Map(stillHeld.all(ids, owner.id, now, staleOwners).map((row) => [row.thread_id, toLease(row)]))
     const expiresAt = now + ttlMs
     extendMany.run(expiresAt, owner.id, ids)
-    takeMany.run({ ids, owner: owner.id, pid: owner.pid, host: owner.host, now, expiresAt, stale: staleOwners })
+    const tokens = new Map<string, number>()
+    for (const row of takeMany.iterate({ ids, owner: owner.id, pid: owner.pid, host: owner.host, now, expiresAt, stale: staleOwners }) as Iterable<{
+      thread_id: string
+      token: number
+    }>) {
+      tokens.set(row.thread_id, row.token)
+    }
     recordTokens.run(owner.id, ids)
-    return { acquired: unique.filter((id) => !held.has(id)), held: unique.filter((id) => held.has(id)).map((id) => held.get(id)!) }
+    return { acquired: unique.filter((id) => !held.has(id)), held: unique.filter((id) => held.has(id)).map((id) => held.get(id)!), tokens }
   })
 
   const renewTx = db.transaction((owner: string, threadIds: readonly string[], ttlMs: number, now: number) => {

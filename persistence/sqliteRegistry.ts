@@ -36,6 +36,11 @@ export const MIGRATIONS: readonly string[] = [
   // here, not in the runtime's memory, because the process that would remember dies with the loop.
   `ALTER TABLE threads ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0;
    ALTER TABLE threads ADD COLUMN recovery_seq INTEGER NULL;`,
+  // 3. Fencing: the lease token (leases.db) of the last process to take each thread over. A process
+  // stopped between its lease check and its write publishes with an older token, and is refused.
+  // A narrow table of its own: a recovery claims ten thousand threads at once, and rewriting that
+  // many wide thread rows cost three times as long. A thread may be claimed before its row exists.
+  `CREATE TABLE lease_claims (thread_id TEXT PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID;`,
 ]
 
 /** A `threads` row as SQLite returns it (JSON columns still text). */
@@ -102,6 +107,12 @@ function prepareStatements(db: Database.Database) {
       'UPDATE threads SET recoveries = c.value ->> 1, recovery_seq = c.value ->> 2 FROM json_each(?) AS c WHERE threads.id = c.value ->> 0',
     ),
     resetRecoveryCount: db.prepare<[string]>('UPDATE threads SET recoveries = 0 WHERE id = ? AND recoveries <> 0'),
+    // [id, token] pairs as JSON: a recovery claims thousands of rows in one statement.
+    claim: db.prepare<[string]>(
+      `INSERT INTO lease_claims (thread_id, token) SELECT c.value ->> 0, c.value ->> 1 FROM json_each(?) AS c WHERE true
+       ON CONFLICT(thread_id) DO UPDATE SET token = excluded.token WHERE excluded.token > lease_claims.token`,
+    ),
+    leaseToken: db.prepare<[string], { token: number }>('SELECT token FROM lease_claims WHERE thread_id = ?'),
   }
 }
 
@@ -296,8 +307,19 @@ class SqliteRegistry implements Registry {
     )
   }
 
+  claim(tokens: ReadonlyArray<{ id: string; token: number }>): void {
+    if (tokens.length === 0) return
+    this.guard('record lease tokens', () => this.statements.claim.run(JSON.stringify(tokens.map(({ id, token }) => [id, token]))))
+  }
+
+  leaseToken(id: string): number | null {
+    return this.guard(`read the lease token of thread ${id}`, () => this.statements.leaseToken.get(id)?.token ?? null)
+  }
+
   transaction<T>(fn: () => T): T {
-    return this.guard('run a transaction', () => this.db.transaction(fn)())
+    // Immediate: a transaction that reads before it writes (a lease token, then the patch it
+    // guards) must not see a row another process changes before the write.
+    return this.guard('run a transaction', () => this.db.transaction(fn).immediate())
   }
 
   close(): void {

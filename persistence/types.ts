@@ -212,7 +212,15 @@ export interface Registry {
   setRecoveryCounts(counts: ReadonlyArray<{ id: string } & RecoveryCount>): void
   /** Sets the counts of `ids` to 0, keeping their seq (a clean stop or a person's resume is no crash). */
   resetRecoveryCounts(ids: readonly string[]): void
-  /** Run `fn` in one transaction (better-sqlite3 transactions are synchronous). */
+  /**
+   * Records that a process took these threads (registered or about to be) with these lease tokens
+   * (leases.db); a thread's claimed token only grows. A writer that publishes with a smaller token
+   * than the thread's claimed one lost the thread (see `leaseToken`).
+   */
+  claim(tokens: ReadonlyArray<{ id: string; token: number }>): void
+  /** The largest lease token the thread was claimed with, or null if it never was. */
+  leaseToken(id: string): number | null
+  /** Run `fn` in one write transaction, begun IMMEDIATE (better-sqlite3 transactions are synchronous). */
   transaction<T>(fn: () => T): T
   close(): void
 }
@@ -339,7 +347,12 @@ export interface LeaseStore {
      * once per owner, with one of its leases: a dead process held all of its threads.
      */
     stale?: (lease: Lease) => boolean,
-  ): { acquired: string[]; held: Lease[] }
+  ): {
+    acquired: string[]
+    held: Lease[]
+    /** The token of each lease that changed hands to `owner` now, by thread id (one it held already keeps its token). */
+    tokens: Map<string, number>
+  }
   /** Extends every lease `owner` still holds among `threadIds`; returns the ids it no longer holds. */
   renew(owner: string, threadIds: readonly string[], ttlMs: number, now: number): string[]
   /** Gives the lease up (the thread stopped here). Only the owner's own lease is removed. */

@@ -18,7 +18,7 @@ import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js
 import { makeEnvelope } from '../persistence/envelope.js'
 import { GroupCommit } from '../persistence/groupCommit.js'
 import type { CommitStats } from '../persistence/groupCommit.js'
-import { createJsonlTranscriptStore, replacedByCompaction } from '../persistence/jsonlTranscript.js'
+import { anchorSetAside, createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
 import { createMemoryTranscriptStore } from '../persistence/memoryTranscript.js'
 import { assertDirectories, assertRealDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadDir, threadFile, TRANSCRIPT_FILE } from '../persistence/paths.js'
@@ -526,6 +526,8 @@ class RuntimeImpl implements Runtime {
   private readonly owner = { id: `${os.hostname()}:${process.pid}:${nanoid(8)}`, pid: process.pid, host: os.hostname() }
   /** Wall-clock time until which this process's leases are certainly its own (self-fencing). */
   private leaseValidUntil = 0
+  /** The token of each lease this process holds (leases.db): what its registry writes are fenced with. */
+  private readonly leaseTokens = new Map<string, number>()
   private heartbeat: NodeJS.Timeout | null = null
   /** Ledger keys known to have (or not have) an account: most threads never touch the ledger. */
   private readonly accountKnown = new Map<string, boolean>()
@@ -578,6 +580,7 @@ class RuntimeImpl implements Runtime {
       // Until this process has held a lease, what it publishes (registry rows of settled threads
       // it found) is no thread's that another process runs.
       () => (this.leaseValidUntil === 0 ? null : this.fenced()),
+      (threadId) => this.leaseTokens.get(threadId),
     )
     const tools = new Map<string, Tool>()
     const builtin = options.builtinTools === false ? [] : childTools({
@@ -756,6 +759,7 @@ class RuntimeImpl implements Runtime {
       if (this.leases.removeIf(taken.lease)) taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
     }
     if (taken.acquired && this.leaseValidUntil < now + this.leaseTtlMs - this.heartbeatMs) this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
+    if (taken.acquired) this.claimTokens(new Map([[id, taken.lease.token]]))
     return taken.acquired
   }
 
@@ -813,10 +817,32 @@ class RuntimeImpl implements Runtime {
       if (verdict === undefined) verdicts.set(lease.owner, (verdict = this.leaseIsStale({ ...lease, expiresAt: Number.MAX_SAFE_INTEGER }, now)))
       return verdict
     }
-    const { acquired } = this.leases.acquireMany(ids, this.owner, this.leaseTtlMs, now, stale)
+    const { acquired, tokens } = this.leases.acquireMany(ids, this.owner, this.leaseTtlMs, now, stale)
     const taken = new Set(acquired)
     if (taken.size > 0) this.leaseValidUntil = Math.max(this.leaseValidUntil, now + this.leaseTtlMs - this.heartbeatMs)
+    this.claimTokens(tokens)
     return taken
+  }
+
+  /**
+   * Remembers the lease tokens this process holds threads with, and claims the threads that
+   * changed hands in the registry with them, before anything of theirs is read or run: a process
+   * that held one before and stopped between its lease check and its registry write publishes with
+   * an older token from then on, and is refused (see GroupCommit).
+   */
+  private claimTokens(tokens: ReadonlyMap<string, number>): void {
+    const claims: Array<{ id: string; token: number }> = []
+    for (const [id, token] of tokens) {
+      if (this.leaseTokens.get(id) === token) continue
+      this.leaseTokens.set(id, token)
+      claims.push({ id, token })
+    }
+    try {
+      this.registry.claim(claims)
+    } catch (error) {
+      // Only the fence is lost: the threads still run, and are claimed at their next change of hands.
+      this.report(error)
+    }
   }
 
   private takeLease(id: string): void {
@@ -831,6 +857,8 @@ class RuntimeImpl implements Runtime {
   }
 
   private releaseLease(id: string): void {
+    // What it staged while it held the lease keeps that token (GroupCommit.stageRegistry).
+    this.leaseTokens.delete(id)
     try {
       this.leases.release(id, this.owner.id)
     } catch (error) {
@@ -2894,18 +2922,23 @@ class RuntimeImpl implements Runtime {
       try {
         opened = this.transcripts.open(id, envelope.transcript, prefetched)
       } catch (error) {
-        // A compaction killed between its two writes: state.json points into the transcript it
-        // replaced (kept beside), and the new one replays to the same state. Replay the new one.
-        const keptAs =
-          isSpindleError(error) && error.code === 'TRANSCRIPT_CORRUPT' && this.options.store !== 'memory'
-            ? replacedByCompaction(dataPaths(this.dir), id, envelope.transcript, Date.parse(envelope.savedAt))
+        // state.json points at a line the transcript no longer holds there, but that was set aside
+        // whole: by a compaction killed between its two writes, or as a stale writer's line (a
+        // process that lost the thread renamed its state.json over the new owner's). The
+        // transcript replays to the thread's state without it.
+        const setAside =
+          isSpindleError(error) && (error.code === 'TRANSCRIPT_CORRUPT' || error.code === 'TRANSCRIPT_CHAIN_BROKEN') && this.options.store !== 'memory'
+            ? anchorSetAside(dataPaths(this.dir), id, envelope.transcript, Date.parse(envelope.savedAt))
             : null
-        if (!keptAs) throw error
+        if (!setAside) throw error
         rebuiltNotice = new SpindleError(
           'STATE_CORRUPT',
-          `state.json of ${id} points into the transcript a compaction replaced (kept as ${keptAs}): the compaction was stopped before ` +
-            `it rewrote state.json. It was rebuilt from the compacted transcript, which replays to the same state; the thread goes on from there.`,
-          { details: { threadId: id, keptAs } },
+          setAside.why === 'compaction'
+            ? `state.json of ${id} points into the transcript a compaction replaced (kept as ${setAside.keptAs}): the compaction was stopped before ` +
+                `it rewrote state.json. It was rebuilt from the compacted transcript, which replays to the same state; the thread goes on from there.`
+            : `state.json of ${id} points at a line a process wrote after it had lost the thread, which the new owner set aside (kept as ` +
+                `${setAside.keptAs}): that process renamed its state.json over the new owner's. It was rebuilt from the transcript; the thread goes on from there.`,
+          { details: { threadId: id, keptAs: setAside.keptAs, why: setAside.why } },
         )
         // open closed the prefetched descriptor: the replay below reads the file again.
         prefetched = undefined

@@ -7,7 +7,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { createJsonlTranscriptStore, replacedByCompaction } from '../../persistence/jsonlTranscript.js'
+import { anchorSetAside, createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { createRuntime, scriptedModel, verifyReplay } from '../../src/index.js'
 import { compactThread } from '../../src/compact.js'
@@ -161,10 +161,13 @@ describe('spindle rebuild --compact', () => {
     // The fault: killed after the new transcript was renamed in, before state.json was.
     fs.writeFileSync(statePath, stateBefore)
     const envelope = JSON.parse(stateBefore.toString('utf8'))
-    expect(replacedByCompaction(dataPaths(dir), thread.id, envelope.transcript, Date.parse(envelope.savedAt))).toContain(`${thread.id}/transcript.jsonl.pre-compact-`)
+    expect(anchorSetAside(dataPaths(dir), thread.id, envelope.transcript, Date.parse(envelope.savedAt))).toMatchObject({
+      why: 'compaction',
+      keptAs: expect.stringContaining(`${thread.id}/transcript.jsonl.pre-compact-`),
+    })
     // The same position in a state.json saved after the compaction began would point into the
     // compacted transcript: a mismatch there is damage, never taken for an unfinished compaction.
-    expect(replacedByCompaction(dataPaths(dir), thread.id, envelope.transcript, Date.now())).toBeNull()
+    expect(anchorSetAside(dataPaths(dir), thread.id, envelope.transcript, Date.now())).toBeNull()
 
     // After: a runtime opening the directory rebuilds state.json from the compacted transcript,
     // says so, and the thread goes on when approved; the compacted transcript is kept, not cut.

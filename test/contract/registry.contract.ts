@@ -288,6 +288,22 @@ export function registryContract(name: string, create: () => RegistryBackend): v
       }))
     })
 
+    describe('lease tokens', () => {
+      it('should be null until claimed, and only ever grow, registered or not', withRegistry((r) => {
+        r.register(thread(A))
+        r.register(thread(B))
+        expect([r.leaseToken(A), r.leaseToken(GHOST)]).toEqual([null, null])
+        // GHOST: a thread is leased (and claimed) before the round that registers it.
+        r.claim([{ id: A, token: 3 }, { id: B, token: 1 }, { id: GHOST, token: 9 }])
+        expect([r.leaseToken(A), r.leaseToken(B), r.leaseToken(GHOST)]).toEqual([3, 1, 9])
+        // A process that took A over earlier (token 2) claims after the one that took it last.
+        r.claim([{ id: A, token: 2 }])
+        expect(r.leaseToken(A)).toBe(3)
+        r.claim([])
+        expect(r.leaseToken(B)).toBe(1)
+      }))
+    })
+
     it('should allow close to be called twice', () => {
       const backend = create()
       try {

@@ -12,6 +12,7 @@ import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore
 import { GroupCommit } from '../../persistence/groupCommit.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
+import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { SpindleError } from '../../src/errors.js'
 import { envelope } from '../contract/checkpoints.contract.js'
@@ -19,6 +20,8 @@ import { tempDir } from '../helpers/dirs.js'
 
 const KEPT = 'kept-aaaaaaaaaaaa'
 const LOST = 'lost-aaaaaaaaaaaa'
+const ME = { id: 'me', pid: 1, host: 'h' }
+const LEASE_MS = 1_000
 
 async function twoThreads() {
   const root = tempDir('spindle-group-commit')
@@ -28,7 +31,18 @@ async function twoThreads() {
   const registry = openSqliteRegistry({ path: path.join(root, 'registry.db'), durability: 'fsync' })
   let fence: Error | null = null
   const errors: unknown[] = []
-  const commit = new GroupCommit({ transcripts, checkpoints, registry }, (_id, error) => errors.push(error), (error) => errors.push(error), () => fence)
+  // This process's leases, on a real leases.db: both threads taken with token 1.
+  const leasesFile = path.join(root, 'leases.db')
+  const leases = openSqliteLeases({ path: leasesFile, durability: 'fsync' })
+  const { tokens } = leases.acquireMany([KEPT, LOST], ME, LEASE_MS, 0)
+  leases.close()
+  const commit = new GroupCommit(
+    { transcripts, checkpoints, registry },
+    (_id, error) => errors.push(error),
+    (error) => errors.push(error),
+    () => fence,
+    (id) => tokens.get(id),
+  )
   for (const id of [KEPT, LOST]) {
     transcripts.open(id)
     commit.stageRegistration({ id, directiveName: id.split('-')[0]!, directive: {}, nonce: 'n', createdAt: 0 })
@@ -47,7 +61,7 @@ async function twoThreads() {
     }
   }
   const spend = (id: string): number => registry.get(id)!.cost?.spend ?? 0
-  return { commit, registry, errors, turns, spend, stepBoth, setFence: (error: Error | null) => (fence = error) }
+  return { root, leasesFile, tokens, commit, registry, errors, turns, spend, stepBoth, setFence: (error: Error | null) => (fence = error) }
 }
 
 describe('group commit in a process that lost threads to another', () => {
@@ -86,6 +100,33 @@ describe('group commit in a process that lost threads to another', () => {
     await t.commit.whenDurable()
     expect(t.spend(LOST)).toBe(0)
     expect(t.turns(LOST)).toBe(1)
+    t.registry.close()
+  })
+
+  it("should not let a status staged before a takeover overwrite the new owner's, though the fence check passed before the process stopped", async () => {
+    const t = await twoThreads()
+    expect([t.tokens.get(KEPT), t.tokens.get(LOST)]).toEqual([1, 1])
+    // Staged while this process held both; its validity check passes (it is stopped right after).
+    for (const id of [KEPT, LOST]) t.commit.stageRegistry(id, { status: 'completed', at: 5, outcome: { result: 'stale' } })
+
+    // The fault: meanwhile another process took LOST over once its lease expired (token 2),
+    // claimed its row, and ran it on to 'suspended'.
+    const other = openSqliteLeases({ path: t.leasesFile, durability: 'fsync' })
+    const taken = other.acquire(LOST, { id: 'other', pid: 2, host: 'h' }, LEASE_MS, LEASE_MS + 1)
+    other.close()
+    expect(taken).toMatchObject({ acquired: true, lease: { token: 2 } })
+    const otherRegistry = openSqliteRegistry({ path: path.join(t.root, 'registry.db'), durability: 'fsync' })
+    otherRegistry.claim([{ id: LOST, token: taken.lease.token }])
+    otherRegistry.updateStatus(LOST, 'suspended', 4)
+    otherRegistry.close()
+
+    // After: the round applies KEPT's change and refuses LOST's, saying why.
+    await t.commit.whenDurable()
+    expect(t.registry.get(KEPT)).toMatchObject({ status: 'completed', result: 'stale' })
+    expect(t.registry.get(LOST)).toMatchObject({ status: 'suspended', result: null })
+    const refused = t.errors.filter((e): e is SpindleError => e instanceof SpindleError && e.code === 'LEASE_LOST')
+    expect(refused).toHaveLength(1)
+    expect(refused[0]!.details).toMatchObject({ threadId: LOST, token: 1, claimed: 2 })
     t.registry.close()
   })
 

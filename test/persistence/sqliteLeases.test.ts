@@ -45,10 +45,13 @@ describe('taking many leases at once', () => {
       // The dead owner's threads changed hands: their fencing token moved on.
       expect(mine.filter((r) => ids.indexOf(r.threadId) % 3 === 0).every((r) => r.token === 2)).toBe(true)
       expect(mine.filter((r) => ids.indexOf(r.threadId) % 3 === 2).every((r) => r.token === 1)).toBe(true)
+      // It says the token of every lease that changed hands to it (what their registry rows are claimed with), and no other.
+      expect(result.tokens).toEqual(new Map(mine.map((r) => [r.threadId, r.token])))
+      expect(batch.acquireMany(ids.slice(0, 3), me, 30_000, 11_000).tokens).toEqual(new Map())
 
       // Released and taken again: tokens only ever grow.
       batch.release(ids[0]!, me.id)
-      batch.acquireMany([ids[0]!], me, 30_000, 20_000)
+      expect(batch.acquireMany([ids[0]!], me, 30_000, 20_000).tokens).toEqual(new Map([[ids[0]!, 3]]))
       expect(batch.get(ids[0]!)!.token).toBe(3)
       batch.close()
       single.close()

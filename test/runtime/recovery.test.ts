@@ -372,6 +372,59 @@ describe('bad input on disk', () => {
     expect(doctor(dir).findings).toContainEqual(expect.objectContaining({ threadId: a, kind: 'lag', code: 'TRANSCRIPT_STALE_LINES', repair: expect.stringContaining('--compact') }))
   })
 
+  it("should rebuild a state.json that a process which had lost the thread renamed over the new owner's, pointing at its line set aside", async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    // The fault: the last line and state.json of `a` come from a process that had lost it (stopped
+    // between its lease check and its writes). The new owner set that line aside, as it does a
+    // stale writer's, and was killed before its next checkpoint; the stale state.json stayed.
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    const bytes = fs.readFileSync(transcript)
+    const offset = bytes.lastIndexOf(0x0a, bytes.length - 2) + 1
+    fs.writeFileSync(`${transcript}.torn-${offset}`, bytes.subarray(offset))
+    fs.truncateSync(transcript, offset)
+    const state = JSON.parse(fs.readFileSync(threadFile(dir, a, 'state.json'), 'utf8')) as { transcript: { bytes: number } }
+    expect(state.transcript.bytes).toBe(bytes.length)
+
+    // After: rebuilt from the transcript and carried on, with the reason named; the other thread untouched.
+    const problems: Array<{ code: string; threadId?: string; message: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [a] })
+    expect(problems).toContainEqual(
+      expect.objectContaining({ code: 'STATE_CORRUPT', threadId: a, message: expect.stringContaining(`after it had lost the thread`) }),
+    )
+    expect(problems.find((p) => p.code === 'STATE_CORRUPT')!.message).toContain(`transcript.jsonl.torn-${offset}`)
+    expect((await rt.get(a).done).status).toBe('completed')
+    expect((await rt.get(b).done).status).toBe('completed')
+    await rt.close()
+    expect(verifyReplay(dir, a).matches).toBe(true)
+  })
+
+  it('should claim the registry rows of the threads it takes over with their new lease tokens', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const tokens = (): Array<[number, number]> => {
+      const leases = new Database(path.join(dir, 'leases.db'), { readonly: true })
+      const registry = new Database(path.join(dir, 'registry.db'), { readonly: true })
+      try {
+        return [a, b].map((id) => [
+          (leases.prepare('SELECT token FROM tokens WHERE thread_id = ?').get(id) as { token: number }).token,
+          (registry.prepare('SELECT token FROM lease_claims WHERE thread_id = ?').get(id) as { token: number }).token,
+        ])
+      } finally {
+        leases.close()
+        registry.close()
+      }
+    }
+    // The first runtime took them when it spawned them (token 1), and released them at close.
+    expect(tokens()).toEqual([[1, 1], [1, 1]])
+    const rt = await runtime({ dir, model: hangOnTurn2, tools: [noop] })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
+    // Taken again at the next token, and the rows say so before the threads run: a process still
+    // holding token 1 (stopped, not closed) would now be refused.
+    expect(tokens()).toEqual([[2, 2], [2, 2]])
+  })
+
   it('should report a broken hash chain with the seq where it breaks, and mark only that thread error', async () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
