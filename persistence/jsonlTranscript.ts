@@ -146,17 +146,52 @@ export const PRE_COMPACT_PREFIX = `${TRANSCRIPT_FILE}.pre-compact-`
 /** What a transcript's set-aside lines are kept as: `transcript.jsonl.torn-<offset>` (a torn line, or a stale writer's). */
 const TORN_PREFIX = `${TRANSCRIPT_FILE}.torn-`
 
+/** Whether a complete line of `bytes` is the entry `anchor` names (its seq and hash). */
+function holdsLine(bytes: Buffer, anchor: TranscriptPosition): boolean {
+  const prefix = `{"seq":${anchor.seq},`
+  for (const line of bytes.toString('utf8').split('\n')) {
+    if (!line.startsWith(prefix)) continue
+    try {
+      if ((JSON.parse(line) as { hash?: unknown }).hash === anchor.hash) return true
+    } catch {
+      // A torn or foreign line: not the entry.
+    }
+  }
+  return false
+}
+
+/** The whole of a thread file, or null when it cannot be read as a regular file. */
+function readKept(file: string): Buffer | null {
+  let opened: { fd: number; size: number }
+  try {
+    opened = openRegular(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
+  } catch {
+    return null
+  }
+  try {
+    return readRange(opened.fd, 0, opened.size)
+  } catch {
+    return null
+  } finally {
+    fs.closeSync(opened.fd)
+  }
+}
+
 /**
  * Where the line a state.json is anchored at (`anchor`: it ends at `anchor.bytes` with that seq
- * and hash) was set aside, when the transcript no longer holds it there; or null. Two ways that
+ * and hash) is kept, when the transcript's chain does not hold it there; or null. Two ways that
  * happens without damage:
  * - 'compaction': a compaction killed between writing the new transcript and its state.json left
- *   the state.json pointing into the transcript it replaced (`transcript.jsonl.pre-compact-<ms>`).
- *   Only a compaction begun after that state.json was saved (`savedAt`, ms) counts: a state.json
- *   written later points into the compacted transcript, and a mismatch there is damage.
- * - 'stale': a process that had lost the thread (stopped between its lease check and its write)
- *   wrote lines the new owner then moved aside (`transcript.jsonl.torn-<offset>`, the lines from
- *   `offset` on), and renamed its state.json over the new owner's.
+ *   the state.json pointing into the transcript it replaced (`transcript.jsonl.pre-compact-<ms>`,
+ *   at the same offset). Only a compaction begun after that state.json was saved (`savedAt`, ms)
+ *   counts: a state.json written later points into the compacted transcript, and a mismatch there
+ *   is damage.
+ * - 'stale': a process that had lost the thread (stopped between its lease check and its writes)
+ *   appended lines and renamed its state.json over the new owner's. Its lines repeat seqs of the
+ *   chain: the new owner moved them aside (`transcript.jsonl.torn-<offset>`), or they are still
+ *   in the transcript, skipped by every reader; and it believed they ended where its own view of
+ *   the file did, so the anchor's offset may point anywhere. The line is looked for by seq and
+ *   hash, and counts only if the chain does not hold it.
  * Either way the transcript replays to the thread's state without that state.json. Only asked when
  * a checkpoint does not match its transcript, so it costs recovery nothing.
  */
@@ -166,7 +201,8 @@ export function anchorSetAside(
   anchor: TranscriptPosition,
   savedAt: number,
 ): { keptAs: string; why: 'compaction' | 'stale' } | null {
-  const folder = path.dirname(threadFile(paths, threadId, TRANSCRIPT_FILE))
+  const transcript = threadFile(paths, threadId, TRANSCRIPT_FILE)
+  const folder = path.dirname(transcript)
   let names: string[]
   try {
     names = fs.readdirSync(folder)
@@ -174,16 +210,10 @@ export function anchorSetAside(
     return null
   }
   const stamp = (name: string, prefix: string): number => Number(name.slice(prefix.length).split('.')[0]) || 0
-  const candidates: Array<{ name: string; offset: number; why: 'compaction' | 'stale' }> = [
-    ...names
-      .filter((name) => name.startsWith(PRE_COMPACT_PREFIX) && stamp(name, PRE_COMPACT_PREFIX) > savedAt)
-      .sort((a, b) => stamp(b, PRE_COMPACT_PREFIX) - stamp(a, PRE_COMPACT_PREFIX))
-      .map((name) => ({ name, offset: 0, why: 'compaction' as const })),
-    ...names
-      .filter((name) => name.startsWith(TORN_PREFIX) && stamp(name, TORN_PREFIX) < anchor.bytes)
-      .map((name) => ({ name, offset: stamp(name, TORN_PREFIX), why: 'stale' as const })),
-  ]
-  for (const { name, offset, why } of candidates) {
+  const compactions = names
+    .filter((name) => name.startsWith(PRE_COMPACT_PREFIX) && stamp(name, PRE_COMPACT_PREFIX) > savedAt)
+    .sort((a, b) => stamp(b, PRE_COMPACT_PREFIX) - stamp(a, PRE_COMPACT_PREFIX))
+  for (const name of compactions) {
     const file = path.join(folder, name)
     let opened: { fd: number; size: number }
     try {
@@ -192,16 +222,32 @@ export function anchorSetAside(
       continue
     }
     try {
-      const end = anchor.bytes - offset
-      if (opened.size < end) continue
-      const line = lineEndingAt(opened.fd, end)
+      if (opened.size < anchor.bytes) continue
+      const line = lineEndingAt(opened.fd, anchor.bytes)
       const entry = line ? (JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null) : null
-      if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return { keptAs: file, why }
+      if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return { keptAs: file, why: 'compaction' }
     } catch {
-      // Not JSON where the anchor ends: not the lines this state.json was checkpointed against.
+      // Not JSON where the anchor ends: not the file this state.json was checkpointed against.
     } finally {
       fs.closeSync(opened.fd)
     }
+  }
+  // A stale writer's line: never one the chain holds (that would be damage to where it lies).
+  const current = readKept(transcript)
+  if (current === null) return null
+  let parsed: ReturnType<typeof parseTranscriptBytes>
+  try {
+    parsed = parseTranscriptBytes(current, EMPTY_POSITION, transcript)
+  } catch {
+    return null
+  }
+  if (parsed.entries.some((entry) => entry.seq === anchor.seq && entry.hash === anchor.hash)) return null
+  const outside = [...parsed.stale, ...(parsed.torn ? [parsed.torn] : [])]
+  if (outside.some((range) => holdsLine(current.subarray(range.offset, range.offset + range.bytes), anchor))) return { keptAs: transcript, why: 'stale' }
+  for (const name of names.filter((n) => n.startsWith(TORN_PREFIX)).sort()) {
+    const file = path.join(folder, name)
+    const kept = readKept(file)
+    if (kept && holdsLine(kept, anchor)) return { keptAs: file, why: 'stale' }
   }
   return null
 }

@@ -2936,8 +2936,8 @@ class RuntimeImpl implements Runtime {
           setAside.why === 'compaction'
             ? `state.json of ${id} points into the transcript a compaction replaced (kept as ${setAside.keptAs}): the compaction was stopped before ` +
                 `it rewrote state.json. It was rebuilt from the compacted transcript, which replays to the same state; the thread goes on from there.`
-            : `state.json of ${id} points at a line a process wrote after it had lost the thread, which the new owner set aside (kept as ` +
-                `${setAside.keptAs}): that process renamed its state.json over the new owner's. It was rebuilt from the transcript; the thread goes on from there.`,
+            : `state.json of ${id} points at a line a process wrote after it had lost the thread (found in ${setAside.keptAs}, outside the ` +
+                `thread's chain): that process renamed its state.json over the new owner's. It was rebuilt from the transcript; the thread goes on from there.`,
           { details: { threadId: id, keptAs: setAside.keptAs, why: setAside.why } },
         )
         // open closed the prefetched descriptor: the replay below reads the file again.

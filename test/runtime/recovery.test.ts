@@ -400,6 +400,45 @@ describe('bad input on disk', () => {
     expect(verifyReplay(dir, a).matches).toBe(true)
   })
 
+  it("should rebuild a stale state.json whose writer's lines landed after the new owner's, its anchor pointing into the new owner's lines", async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    const left = fs.statSync(transcript).size
+    // Two lineages from where the first runtime stopped: the new owner's (dir) and the stopped
+    // process's (a copy), each taking turn 2 and waiting in turn 3's model call.
+    const stale = tempDir()
+    fs.cpSync(dir, stale, { recursive: true })
+    const hangOnTurn3 = scriptedModel([
+      { toolCalls: [{ name: 'noop', input: {} }] },
+      { toolCalls: [{ name: 'noop', input: {} }] },
+      { faults: [{ fault: 'hang' }], reply: { text: 'never' } },
+    ])
+    for (const where of [dir, stale]) {
+      const rt = await createRuntime({ dir: where, model: hangOnTurn3, tools: [noop] })
+      await until(rt.get(a), (v) => v.usage.turns === 2 && inState('callingModel')(v))
+      await rt.close()
+    }
+    // The fault: the stopped process's lines land after the new owner's (its descriptor appends),
+    // and its state.json, anchored where it believed its last line ended, replaces the new owner's.
+    const staleLines = fs.readFileSync(threadFile(stale, a, 'transcript.jsonl')).subarray(left)
+    expect(staleLines.length).toBeGreaterThan(0)
+    fs.appendFileSync(transcript, staleLines)
+    fs.copyFileSync(threadFile(stale, a, 'state.json'), threadFile(dir, a, 'state.json'))
+
+    const problems: Array<{ code: string; threadId?: string; message: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [a] })
+    expect(problems).toContainEqual(
+      expect.objectContaining({ code: 'STATE_CORRUPT', threadId: a, message: expect.stringContaining(`outside the thread's chain`) }),
+    )
+    const done = await rt.get(a).done
+    expect(done).toMatchObject({ status: 'completed', cost: { turns: 3 } })
+    expect((await rt.get(b).done).status).toBe('completed')
+    await rt.close()
+    expect(verifyReplay(dir, a).matches).toBe(true)
+  })
+
   it('should claim the registry rows of the threads it takes over with their new lease tokens', async () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
