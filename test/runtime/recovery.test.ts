@@ -372,6 +372,21 @@ describe('bad input on disk', () => {
     expect(doctor(dir).findings).toContainEqual(expect.objectContaining({ threadId: a, kind: 'lag', code: 'TRANSCRIPT_STALE_LINES', repair: expect.stringContaining('--compact') }))
   })
 
+  /** Opens `dir` after the fault: `a` rebuilt from its transcript with a notice, then both threads complete and `a` replays. */
+  async function rebuiltAndCarriedOn(dir: string, a: string, b: string) {
+    const problems: Array<{ code: string; threadId?: string; message: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [a] })
+    const notice = problems.find((p) => p.code === 'STATE_CORRUPT' && p.threadId === a)?.message
+    expect(notice).toContain('after it had lost the thread')
+    const outcome = await rt.get(a).done
+    expect(outcome.status).toBe('completed')
+    expect((await rt.get(b).done).status).toBe('completed')
+    await rt.close()
+    expect(verifyReplay(dir, a).matches).toBe(true)
+    return { notice: notice!, outcome }
+  }
+
   it("should rebuild a state.json that a process which had lost the thread renamed over the new owner's, pointing at its line set aside", async () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
@@ -386,18 +401,9 @@ describe('bad input on disk', () => {
     const state = JSON.parse(fs.readFileSync(threadFile(dir, a, 'state.json'), 'utf8')) as { transcript: { bytes: number } }
     expect(state.transcript.bytes).toBe(bytes.length)
 
-    // After: rebuilt from the transcript and carried on, with the reason named; the other thread untouched.
-    const problems: Array<{ code: string; threadId?: string; message: string }> = []
-    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
-    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [a] })
-    expect(problems).toContainEqual(
-      expect.objectContaining({ code: 'STATE_CORRUPT', threadId: a, message: expect.stringContaining(`after it had lost the thread`) }),
-    )
-    expect(problems.find((p) => p.code === 'STATE_CORRUPT')!.message).toContain(`transcript.jsonl.torn-${offset}`)
-    expect((await rt.get(a).done).status).toBe('completed')
-    expect((await rt.get(b).done).status).toBe('completed')
-    await rt.close()
-    expect(verifyReplay(dir, a).matches).toBe(true)
+    // After: rebuilt from the transcript and carried on, naming the kept line's file; the other thread untouched.
+    const { notice } = await rebuiltAndCarriedOn(dir, a, b)
+    expect(notice).toContain(`found in ${transcript}.torn-${offset}, outside the thread's chain`)
   })
 
   it("should rebuild a stale state.json whose writer's lines landed after the new owner's, its anchor pointing into the new owner's lines", async () => {
@@ -426,17 +432,10 @@ describe('bad input on disk', () => {
     fs.appendFileSync(transcript, staleLines)
     fs.copyFileSync(threadFile(stale, a, 'state.json'), threadFile(dir, a, 'state.json'))
 
-    const problems: Array<{ code: string; threadId?: string; message: string }> = []
-    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
-    expect(rt.lastRecovery).toMatchObject({ failed: [], rebuilt: [a] })
-    expect(problems).toContainEqual(
-      expect.objectContaining({ code: 'STATE_CORRUPT', threadId: a, message: expect.stringContaining(`outside the thread's chain`) }),
-    )
-    const done = await rt.get(a).done
-    expect(done).toMatchObject({ status: 'completed', cost: { turns: 3 } })
-    expect((await rt.get(b).done).status).toBe('completed')
-    await rt.close()
-    expect(verifyReplay(dir, a).matches).toBe(true)
+    // After: rebuilt from the new owner's chain (the stale lines are no part of it) and carried on.
+    const { notice, outcome } = await rebuiltAndCarriedOn(dir, a, b)
+    expect(notice).toContain(`found in ${transcript}, outside the thread's chain`)
+    expect(outcome.cost.turns).toBe(3)
   })
 
   it('should claim the registry rows of the threads it takes over with their new lease tokens', async () => {
