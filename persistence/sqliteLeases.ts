@@ -77,6 +77,14 @@ export function openSqliteLeases(options: { path: string; durability: Durability
   const all = db.prepare<[], Row>('SELECT * FROM leases ORDER BY thread_id')
   const others = db.prepare<[string], Row>('SELECT * FROM leases WHERE owner != ? ORDER BY thread_id')
   const delExact = db.prepare<[string, string, number]>('DELETE FROM leases WHERE thread_id = ? AND owner = ? AND token = ?')
+  const raise = db.prepare<[number, string]>('UPDATE leases SET token = ? WHERE thread_id = ?')
+  const raiseTx = db.transaction((threadId: string, owner: string, token: number): boolean => {
+    const current = get.get(threadId)
+    if (!current || current.owner !== owner) return false
+    if (current.token < token) raise.run(token, threadId)
+    upsertToken.run(threadId, Math.max(token, lastToken.get(threadId)?.token ?? 0))
+    return true
+  })
 
   // A batch (a recovery: thousands of threads) is taken with a few set-based statements instead
   // of a read and a write per thread: which other owners hold live leases among the ids (one
@@ -189,6 +197,7 @@ export function openSqliteLeases(options: { path: string; durability: Durability
     acquire: (threadId, owner, ttlMs, now) => guard(`take the lease of ${threadId}`, () => acquireTx.immediate(threadId, owner, ttlMs, now)),
     acquireMany: (threadIds, owner, ttlMs, now, stale) => guard('take leases', () => acquireManyTx.immediate(threadIds, owner, ttlMs, now, stale)),
     renew: (owner, threadIds, ttlMs, now) => guard('renew leases', () => renewTx.immediate(owner, threadIds, ttlMs, now)),
+    raiseToken: (threadId, owner, token) => guard(`raise the lease token of ${threadId}`, () => raiseTx.immediate(threadId, owner, token)),
     release: (threadId, owner) => {
       guard(`release the lease of ${threadId}`, () => del.run(threadId, owner))
     },

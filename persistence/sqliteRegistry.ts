@@ -112,6 +112,11 @@ function prepareStatements(db: Database.Database) {
       `INSERT INTO lease_claims (thread_id, token) SELECT c.value ->> 0, c.value ->> 1 FROM json_each(?) AS c WHERE true
        ON CONFLICT(thread_id) DO UPDATE SET token = excluded.token WHERE excluded.token > lease_claims.token`,
     ),
+    // Claims already at or above the token offered: none, unless leases.db handed out a token again
+    // (it lost commits in a power loss: it is not fsynced; or it was deleted).
+    claimedAhead: db.prepare<[string], { id: string; token: number }>(
+      `SELECT l.thread_id AS id, l.token FROM json_each(?) AS c JOIN lease_claims AS l ON l.thread_id = c.value ->> 0 WHERE l.token >= c.value ->> 1`,
+    ),
     leaseToken: db.prepare<[string], { token: number }>('SELECT token FROM lease_claims WHERE thread_id = ?'),
   }
 }
@@ -307,9 +312,16 @@ class SqliteRegistry implements Registry {
     )
   }
 
-  claim(tokens: ReadonlyArray<{ id: string; token: number }>): void {
-    if (tokens.length === 0) return
-    this.guard('record lease tokens', () => this.statements.claim.run(JSON.stringify(tokens.map(({ id, token }) => [id, token]))))
+  claim(tokens: ReadonlyArray<{ id: string; token: number }>): Array<{ id: string; token: number }> {
+    if (tokens.length === 0) return []
+    const pairs = JSON.stringify(tokens.map(({ id, token }) => [id, token]))
+    return this.guard('record lease tokens', () =>
+      this.db.transaction(() => {
+        const ahead = this.statements.claimedAhead.all(pairs)
+        this.statements.claim.run(pairs)
+        return ahead
+      }).immediate(),
+    )
   }
 
   leaseToken(id: string): number | null {

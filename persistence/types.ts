@@ -215,9 +215,11 @@ export interface Registry {
   /**
    * Records that a process took these threads (registered or about to be) with these lease tokens
    * (leases.db); a thread's claimed token only grows. A writer that publishes with a smaller token
-   * than the thread's claimed one lost the thread (see `leaseToken`).
+   * than the thread's claimed one lost the thread (see `leaseToken`). Returns the threads already
+   * claimed with the token offered or a larger one, and that token: leases.db handed a token out
+   * again (it lost commits, or was deleted), and the caller raises its lease's token past it.
    */
-  claim(tokens: ReadonlyArray<{ id: string; token: number }>): void
+  claim(tokens: ReadonlyArray<{ id: string; token: number }>): Array<{ id: string; token: number }>
   /** The largest lease token the thread was claimed with, or null if it never was. */
   leaseToken(id: string): number | null
   /** Run `fn` in one write transaction, begun IMMEDIATE (better-sqlite3 transactions are synchronous). */
@@ -355,6 +357,12 @@ export interface LeaseStore {
   }
   /** Extends every lease `owner` still holds among `threadIds`; returns the ids it no longer holds. */
   renew(owner: string, threadIds: readonly string[], ttlMs: number, now: number): string[]
+  /**
+   * Raises the token of `owner`'s lease of `threadId` to `token` (and the last token handed out
+   * with it), when the registry holds a claim at or above the token leases.db gave. False when
+   * `owner` no longer holds the lease: another process took the thread since.
+   */
+  raiseToken(threadId: string, owner: string, token: number): boolean
   /** Gives the lease up (the thread stopped here). Only the owner's own lease is removed. */
   release(threadId: string, owner: string): void
   get(threadId: string): Lease | null

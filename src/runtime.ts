@@ -759,7 +759,7 @@ class RuntimeImpl implements Runtime {
       if (this.leases.removeIf(taken.lease)) taken = this.leases.acquire(id, this.owner, this.leaseTtlMs, now)
     }
     if (taken.acquired && this.leaseValidUntil < now + this.leaseTtlMs - this.heartbeatMs) this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
-    if (taken.acquired) this.claimTokens(new Map([[id, taken.lease.token]]))
+    if (taken.acquired && this.claimTokens(new Map([[id, taken.lease.token]])).has(id)) return false
     return taken.acquired
   }
 
@@ -820,7 +820,7 @@ class RuntimeImpl implements Runtime {
     const { acquired, tokens } = this.leases.acquireMany(ids, this.owner, this.leaseTtlMs, now, stale)
     const taken = new Set(acquired)
     if (taken.size > 0) this.leaseValidUntil = Math.max(this.leaseValidUntil, now + this.leaseTtlMs - this.heartbeatMs)
-    this.claimTokens(tokens)
+    for (const id of this.claimTokens(tokens)) taken.delete(id)
     return taken
   }
 
@@ -829,8 +829,15 @@ class RuntimeImpl implements Runtime {
    * changed hands in the registry with them, before anything of theirs is read or run: a process
    * that held one before and stopped between its lease check and its registry write publishes with
    * an older token from then on, and is refused (see GroupCommit).
+   *
+   * A thread already claimed with the token leases.db gave, or a larger one, is one of two cases.
+   * leases.db handed the token out again (it is not fsynced, so a power loss can take its last
+   * commits; or it was deleted): this process still holds the lease, raises its token past the
+   * claim and claims that. Or this process was stopped between taking the lease and claiming it,
+   * and another took the thread since: it no longer holds the lease. Returns those threads: lost.
    */
-  private claimTokens(tokens: ReadonlyMap<string, number>): void {
+  private claimTokens(tokens: ReadonlyMap<string, number>): Set<string> {
+    const lost = new Set<string>()
     const claims: Array<{ id: string; token: number }> = []
     for (const [id, token] of tokens) {
       if (this.leaseTokens.get(id) === token) continue
@@ -838,11 +845,23 @@ class RuntimeImpl implements Runtime {
       claims.push({ id, token })
     }
     try {
-      this.registry.claim(claims)
+      const raised: Array<{ id: string; token: number }> = []
+      for (const ahead of this.registry.claim(claims)) {
+        const token = ahead.token + 1
+        if (this.leases.raiseToken(ahead.id, this.owner.id, token)) {
+          this.leaseTokens.set(ahead.id, token)
+          raised.push({ id: ahead.id, token })
+        } else {
+          this.leaseTokens.delete(ahead.id)
+          lost.add(ahead.id)
+        }
+      }
+      this.registry.claim(raised)
     } catch (error) {
       // Only the fence is lost: the threads still run, and are claimed at their next change of hands.
       this.report(error)
     }
+    return lost
   }
 
   private takeLease(id: string): void {

@@ -294,13 +294,16 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         r.register(thread(B))
         expect([r.leaseToken(A), r.leaseToken(GHOST)]).toEqual([null, null])
         // GHOST: a thread is leased (and claimed) before the round that registers it.
-        r.claim([{ id: A, token: 3 }, { id: B, token: 1 }, { id: GHOST, token: 9 }])
+        expect(r.claim([{ id: A, token: 3 }, { id: B, token: 1 }, { id: GHOST, token: 9 }])).toEqual([])
         expect([r.leaseToken(A), r.leaseToken(B), r.leaseToken(GHOST)]).toEqual([3, 1, 9])
-        // A process that took A over earlier (token 2) claims after the one that took it last.
-        r.claim([{ id: A, token: 2 }])
-        expect(r.leaseToken(A)).toBe(3)
-        r.claim([])
-        expect(r.leaseToken(B)).toBe(1)
+        // A process that took A over earlier (token 2) claims after the one that took it last: it
+        // is told the claim ahead of it (so is one offered the same token again), and nothing changes.
+        expect(r.claim([{ id: A, token: 2 }, { id: B, token: 1 }, { id: GHOST, token: 10 }])).toEqual([
+          { id: A, token: 3 },
+          { id: B, token: 1 },
+        ])
+        expect([r.leaseToken(A), r.leaseToken(B), r.leaseToken(GHOST)]).toEqual([3, 1, 10])
+        expect(r.claim([])).toEqual([])
       }))
     })
 

@@ -59,6 +59,22 @@ describe('taking many leases at once', () => {
   }
 })
 
+describe('raising a lease token past a claim the registry holds', () => {
+  it("should raise only the owner's own lease, and hand out tokens above it from then on", () => {
+    const leases = store()
+    const id = 'raise-aaaaaaaaaaaa'
+    expect(leases.acquire(id, me, 30_000, 0).lease.token).toBe(1)
+    // leases.db gave token 1 again while the registry holds a claim at 4 (lost commits, or a new file).
+    expect(leases.raiseToken(id, me.id, 5)).toBe(true)
+    expect(leases.get(id)!.token).toBe(5)
+    expect(leases.raiseToken(id, other.id, 9)).toBe(false)
+    expect(leases.get(id)).toMatchObject({ owner: me.id, token: 5 })
+    leases.release(id, me.id)
+    expect(leases.acquire(id, other, 30_000, 1_000).lease.token).toBe(6)
+    leases.close()
+  })
+})
+
 describe('removing a stale lease', () => {
   it('should free it once when two processes both found it stale: the later removal leaves the lease the earlier one took', () => {
     const leases = store()

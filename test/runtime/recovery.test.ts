@@ -463,6 +463,33 @@ describe('bad input on disk', () => {
     expect(tokens()).toEqual([[2, 2], [2, 2]])
   })
 
+  it('should keep publishing statuses when leases.db hands out tokens the registry has seen (its last commits lost, or the file deleted)', async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    // Taken over once more (token 2, claimed in registry.db), then stopped again.
+    await (await createRuntime({ dir, model: hangOnTurn2, tools: [noop] })).close()
+    // The fault: leases.db is gone (a power loss can also take its last commits: it is not
+    // fsynced); registry.db, which is, keeps the claims at token 2. Tokens start again at 1.
+    for (const suffix of ['', '-wal', '-shm']) fs.rmSync(path.join(dir, `leases.db${suffix}`), { force: true })
+
+    // After: the runtime raises its tokens past the claims, so its statuses are published, and
+    // nothing is refused as if another process had taken the threads.
+    const problems: Array<{ code: string }> = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
+    expect((await rt.get(a).done).status).toBe('completed')
+    expect((await rt.get(b).done).status).toBe('completed')
+    await rt.close()
+    expect(problems.filter((p) => p.code === 'LEASE_LOST')).toEqual([])
+    const registry = new Database(path.join(dir, 'registry.db'), { readonly: true })
+    try {
+      expect(registry.prepare('SELECT status FROM threads WHERE id IN (?, ?)').pluck().all(a, b)).toEqual(['completed', 'completed'])
+      expect(registry.prepare('SELECT token FROM lease_claims WHERE thread_id IN (?, ?)').pluck().all(a, b)).toEqual([3, 3])
+    } finally {
+      registry.close()
+    }
+  })
+
   it('should report a broken hash chain with the seq where it breaks, and mark only that thread error', async () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
