@@ -315,6 +315,9 @@ class SqliteRegistry implements Registry {
   claim(tokens: ReadonlyArray<{ id: string; token: number }>): Array<{ id: string; token: number }> {
     if (tokens.length === 0) return []
     const pairs = JSON.stringify(tokens.map(({ id, token }) => [id, token]))
+    // Token 1 is a thread's first lease: no holder before it can publish under a smaller one, so
+    // its claim is not written (a spawn would otherwise commit, and fsync, the registry each time).
+    if (tokens.every(({ token }) => token <= 1)) return this.guard('read lease tokens', () => this.statements.claimedAhead.all(pairs))
     return this.guard('record lease tokens', () =>
       this.db.transaction(() => {
         const ahead = this.statements.claimedAhead.all(pairs)

@@ -218,6 +218,7 @@ export interface Registry {
    * than the thread's claimed one lost the thread (see `leaseToken`). Returns the threads already
    * claimed with the token offered or a larger one, and that token: leases.db handed a token out
    * again (it lost commits, or was deleted), and the caller raises its lease's token past it.
+   * A token of 1 (a thread's first lease) needs no record: none is written for it.
    */
   claim(tokens: ReadonlyArray<{ id: string; token: number }>): Array<{ id: string; token: number }>
   /** The largest lease token the thread was claimed with, or null if it never was. */

@@ -293,6 +293,9 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         r.register(thread(A))
         r.register(thread(B))
         expect([r.leaseToken(A), r.leaseToken(GHOST)]).toEqual([null, null])
+        // A first lease (token 1) is no change of hands: nothing to record.
+        expect(r.claim([{ id: A, token: 1 }])).toEqual([])
+        expect(r.leaseToken(A)).toBeNull()
         // GHOST: a thread is leased (and claimed) before the round that registers it.
         expect(r.claim([{ id: A, token: 3 }, { id: B, token: 1 }, { id: GHOST, token: 9 }])).toEqual([])
         expect([r.leaseToken(A), r.leaseToken(B), r.leaseToken(GHOST)]).toEqual([3, 1, 9])
