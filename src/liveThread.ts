@@ -63,6 +63,13 @@ export interface ThreadServices {
    * null. Checked before every transcript append: a process that lost a thread stops writing it.
    */
   fenced?(threadId: string): SpindleError | null
+  /**
+   * The thread's transcript goes on past its last line, written by another process: this one
+   * stopped it (and gave its lease up, if it still held it). The lines may be those of a process
+   * that had lost the thread, written in the moment between its check and its write; then nobody
+   * runs it now, and the runtime takes it over again at once instead of at its next heartbeat.
+   */
+  writtenAhead?(threadId: string): void
   /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
   inspect?: (event: InspectionEvent) => void
 }
@@ -274,6 +281,7 @@ export class LiveThread implements ThreadHandle {
       if (isSpindleError(error) && error.code === 'LEASE_LOST') {
         if (!this.finished) this.services.report(error, this.id)
         this.detach(error)
+        this.services.writtenAhead?.(this.id)
       }
       throw error
     }

@@ -925,8 +925,13 @@ class RuntimeImpl implements Runtime {
       this.report(new SpindleError('LEASE_LOST', `Thread ${id} was taken over by another runtime process; this one stops running it.`, { details: { threadId: id } }), id)
       thread.detach(new SpindleError('LEASE_LOST', `Thread ${id} is now run by another runtime process.`, { details: { threadId: id } }))
     }
-    if (!this.config.orphans.autoTakeover) return
     // Orphans: unfinished threads no live process holds. Detection runs all the time, not only at start-up.
+    this.takeOrphans(now)
+  }
+
+  /** Takes over the unfinished threads no live process holds, if `orphans.autoTakeover`. */
+  private takeOrphans(now: number): void {
+    if (!this.config.orphans.autoTakeover || this.closed) return
     const orphans = this.orphans(now)
     if (orphans.length > 0) {
       this.recover().then(
@@ -3100,6 +3105,11 @@ class RuntimeImpl implements Runtime {
       },
       observe: (live, snapshot, previous) => this.observe(live, snapshot, previous),
       fenced: () => this.fenced(),
+      // Forgetting the thread gave its lease up if it was still this process's: then it is an
+      // orphan now (the lines ahead are a stopped process's), taken over on the next turn.
+      writtenAhead: () => {
+        setImmediate(() => this.takeOrphans(Date.now()))
+      },
       ...(this.options.inspect ? { inspect: this.options.inspect } : {}),
     }
     const thread = new LiveThread(id, this.threadServices, options)

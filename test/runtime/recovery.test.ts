@@ -15,7 +15,7 @@ import { doctor, rebuildThread } from '../../src/operator.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { createRuntime, defineTool, respondToApproval, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
-import { inState, until } from '../helpers/threads.js'
+import { eventually, inState, until } from '../helpers/threads.js'
 
 const open: Runtime[] = []
 async function runtime(options: RuntimeOptions): Promise<Runtime> {
@@ -436,6 +436,49 @@ describe('bad input on disk', () => {
     const { notice, outcome } = await rebuiltAndCarriedOn(dir, a, b)
     expect(notice).toContain(`found in ${transcript}, outside the thread's chain`)
     expect(outcome.cost.turns).toBe(3)
+  })
+
+  it("should take a thread straight back when a stopped process's line lands ahead of it while it waits, not at its next heartbeat", async () => {
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const transcript = threadFile(dir, a, 'transcript.jsonl')
+    const left = fs.statSync(transcript).size
+    // The stopped process's lineage: from where the kill left `a`, it took turn 2 and waits in turn 3.
+    const stale = tempDir()
+    fs.cpSync(dir, stale, { recursive: true })
+    const hangOnTurn3 = scriptedModel([
+      { toolCalls: [{ name: 'noop', input: {} }] },
+      { toolCalls: [{ name: 'noop', input: {} }] },
+      { faults: [{ fault: 'hang' }], reply: { text: 'never' } },
+    ])
+    const staleRt = await createRuntime({ dir: stale, model: hangOnTurn3, tools: [noop] })
+    await until(staleRt.get(a), (v) => v.usage.turns === 2 && inState('callingModel')(v))
+    await staleRt.close()
+    const staleLines = fs.readFileSync(threadFile(stale, a, 'transcript.jsonl')).subarray(left)
+
+    // This runtime takes both threads over and waits in their turn-2 model calls, writing nothing;
+    // its heartbeat would come only after the test's timeout.
+    let answer!: () => void
+    const answered = new Promise<void>((resolve) => (answer = resolve))
+    const gated = { name: 'gated', generate: async () => (await answered, { text: 'done', toolCalls: [], usage: { inputTokens: 1, outputTokens: 1 } }) }
+    const problems: Array<{ code: string; threadId?: string }> = []
+    const rt = await runtime({ dir, model: gated, tools: [noop], config: { orphans: { thresholdMs: 1_800_000, heartbeatMs: 600_000 } }, onProblem: (p) => problems.push(p) })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
+    // The fault: the stopped process's lines land past this runtime's last line of `a`.
+    fs.appendFileSync(transcript, staleLines)
+    answer()
+
+    // After: `a` stops here (its next line would fork the chain), is taken over again at once with
+    // those lines as its history, and completes from turn 3; `b` completes untouched.
+    expect((await rt.get(b).done).status).toBe('completed')
+    const completed = (): boolean => rt.list({ status: 'completed' }).some((r) => r.id === a)
+    expect(await eventually({ settle: () => new Promise((resolve) => setTimeout(resolve, 5)) }, completed, 10_000)).toBe(true)
+    expect(problems).toContainEqual(expect.objectContaining({ code: 'LEASE_LOST', threadId: a }))
+    expect(problems).toContainEqual(expect.objectContaining({ code: 'THREAD_LEASED', threadId: a }))
+    await rt.close()
+    expect(verifyReplay(dir, a).matches).toBe(true)
+    const types = fs.readFileSync(transcript, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { type: string; data: unknown })
+    expect(types.filter((e) => e.type === 'MODEL_REPLIED')).toHaveLength(3)
   })
 
   it('should claim the registry rows of the threads it takes over with their new lease tokens', async () => {
