@@ -372,6 +372,32 @@ describe('bad input on disk', () => {
     expect(doctor(dir).findings).toContainEqual(expect.objectContaining({ threadId: a, kind: 'lag', code: 'TRANSCRIPT_STALE_LINES', repair: expect.stringContaining('--compact') }))
   })
 
+  /** Runs `dir` until `a` has taken turn 2 and waits in turn 3's model call, then stops it. */
+  async function tookTurn2(dir: string, a: string): Promise<void> {
+    const hangOnTurn3 = scriptedModel([
+      { toolCalls: [{ name: 'noop', input: {} }] },
+      { toolCalls: [{ name: 'noop', input: {} }] },
+      { faults: [{ fault: 'hang' }], reply: { text: 'never' } },
+    ])
+    const rt = await createRuntime({ dir, model: hangOnTurn3, tools: [noop] })
+    await until(rt.get(a), (v) => v.usage.turns === 2 && inState('callingModel')(v))
+    await rt.close()
+  }
+
+  /**
+   * The lineage of a process that lost `a` while stopped: a copy of `dir` where `a` took turn 2.
+   * `lines`: what it appended to `a`'s transcript past where `dir`'s ends.
+   */
+  async function staleLineage(dir: string, a: string): Promise<{ dir: string; lines: Buffer }> {
+    const left = fs.statSync(threadFile(dir, a, 'transcript.jsonl')).size
+    const stale = tempDir()
+    fs.cpSync(dir, stale, { recursive: true })
+    await tookTurn2(stale, a)
+    const lines = fs.readFileSync(threadFile(stale, a, 'transcript.jsonl')).subarray(left)
+    expect(lines.length).toBeGreaterThan(0)
+    return { dir: stale, lines }
+  }
+
   /** Opens `dir` after the fault: `a` rebuilt from its transcript with a notice, then both threads complete and `a` replays. */
   async function rebuiltAndCarriedOn(dir: string, a: string, b: string) {
     const problems: Array<{ code: string; threadId?: string; message: string }> = []
@@ -410,27 +436,13 @@ describe('bad input on disk', () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
     const transcript = threadFile(dir, a, 'transcript.jsonl')
-    const left = fs.statSync(transcript).size
-    // Two lineages from where the first runtime stopped: the new owner's (dir) and the stopped
-    // process's (a copy), each taking turn 2 and waiting in turn 3's model call.
-    const stale = tempDir()
-    fs.cpSync(dir, stale, { recursive: true })
-    const hangOnTurn3 = scriptedModel([
-      { toolCalls: [{ name: 'noop', input: {} }] },
-      { toolCalls: [{ name: 'noop', input: {} }] },
-      { faults: [{ fault: 'hang' }], reply: { text: 'never' } },
-    ])
-    for (const where of [dir, stale]) {
-      const rt = await createRuntime({ dir: where, model: hangOnTurn3, tools: [noop] })
-      await until(rt.get(a), (v) => v.usage.turns === 2 && inState('callingModel')(v))
-      await rt.close()
-    }
+    // Two lineages from where the first runtime stopped: the stopped process's (a copy) and the new owner's (dir).
+    const stale = await staleLineage(dir, a)
+    await tookTurn2(dir, a)
     // The fault: the stopped process's lines land after the new owner's (its descriptor appends),
     // and its state.json, anchored where it believed its last line ended, replaces the new owner's.
-    const staleLines = fs.readFileSync(threadFile(stale, a, 'transcript.jsonl')).subarray(left)
-    expect(staleLines.length).toBeGreaterThan(0)
-    fs.appendFileSync(transcript, staleLines)
-    fs.copyFileSync(threadFile(stale, a, 'state.json'), threadFile(dir, a, 'state.json'))
+    fs.appendFileSync(transcript, stale.lines)
+    fs.copyFileSync(threadFile(stale.dir, a, 'state.json'), threadFile(dir, a, 'state.json'))
 
     // After: rebuilt from the new owner's chain (the stale lines are no part of it) and carried on.
     const { notice, outcome } = await rebuiltAndCarriedOn(dir, a, b)
@@ -442,19 +454,7 @@ describe('bad input on disk', () => {
     const dir = tempDir()
     const [a, b] = await leaveTwoThreadsMidCall(dir)
     const transcript = threadFile(dir, a, 'transcript.jsonl')
-    const left = fs.statSync(transcript).size
-    // The stopped process's lineage: from where the kill left `a`, it took turn 2 and waits in turn 3.
-    const stale = tempDir()
-    fs.cpSync(dir, stale, { recursive: true })
-    const hangOnTurn3 = scriptedModel([
-      { toolCalls: [{ name: 'noop', input: {} }] },
-      { toolCalls: [{ name: 'noop', input: {} }] },
-      { faults: [{ fault: 'hang' }], reply: { text: 'never' } },
-    ])
-    const staleRt = await createRuntime({ dir: stale, model: hangOnTurn3, tools: [noop] })
-    await until(staleRt.get(a), (v) => v.usage.turns === 2 && inState('callingModel')(v))
-    await staleRt.close()
-    const staleLines = fs.readFileSync(threadFile(stale, a, 'transcript.jsonl')).subarray(left)
+    const stale = await staleLineage(dir, a)
 
     // This runtime takes both threads over and waits in their turn-2 model calls, writing nothing;
     // its heartbeat would come only after the test's timeout.
@@ -465,7 +465,7 @@ describe('bad input on disk', () => {
     const rt = await runtime({ dir, model: gated, tools: [noop], config: { orphans: { thresholdMs: 1_800_000, heartbeatMs: 600_000 } }, onProblem: (p) => problems.push(p) })
     expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
     // The fault: the stopped process's lines land past this runtime's last line of `a`.
-    fs.appendFileSync(transcript, staleLines)
+    fs.appendFileSync(transcript, stale.lines)
     answer()
 
     // After: `a` stops here (its next line would fork the chain), is taken over again at once with
