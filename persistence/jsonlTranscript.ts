@@ -140,6 +140,16 @@ function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Bu
   }
 }
 
+/** The entry (its seq and hash, as parsed) on the line that ends at `end`, or null when no intact line ends there. */
+function entryEndingAt(fd: number, end: number, read?: { start: number; chunk: Buffer }): { seq?: unknown; hash?: unknown } | null {
+  const line = lineEndingAt(fd, end, read)
+  try {
+    return line ? (JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null) : null
+  } catch {
+    return null
+  }
+}
+
 /** What `spindle rebuild --compact` keeps the transcript it replaced as: `transcript.jsonl.pre-compact-<ms>`. */
 export const PRE_COMPACT_PREFIX = `${TRANSCRIPT_FILE}.pre-compact-`
 
@@ -223,11 +233,10 @@ export function anchorSetAside(
     }
     try {
       if (opened.size < anchor.bytes) continue
-      const line = lineEndingAt(opened.fd, anchor.bytes)
-      const entry = line ? (JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null) : null
+      const entry = entryEndingAt(opened.fd, anchor.bytes)
       if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return { keptAs: file, why: 'compaction' }
     } catch {
-      // Not JSON where the anchor ends: not the file this state.json was checkpointed against.
+      // Unreadable: not a file this state.json can be checked against.
     } finally {
       fs.closeSync(opened.fd)
     }
@@ -325,13 +334,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition, read?: { start: number; chunk: Buffer }): void {
     // Appends chain to from.hash; if the file does not hold that entry where state.json says it
     // ends, the next append would write a chain nobody can verify. Stop here instead.
-    const line = lineEndingAt(fd, from.bytes, read)
-    let entry: { seq?: unknown; hash?: unknown } | null = null
-    try {
-      if (line) entry = JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null
-    } catch {
-      // Not JSON: reported below as "no intact entry".
-    }
+    // Not JSON there: reported below as "no intact entry".
+    const entry = entryEndingAt(fd, from.bytes, read)
     if (entry?.seq !== from.seq || entry?.hash !== from.hash) {
       throw corrupt(
         file,
