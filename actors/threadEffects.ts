@@ -1,13 +1,14 @@
 /**
- * The logic the thread machine invokes: call the model, run one tool call, wait for a deadline.
- * Side effects. Not imported by machines/.
+ * The effects the thread machine's states ask for (`effectOf`): call the model, run one tool call,
+ * wait for a deadline, decide a limit, settle children. Side effects. Not imported by machines/.
+ * Each is started with its input and returns what stops it; the runtime starts one per step and
+ * stops it when the thread leaves the step.
  *
  * Each effect first waits until the checkpoint of the state that started it is durable
  * (write-ahead), then acts, then hands its result to `host.deliver`, which records it in the
  * transcript before the machine sees it. Results that arrive after the effect was stopped are
  * dropped, never applied.
  */
-import { fromCallback } from 'xstate'
 import type {
   CallModelInput,
   DecideLimitInput,
@@ -170,7 +171,7 @@ export function toolIdempotencyKey(threadId: string, turn: number, callId: strin
  * recovery with the same turn and attempt; a recorded reply is never requested again.
  */
 export function callModelLogic(host: EffectHost) {
-  return fromCallback<ThreadEvent, CallModelInput>(({ input }) => {
+  return (input: CallModelInput): (() => void) => {
     // Made when the call starts: a thread waiting for its records to be durable needs none yet.
     let started: AbortController | null = null
     let stopped = false
@@ -244,7 +245,7 @@ export function callModelLogic(host: EffectHost) {
       stopped = true
       started?.abort(new Error('model call stopped'))
     }
-  })
+  }
 }
 
 /**
@@ -253,7 +254,7 @@ export function callModelLogic(host: EffectHost) {
  * other tool is not run again, and the model receives an error result saying so.
  */
 export function runToolLogic(host: EffectHost) {
-  return fromCallback<ThreadEvent, RunToolInput>(({ input }) => {
+  return (input: RunToolInput): (() => void) => {
     // The tool's own controller: aborted when this step stops, and by executeToolCall on timeout
     // (so `stopped`, not the signal, says whether this step was stopped).
     const controller = new AbortController()
@@ -294,20 +295,19 @@ export function runToolLogic(host: EffectHost) {
       stopped = true
       controller.abort(new Error('tool call stopped'))
     }
-  })
+  }
 }
 
 /** A deadline that survives restarts: the wait is recomputed from `dueAt` each time it starts. */
 export function waitUntilLogic(host: EffectHost) {
-  return fromCallback<ThreadEvent, WaitUntilInput>(({ input }) =>
+  return (input: WaitUntilInput): (() => void) =>
     // A wait past a timer's range (a Retry-After of weeks, a quota reset date) is armed in steps.
-    atDeadline(host.clock, input.dueAt, () => host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() })),
-  )
+    atDeadline(host.clock, input.dueAt, () => host.deliver(input.threadId, { type: 'RETRY_DUE', at: host.clock.now() }))
 }
 
 /** Decides what a limit hit leads to. Hooks may be code: they run only once the hit is durable. */
 export function decideLimitLogic(host: EffectHost) {
-  return fromCallback<ThreadEvent, DecideLimitInput>(({ input }) => {
+  return (input: DecideLimitInput): (() => void) => {
     const controller = new AbortController()
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
@@ -317,12 +317,12 @@ export function decideLimitLogic(host: EffectHost) {
       host.deliver(input.threadId, { type: 'LIMIT_DECIDED', at: host.clock.now(), ...decided })
     })
     return () => controller.abort()
-  })
+  }
 }
 
 /** Cancels the children of a cancelled thread, then tells it they have settled. */
 export function settleChildrenLogic(host: EffectHost) {
-  return fromCallback<ThreadEvent, SettleChildrenInput>(({ input }) => {
+  return (input: SettleChildrenInput): (() => void) => {
     const controller = new AbortController()
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
@@ -332,7 +332,7 @@ export function settleChildrenLogic(host: EffectHost) {
       host.deliver(input.threadId, { type: 'CHILDREN_SETTLED', at: host.clock.now(), children })
     })
     return () => controller.abort()
-  })
+  }
 }
 
 export function createThreadEffects(host: EffectHost) {
@@ -344,3 +344,6 @@ export function createThreadEffects(host: EffectHost) {
     settleChildren: settleChildrenLogic(host),
   }
 }
+
+/** Each effect by name: started with its input, it returns what stops it. */
+export type ThreadEffects = ReturnType<typeof createThreadEffects>

@@ -3,10 +3,14 @@
  * (model replies, tool results, timers, cancels, approvals) arrives as an event carrying its own
  * time `at`, so replaying recorded events through this machine reproduces the snapshot exactly.
  *
- * The actors registered here are inert placeholders: the runtime provides the real ones with
- * `threadMachine.provide({ actors })`. Replay uses the placeholders, so it never causes effects.
+ * The machine invokes no actors. A state that needs the outside world (a model call, a tool call,
+ * a wait, a limit decision, cancelling children) says so in its description, and `effectOf` names
+ * the effect a snapshot asks for; the runtime runs it and sends its result back as an event. An
+ * invoked actor would cost an XState actor per model and tool call (about a third of a turn's
+ * allocation, and most of what outlives it) and would have to be persisted with the snapshot.
+ * Restoring a snapshot with plain XState, or replaying a transcript, runs nothing.
  */
-import { and, fromCallback, setup } from 'xstate'
+import { and, setup } from 'xstate'
 import { assign } from './assign.js'
 import type { Config } from '../config/schema.js'
 
@@ -357,13 +361,6 @@ export const threadMachine = setup({
     input: {} as ThreadInput,
     output: {} as ThreadOutcome,
   },
-  actors: {
-    callModel: fromCallback<ThreadEvent, CallModelInput>(() => {}),
-    runTool: fromCallback<ThreadEvent, RunToolInput>(() => {}),
-    waitUntil: fromCallback<ThreadEvent, WaitUntilInput>(() => {}),
-    decideLimit: fromCallback<ThreadEvent, DecideLimitInput>(() => {}),
-    settleChildren: fromCallback<ThreadEvent, SettleChildrenInput>(() => {}),
-  },
   guards: {
     cancelAwaitsChildren: ({ event }) => event.type === 'CANCEL' && event.awaitChildren === true,
     limitExceeded: ({ context }) => exceeded(context) !== null,
@@ -630,15 +627,7 @@ export const threadMachine = setup({
           ],
         },
         callingModel: {
-          invoke: {
-            id: 'callModel',
-            src: 'callModel',
-            input: ({ context }) => ({
-              threadId: context.threadId,
-              turn: context.usage.turns + 1,
-              attempt: context.attempt,
-            }),
-          },
+          description: "Effect callModel: once this state's checkpoint is durable, the runtime calls the model with the conversation and sends MODEL_REPLIED or MODEL_FAILED.",
           on: {
             MODEL_REPLIED: [
               {
@@ -676,15 +665,7 @@ export const threadMachine = setup({
           },
         },
         runningTools: {
-          invoke: {
-            id: 'runTool',
-            src: 'runTool',
-            input: ({ context }) => ({
-              threadId: context.threadId,
-              turn: context.usage.turns,
-              call: pendingTools(context)[0]!,
-            }),
-          },
+          description: 'Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call.',
           on: {
             TOOL_DONE: [
               { guard: 'isLastPendingTool', target: 'checkingLimits', actions: ['recordToolDone', 'clearTurn'] },
@@ -693,11 +674,7 @@ export const threadMachine = setup({
           },
         },
         limitReached: {
-          invoke: {
-            id: 'decideLimit',
-            src: 'decideLimit',
-            input: ({ context }) => ({ threadId: context.threadId, hit: exceeded(context)! }),
-          },
+          description: "Effect decideLimit: the thread's limit hooks decide, else an escalation is proposed; sent as LIMIT_DECIDED.",
           on: {
             LIMIT_DECIDED: [
               {
@@ -721,11 +698,7 @@ export const threadMachine = setup({
           },
         },
         waitingToRetry: {
-          invoke: {
-            id: 'waitUntil',
-            src: 'waitUntil',
-            input: ({ context }) => ({ threadId: context.threadId, dueAt: context.retry?.dueAt ?? 0 }),
-          },
+          description: 'Effect waitUntil: RETRY_DUE at retry.dueAt, a deadline kept in the context so that it survives a restart.',
           on: {
             RETRY_DUE: { target: 'callingModel', actions: 'beginRetry' },
           },
@@ -743,11 +716,7 @@ export const threadMachine = setup({
       },
     },
     cancelling: {
-      invoke: {
-        id: 'settleChildren',
-        src: 'settleChildren',
-        input: ({ context }) => ({ threadId: context.threadId, reason: context.cancelReason ?? 'cancelled' }),
-      },
+      description: "Effect settleChildren: the thread's open children are cancelled; CHILDREN_SETTLED once all have stopped.",
       on: {
         CHILDREN_SETTLED: { target: 'cancelled' },
         FAIL: { target: 'error', actions: 'failWhileCancelling' },
@@ -785,4 +754,44 @@ export function outcomeOf(status: TerminalStatus | 'suspended', context: ThreadC
   }
   if (context.nextThreadId !== null) outcome.nextThreadId = context.nextThreadId
   return outcome
+}
+
+/**
+ * The effect a snapshot asks the runtime to run. `key` names the step: it differs whenever the
+ * machine leaves the state and enters it again (the next tool call, the next attempt, the next
+ * turn), so the runtime starts an effect once per step and stops it when the key changes.
+ */
+export type ThreadEffect =
+  | { src: 'callModel'; key: string; input: CallModelInput }
+  | { src: 'runTool'; key: string; input: RunToolInput }
+  | { src: 'decideLimit'; key: string; input: DecideLimitInput }
+  | { src: 'waitUntil'; key: string; input: WaitUntilInput }
+  | { src: 'settleChildren'; key: string; input: SettleChildrenInput }
+
+/** The effect `snapshot`'s state asks for, or null (the thread waits for an event, or has stopped). */
+export function effectOf(snapshot: { value: unknown; context: ThreadContext }): ThreadEffect | null {
+  const value = snapshot.value
+  const context = snapshot.context
+  if (value === 'cancelling') return { src: 'settleChildren', key: 'c', input: { threadId: context.threadId, reason: context.cancelReason ?? 'cancelled' } }
+  if (typeof value !== 'object' || value === null) return null
+  const step = (value as { running?: string }).running
+  const turns = context.usage.turns
+  switch (step) {
+    case 'callingModel':
+      return { src: 'callModel', key: `m${turns + 1}.${context.attempt}`, input: { threadId: context.threadId, turn: turns + 1, attempt: context.attempt } }
+    case 'runningTools': {
+      const call = pendingTools(context)[0]!
+      return { src: 'runTool', key: `t${turns}.${call.id}`, input: { threadId: context.threadId, turn: turns, call } }
+    }
+    case 'limitReached': {
+      const hit = exceeded(context)!
+      return { src: 'decideLimit', key: `l${turns}.${hit.limit}`, input: { threadId: context.threadId, hit } }
+    }
+    case 'waitingToRetry': {
+      const dueAt = context.retry?.dueAt ?? 0
+      return { src: 'waitUntil', key: `w${dueAt}`, input: { threadId: context.threadId, dueAt } }
+    }
+    default:
+      return null
+  }
 }

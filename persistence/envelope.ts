@@ -1,10 +1,10 @@
 import type { StateValue } from 'xstate'
 import { threadMachine } from '../machines/thread.machine.js'
 import { SpindleError } from '../src/errors.js'
-import { upgradeContextV1toV2 } from './upgrade.js'
+import { upgradeContextV1toV2, upgradeSnapshotV2toV3 } from './upgrade.js'
 import type { StateEnvelope, ThreadStatus, TranscriptPosition } from './types.js'
 
-export const STATE_VERSION = 2
+export const STATE_VERSION = 3
 
 /**
  * Validates a parsed state.json and upgrades older versions to the current one. Each future
@@ -24,6 +24,11 @@ export function upgradeEnvelope(raw: unknown, file: string, threadId: string): S
     const old = raw as { snapshot?: { context?: Record<string, unknown> } }
     if (old.snapshot?.context) old.snapshot.context = upgradeContextV1toV2(old.snapshot.context)
     ;(raw as { v: number }).v = v = 2
+  }
+  if (v === 2) {
+    const old = raw as { snapshot?: unknown }
+    if (typeof old.snapshot === 'object' && old.snapshot !== null) upgradeSnapshotV2toV3(old.snapshot as Record<string, unknown>)
+    ;(raw as { v: number }).v = v = 3
   }
   if (typeof v === 'number' && v !== STATE_VERSION) {
     throw new SpindleError(

@@ -31,7 +31,7 @@ export interface Cost {
 
 /** The contents of state.json. `v` is the schema version; loaders upgrade older versions on read. */
 export interface StateEnvelope {
-  v: 2
+  v: 3
   threadId: string
   /** Derived from the snapshot; duplicated so tools can read status without knowing the machine. */
   status: ThreadStatus

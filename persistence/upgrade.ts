@@ -37,3 +37,13 @@ export function upgradeInputV1toV2(input: Json): Json {
   const { promptTokens: _p, limitHit: _l, ...rest } = upgraded
   return rest
 }
+
+/**
+ * Version 2 snapshots hold the actor invoked for the step the thread was in (`children`). Version
+ * 3's machine invokes none: the runtime runs the step's effect from the state itself. Spindle
+ * versions that read version 2 would restore a version 3 snapshot with nothing running its step,
+ * hence the new version.
+ */
+export function upgradeSnapshotV2toV3(snapshot: Json): void {
+  snapshot.children = {}
+}

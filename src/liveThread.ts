@@ -6,7 +6,9 @@ import { createActor } from 'xstate'
 import type { Actor, AnyStateMachine, InspectionEvent, SnapshotFrom, StateValue } from 'xstate'
 import type { Message } from '../actors/model.js'
 import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../machines/thread.machine.js'
-import { outcomeOf } from '../machines/thread.machine.js'
+import { effectOf, outcomeOf } from '../machines/thread.machine.js'
+import type { ThreadEffect } from '../machines/thread.machine.js'
+import type { ThreadEffects } from '../actors/threadEffects.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import type { GroupCommit, RegistryPatch } from '../persistence/groupCommit.js'
 import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
@@ -49,6 +51,8 @@ type ThreadSnapshot = SnapshotFrom<typeof threadMachine>
 
 /** @internal What a live thread needs from its runtime. */
 export interface ThreadServices {
+  /** The effects a thread's states ask for (model calls, tool calls, waits). */
+  effects: ThreadEffects
   transcripts: TranscriptStore
   checkpoints: CheckpointStore
   commit: GroupCommit
@@ -119,6 +123,9 @@ export class LiveThread implements ThreadHandle {
   private pendingInput: ThreadEvent | null = null
   /** A restored actor's first notification repeats what is on disk: no checkpoint for it. */
   private restoring = false
+  /** The effect running for the current state: its key and what stops it. */
+  private effectKey: string | null = null
+  private stopEffect: (() => void) | null = null
 
   constructor(
     readonly id: string,
@@ -339,6 +346,7 @@ export class LiveThread implements ThreadHandle {
     // The checkpoint as state.json holds it: plain JSON, private to the new actor.
     const source = this.actor.getSnapshot().status === 'active' ? this.actor.getPersistedSnapshot() : this.lastGoodPersisted()
     const snapshot = JSON.parse(JSON.stringify(source)) as unknown
+    this.haltEffect()
     this.unsubscribeActor?.()
     this.actor.stop()
     this.messageLog = null
@@ -369,6 +377,7 @@ export class LiveThread implements ThreadHandle {
     // Lost to another process (or possibly lost: its lease ran out unrenewed): what it staged
     // must not overwrite what the new owner writes. Its transcript holds every step anyway.
     if (reason.code === 'LEASE_LOST') this.services.commit.discard(this.id)
+    this.haltEffect()
     this.unsubscribeActor?.()
     this.actor?.stop()
     this.services.transcripts.close(this.id)
@@ -389,22 +398,9 @@ export class LiveThread implements ThreadHandle {
     return this.lastGood
   }
 
-  /**
-   * `snapshot` as state.json holds it, built any time after the actor made it. XState persists a
-   * snapshot's children from their current state; every child of a snapshot was running when the
-   * snapshot was made (a transition that stops one removes it), so one stopped or failed since then (by a
-   * later stop, crash or close of the actor) is recorded as it was: active.
-   */
+  /** `snapshot` as state.json holds it, built any time after the actor made it (it is immutable). */
   private persist(snapshot: ThreadSnapshot): unknown {
-    const persisted = this.actor!.logic.getPersistedSnapshot(snapshot) as { children?: Record<string, { snapshot?: { status?: string } }> }
-    const children = persisted.children
-    if (children) {
-      for (const key of Object.keys(children)) {
-        const child = children[key]!
-        if (child.snapshot?.status !== undefined && child.snapshot.status !== 'active') children[key] = { ...child, snapshot: { ...child.snapshot, status: 'active' } }
-      }
-    }
-    return persisted
+    return this.actor!.logic.getPersistedSnapshot(snapshot)
   }
 
   private onSnapshot(snapshot: ThreadSnapshot): void {
@@ -416,6 +412,7 @@ export class LiveThread implements ThreadHandle {
       this.lastStatus = status
       this.lastValue = snapshot.value
       this.lastTurns = snapshot.context.usage.turns
+      this.runEffect(effectOf(snapshot))
       return
     }
     const previous = { status: this.lastStatus, value: this.lastValue }
@@ -456,6 +453,32 @@ export class LiveThread implements ThreadHandle {
       for (const listener of this.listeners) this.notifyOne(listener, view)
     }
     if (stopped) this.finish(outcomeOf(status === 'suspended' ? 'suspended' : (status as ThreadOutcome['status']), snapshot.context))
+    else this.runEffect(effectOf(snapshot))
+  }
+
+  /**
+   * Starts the effect the state asks for, once per step, after the step's checkpoint is staged;
+   * stops the previous one when the step changed (a CANCEL during a model call aborts the call).
+   */
+  private runEffect(effect: ThreadEffect | null): void {
+    if ((effect?.key ?? null) === this.effectKey) return
+    this.haltEffect()
+    if (effect === null || this.finished) return
+    this.effectKey = effect.key
+    try {
+      this.stopEffect = (this.services.effects[effect.src] as (input: unknown) => () => void)(effect.input)
+    } catch (error) {
+      // Thrown while starting (a host clock that throws, say): inside the actor's notification,
+      // so the FAIL is its own transition, as for a subscriber that throws.
+      queueMicrotask(() => this.crash(error))
+    }
+  }
+
+  private haltEffect(): void {
+    const stop = this.stopEffect
+    this.stopEffect = null
+    this.effectKey = null
+    stop?.()
   }
 
   private notifyOne(listener: (view: ThreadView) => void, view: ThreadView): void {
@@ -472,6 +495,7 @@ export class LiveThread implements ThreadHandle {
 
   private finish(outcome: ThreadOutcome): void {
     this.finished = true
+    this.haltEffect()
     this.unsubscribeActor?.()
     const actor = this.actor
     // Stop outside the notification that brought us here; persistence is already detached.
@@ -496,6 +520,7 @@ export class LiveThread implements ThreadHandle {
   private onActorError(error: unknown): void {
     if (this.finished) return
     this.services.report(error, this.id)
+    this.haltEffect()
     this.unsubscribeActor?.()
     const entry = this.append('FAIL', {
       at: this.services.now(),

@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import type { AnyStateMachine } from 'xstate'
 import type { ModelAdapter } from '../actors/model.js'
-import type { Clock, EffectHost } from '../actors/threadEffects.js'
+import type { Clock, EffectHost, ThreadEffects } from '../actors/threadEffects.js'
 import { createThreadEffects, systemClock } from '../actors/threadEffects.js'
 import type { Tool } from '../actors/tools.js'
 import { toolDefinition } from '../actors/tools.js'
@@ -486,6 +486,7 @@ class RuntimeImpl implements Runtime {
   private readonly live = new Map<string, LiveThread>()
   private readonly commit: GroupCommit
   private readonly machine: AnyStateMachine
+  private readonly effects: ThreadEffects
   private readonly clock: Clock
   readonly config: Config
   private readonly hooks: CompiledHooks
@@ -634,7 +635,8 @@ class RuntimeImpl implements Runtime {
       settleChildren: (id, reason, signal) => this.settleChildren(id, reason, signal),
     }
     this.toolNames = new Set(tools.keys())
-    this.machine = threadMachine.provide({ actors: createThreadEffects(host) })
+    this.machine = threadMachine
+    this.effects = createThreadEffects(host)
     this.orchestrator = createActor(orchestratorMachine, {
       id: 'orchestrator',
       systemId: 'orchestrator',
@@ -3086,6 +3088,7 @@ class RuntimeImpl implements Runtime {
 
   private adopt(id: string, options: ConstructorParameters<typeof LiveThread>[2]): LiveThread {
     this.threadServices ??= {
+      effects: this.effects,
       transcripts: this.transcripts,
       checkpoints: this.checkpoints,
       commit: this.commit,

@@ -47,7 +47,9 @@ function renderNode(node: NodeLike, indent: string, lines: string[]): void {
       renderNode(child, `${indent}  `, lines)
       lines.push(`${indent}}`)
     } else {
-      lines.push(`${indent}state "${child.key}" as ${id}`)
+      // The machine invokes no actors: a state whose description names an effect is where the runtime runs it.
+      const effect = /^Effect (\w+):/.exec((child as { description?: string }).description ?? '')?.[1]
+      lines.push(`${indent}state "${child.key}${effect ? ` (runs ${effect})` : ''}" as ${id}`)
     }
     if (child.type === 'final') lines.push(`${indent}${id} --> [*]`)
   }
@@ -68,7 +70,8 @@ export function toMermaid(machine: AnyStateMachine): string {
 /**
  * The machine as source Stately Studio imports ("Import from code"): its config with every
  * implementation by name. Functions (context, inputs, output) are left out: Studio draws the
- * states, transitions, guards, actions and invoked actors, which is what they are for.
+ * states, transitions, guards and actions, and shows each state's description (which names the
+ * effect the runtime runs there), which is what they are for.
  */
 export function toStatelySource(machine: AnyStateMachine): string {
   const config = JSON.stringify(

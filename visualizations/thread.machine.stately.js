@@ -71,10 +71,7 @@ export const machine = createMachine({
           ]
         },
         "callingModel": {
-          "invoke": {
-            "id": "callModel",
-            "src": "callModel"
-          },
+          "description": "Effect callModel: once this state's checkpoint is durable, the runtime calls the model with the conversation and sends MODEL_REPLIED or MODEL_FAILED.",
           "on": {
             "MODEL_REPLIED": [
               {
@@ -130,10 +127,7 @@ export const machine = createMachine({
           }
         },
         "runningTools": {
-          "invoke": {
-            "id": "runTool",
-            "src": "runTool"
-          },
+          "description": "Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call.",
           "on": {
             "TOOL_DONE": [
               {
@@ -154,10 +148,7 @@ export const machine = createMachine({
           }
         },
         "limitReached": {
-          "invoke": {
-            "id": "decideLimit",
-            "src": "decideLimit"
-          },
+          "description": "Effect decideLimit: the thread's limit hooks decide, else an escalation is proposed; sent as LIMIT_DECIDED.",
           "on": {
             "LIMIT_DECIDED": [
               {
@@ -188,10 +179,7 @@ export const machine = createMachine({
           }
         },
         "waitingToRetry": {
-          "invoke": {
-            "id": "waitUntil",
-            "src": "waitUntil"
-          },
+          "description": "Effect waitUntil: RETRY_DUE at retry.dueAt, a deadline kept in the context so that it survives a restart.",
           "on": {
             "RETRY_DUE": {
               "target": "callingModel",
@@ -225,10 +213,7 @@ export const machine = createMachine({
       }
     },
     "cancelling": {
-      "invoke": {
-        "id": "settleChildren",
-        "src": "settleChildren"
-      },
+      "description": "Effect settleChildren: the thread's open children are cancelled; CHILDREN_SETTLED once all have stopped.",
       "on": {
         "CHILDREN_SETTLED": {
           "target": "cancelled"

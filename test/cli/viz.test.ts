@@ -38,8 +38,12 @@ describe('visualizations', () => {
 
   it('should draw every state, eventless decision and guard of the thread machine', () => {
     const text = visualizations()['thread.machine.mmd']!
-    for (const state of ['created', 'checkingLimits', 'limitReached', 'callingModel', 'runningTools', 'waitingToRetry', 'suspended', 'completed', 'error', 'cancelled', 'continued']) {
+    for (const state of ['created', 'checkingLimits', 'suspended', 'completed', 'error', 'cancelled', 'continued']) {
       expect(text).toContain(`"${state}"`)
+    }
+    // The machine invokes nothing: the effect the runtime runs in a state is named beside it.
+    for (const [state, effect] of [['callingModel', 'callModel'], ['runningTools', 'runTool'], ['limitReached', 'decideLimit'], ['waitingToRetry', 'waitUntil'], ['cancelling', 'settleChildren']]) {
+      expect(text).toContain(`"${state} (runs ${effect})"`)
     }
     expect(text).toContain('always [limitExceeded]')
     expect(text).toContain('LIMIT_DECIDED [limitRaisedEnough] / raiseLimits')

@@ -14,7 +14,7 @@ export interface CheckpointBackend {
 /** A plausible envelope of the current version; `turns` varies the content so tests can tell versions apart. */
 export function envelope(threadId: string, turns = 0): StateEnvelope {
   return {
-    v: 2,
+    v: 3,
     threadId,
     status: 'running',
     savedAt: '2026-11-22T00:00:00.000Z',

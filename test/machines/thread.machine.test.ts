@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { createActor } from 'xstate'
 import { getShortestPaths, getSimplePaths } from 'xstate/graph'
 import type { SnapshotFrom } from 'xstate'
-import { outcomeOf, threadMachine } from '../../machines/thread.machine.js'
+import { effectOf, outcomeOf, threadMachine } from '../../machines/thread.machine.js'
 import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
 import { systemDefaults } from '../../config/load.js'
 
@@ -80,6 +80,29 @@ function roundTrip(actor: { getPersistedSnapshot(): unknown }): unknown {
   return JSON.parse(JSON.stringify(actor.getPersistedSnapshot()))
 }
 
+/** The effect a state's description names ("Effect callModel: …"), or null. */
+function describedEffect(snapshot: Snap): string | null {
+  for (const node of snapshot._nodes) {
+    const named = /^Effect (\w+):/.exec(node.description ?? '')
+    if (named) return named[1]!
+  }
+  return null
+}
+
+/**
+ * The runtime starts a state's effect once per effect key and stops it when the key changes, so
+ * a step that leaves the state and enters it again must change the key, and the effect must be
+ * the one the state's description names (what the visualizer shows).
+ */
+function checkEffects(before: Snap, event: ThreadEvent, after: Snap): void {
+  expect(effectOf(after)?.src ?? null).toBe(describedEffect(after))
+  const was = effectOf(before)
+  const now = effectOf(after)
+  if (was === null || now === null || was.key !== now.key) return
+  const transitions = threadMachine.getTransitionData(before, event)
+  expect(transitions.every((t) => !t.target || t.target.length === 0), `${event.type} re-entered ${JSON.stringify(after.value)} under key ${now.key}`).toBe(true)
+}
+
 /** Replays a path, restoring from JSON before every step; returns the states visited. */
 function replayWithRestores(steps: ReadonlyArray<{ event: ThreadEvent }>): string[] {
   const original = createActor(threadMachine, { input }).start()
@@ -89,7 +112,9 @@ function replayWithRestores(steps: ReadonlyArray<{ event: ThreadEvent }>): strin
     const restored = createActor(threadMachine, { snapshot: roundTrip(original) } as never).start()
     expect(restored.getSnapshot().value).toEqual(original.getSnapshot().value)
     expect(restored.getSnapshot().context).toEqual(original.getSnapshot().context)
+    const before = original.getSnapshot()
     original.send(event)
+    checkEffects(before, event, original.getSnapshot())
     restored.send(event)
     expect(roundTrip(restored)).toEqual(roundTrip(original))
     visited.push(JSON.stringify(original.getSnapshot().value))

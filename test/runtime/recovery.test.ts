@@ -184,12 +184,36 @@ describe('state.json', () => {
     const dir = tempDir()
     const [a] = await leaveTwoThreadsMidCall(dir)
     const envelope = JSON.parse(fs.readFileSync(threadFile(dir, a, 'state.json'), 'utf8'))
-    expect(envelope).toMatchObject({ v: 2, threadId: a, status: 'running' })
+    expect(envelope).toMatchObject({ v: 3, threadId: a, status: 'running' })
     const actor = createActor(threadMachine, { snapshot: envelope.snapshot } as never).start()
     expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
     expect(actor.getSnapshot().context.usage.turns).toBe(1)
     actor.send({ type: 'MODEL_REPLIED', at: Date.now(), turn: 2, attempt: 1, text: 'by hand', toolCalls: [], usage: { inputTokens: 1, outputTokens: 1 } })
     expect(actor.getSnapshot().output).toMatchObject({ status: 'completed', result: 'by hand' })
+    expect(envelope.snapshot.children).toEqual({})
+  })
+
+  it('should carry on from a version 2 state.json, which held the invoked actor of its step', async () => {
+    // Setup: a thread left in a model call, its state.json rewritten as spindle wrote it before
+    // version 3: the callModel actor XState persisted beside the snapshot.
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const file = threadFile(dir, a, 'state.json')
+    const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
+    envelope.v = 2
+    envelope.snapshot.children = {
+      callModel: { snapshot: { status: 'active', input: { threadId: a, turn: 2, attempt: 1 } }, src: 'callModel', syncSnapshot: false },
+    }
+    fs.writeFileSync(file, JSON.stringify(envelope))
+    // After: the step's model call is made again, the thread completes, and its state.json and
+    // replay agree in version 3's form.
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    expect(rt.lastRecovery).toMatchObject({ rebuilt: [], failed: [] })
+    expect(rt.lastRecovery.resumed.sort()).toEqual([a, b].sort())
+    expect(await rt.get(a).done).toMatchObject({ status: 'completed', result: 'finished at turn 2' })
+    const after = JSON.parse(fs.readFileSync(file, 'utf8'))
+    expect(after).toMatchObject({ v: 3, status: 'completed', snapshot: { children: {} } })
+    expect(verifyReplay(dir, a).matches).toBe(true)
   })
 })
 
