@@ -327,19 +327,17 @@ function accruedMs(context: ThreadContext, at: number): number {
   return context.activeMs + Math.max(0, at - since)
 }
 
-/** The first limit that `context`'s usage has reached, or null. */
-export function exceeded(context: Pick<ThreadContext, 'limits' | 'usage' | 'activeMs'>): DecideLimitInput['hit'] | null {
+/**
+ * The first limit that `context`'s usage has reached, or null; `activeMs` as of an event not yet
+ * applied (a guard). Checked in this order: turns, tokens, spend, duration.
+ */
+export function exceeded(context: Pick<ThreadContext, 'limits' | 'usage' | 'activeMs'>, activeMs = context.activeMs): DecideLimitInput['hit'] | null {
   const { limits, usage } = context
-  const checks: Array<[LimitName, number]> = [
-    ['turns', usage.turns],
-    ['tokens', usage.inputTokens + usage.outputTokens],
-    ['spend', usage.spend],
-    ['durationMs', context.activeMs],
-  ]
-  for (const [limit, used] of checks) {
-    const max = limits[limit]
-    if (max !== null && used >= max) return { limit, used, max }
-  }
+  if (limits.turns !== null && usage.turns >= limits.turns) return { limit: 'turns', used: usage.turns, max: limits.turns }
+  const tokens = usage.inputTokens + usage.outputTokens
+  if (limits.tokens !== null && tokens >= limits.tokens) return { limit: 'tokens', used: tokens, max: limits.tokens }
+  if (limits.spend !== null && usage.spend >= limits.spend) return { limit: 'spend', used: usage.spend, max: limits.spend }
+  if (limits.durationMs !== null && activeMs >= limits.durationMs) return { limit: 'durationMs', used: activeMs, max: limits.durationMs }
   return null
 }
 
@@ -364,6 +362,8 @@ export const threadMachine = setup({
   guards: {
     cancelAwaitsChildren: ({ event }) => event.type === 'CANCEL' && event.awaitChildren === true,
     limitExceeded: ({ context }) => exceeded(context) !== null,
+    /** A limit the turn reaches once its last tool result is applied (the time it took counts). */
+    limitExceededAfterTools: ({ context, event }) => event.type === 'TOOL_DONE' && exceeded(context, accruedMs(context, event.at)) !== null,
     /** A raise that would hit a limit again at once is treated as an escalation, never a loop. */
     limitRaisedEnough: ({ context, event }) =>
       event.type === 'LIMIT_DECIDED' &&
@@ -428,7 +428,11 @@ export const threadMachine = setup({
       if (event.type !== 'TOOL_DONE') return {}
       return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolsDone: [...context.toolsDone, event.callId] }
     }),
-    clearTurn: assign({ toolCalls: [], toolsDone: [] }),
+    /** The last tool result of the turn: the turn's calls are done with. */
+    finishTools: assign(({ context, event }) => {
+      if (event.type !== 'TOOL_DONE') return {}
+      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [] }
+    }),
     scheduleRetry: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
       return {
@@ -668,7 +672,10 @@ export const threadMachine = setup({
           description: 'Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call.',
           on: {
             TOOL_DONE: [
-              { guard: 'isLastPendingTool', target: 'checkingLimits', actions: ['recordToolDone', 'clearTurn'] },
+              // Straight to the next step, not through checkingLimits: an eventless step costs XState
+              // about a quarter of a turn's interpreter work, and this is the path every turn takes.
+              { guard: and(['isLastPendingTool', 'limitExceededAfterTools']), target: 'limitReached', actions: 'finishTools' },
+              { guard: 'isLastPendingTool', target: 'callingModel', actions: 'finishTools' },
               { guard: 'isPendingTool', target: 'runningTools', reenter: true, actions: 'recordToolDone' },
             ],
           },

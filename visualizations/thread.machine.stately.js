@@ -131,12 +131,14 @@ export const machine = createMachine({
           "on": {
             "TOOL_DONE": [
               {
+                "guard": "isLastPendingTool && limitExceededAfterTools",
+                "target": "limitReached",
+                "actions": "finishTools"
+              },
+              {
                 "guard": "isLastPendingTool",
-                "target": "checkingLimits",
-                "actions": [
-                  "recordToolDone",
-                  "clearTurn"
-                ]
+                "target": "callingModel",
+                "actions": "finishTools"
               },
               {
                 "guard": "isPendingTool",

@@ -292,6 +292,21 @@ describe('thread machine decisions', () => {
     expect(actor.getSnapshot().context.activeMs).toBe(50)
   })
 
+  it('should count the time the last tool took against the duration limit before the next model call', () => {
+    // Under the limit when the model replied (at 40), over it once the tool result arrives (at 150).
+    const actor = started({ durationMs: 100 })
+    actor.send({ type: 'MODEL_REPLIED', at: 40, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+    expect(actor.getSnapshot().value).toEqual({ running: 'runningTools' })
+    actor.send({ type: 'TOOL_DONE', at: 150, turn: 1, callId: 'a', ok: true, output: null })
+    expect(actor.getSnapshot().value).toEqual({ running: 'limitReached' })
+    expect(actor.getSnapshot().context).toMatchObject({ activeMs: 150, toolCalls: [], toolsDone: [] })
+    // One tool result short of the end of the turn, the limit waits for the turn to end.
+    const twoTools = started({ durationMs: 100 })
+    twoTools.send({ type: 'MODEL_REPLIED', at: 40, turn: 1, attempt: 1, text: '', toolCalls: [{ id: 'a', name: 't', input: {} }, { id: 'b', name: 't', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } })
+    twoTools.send({ type: 'TOOL_DONE', at: 150, turn: 1, callId: 'a', ok: true, output: null })
+    expect(twoTools.getSnapshot().value).toEqual({ running: 'runningTools' })
+  })
+
   it('should hold only the current turn in context, whatever the conversation length', () => {
     const actor = started()
     const sizes: number[] = []
