@@ -201,6 +201,35 @@ describe('isolation', () => {
     // The runtime still serves new threads.
     expect((await (await rt.spawn({ directive: { name: 'after', prompt: 'p' } })).done).status).toBe('completed')
   })
+
+  it('should end only the waiting thread when the host clock throws as its retry wait starts', async () => {
+    // Setup: a host clock that refuses timers of more than 20 minutes (a model call's timeout is
+    // 10); one thread is told to retry in an hour (429, Retry-After 3600), the other never waits. The wait starts synchronously
+    // inside the thread's own transition.
+    const clock = {
+      now: () => Date.now(),
+      setTimeout: (fn: () => void, ms: number) => {
+        if (ms > 1_200_000) throw new Error('host clock: no timers past 20 minutes')
+        return setTimeout(fn, ms)
+      },
+      clearTimeout: (handle: unknown) => clearTimeout(handle as NodeJS.Timeout),
+    }
+    const model = scriptedModel((request) =>
+      request.directiveName === 'patient' && request.attempt === 1
+        ? { faults: [{ fault: 'http', status: 429, headers: { 'retry-after': '3600' } }], reply: { text: '' } }
+        : { text: 'fine' },
+    )
+    const rt = await runtime({ dir: tempDir(), model, clock })
+    const patient = await rt.spawn({ directive: { name: 'patient', prompt: 'p' } })
+    const other = await rt.spawn({ directive: { name: 'other', prompt: 'p' } })
+    // After: the waiting thread ends in error naming the clock's complaint, recorded and
+    // replayable; the other completes, and the runtime goes on serving.
+    const [a, b] = await Promise.all([patient.done, other.done])
+    expect(a).toMatchObject({ status: 'error', error: { message: expect.stringContaining('no timers past 20 minutes') } })
+    expect(b).toMatchObject({ status: 'completed', result: 'fine' })
+    expect(verifyReplay(rt.dir, patient.id).matches).toBe(true)
+    expect((await (await rt.spawn({ directive: { name: 'after', prompt: 'p' } })).done).status).toBe('completed')
+  })
 })
 
 describe('misbehaving adapters and tools', () => {
