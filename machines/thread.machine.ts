@@ -312,9 +312,22 @@ export interface WaitUntilInput {
   dueAt: number
 }
 
-function pendingTools(context: ThreadContext): ToolCall[] {
-  const done = new Set(context.toolsDone) // not includes(): a reply of n calls would cost O(n³)
-  return context.toolCalls.filter((call) => !done.has(call.id))
+/** Whether call `id` of the turn is still without a result. No allocation: guards run on every event. */
+function isPending(context: ThreadContext, id: string): boolean {
+  if (context.toolsDone.includes(id)) return false
+  for (const call of context.toolCalls) if (call.id === id) return true
+  return false
+}
+
+/**
+ * The first call of the turn without a result. Calls run one at a time, in order, so it is the one
+ * after those done; the scan is for a snapshot whose results came in another order.
+ */
+function firstPendingTool(context: ThreadContext): ToolCall | undefined {
+  const next = context.toolCalls[context.toolsDone.length]
+  if (next !== undefined && !context.toolsDone.includes(next.id)) return next
+  const done = new Set(context.toolsDone)
+  return context.toolCalls.find((call) => !done.has(call.id))
 }
 
 /**
@@ -388,15 +401,13 @@ export const threadMachine = setup({
     },
     shouldSuspendOnFailure: ({ event }) =>
       event.type === 'MODEL_FAILED' && (isRetryable(event.error.category) || event.error.category === 'context_length'),
-    isPendingTool: ({ context, event }) =>
+    isPendingTool: ({ context, event }) => event.type === 'TOOL_DONE' && event.turn === context.usage.turns && isPending(context, event.callId),
+    // toolsDone holds distinct calls of toolCalls (a result is taken only for a pending call).
+    isLastPendingTool: ({ context, event }) =>
       event.type === 'TOOL_DONE' &&
       event.turn === context.usage.turns &&
-      pendingTools(context).some((call) => call.id === event.callId),
-    isLastPendingTool: ({ context, event }) => {
-      if (event.type !== 'TOOL_DONE' || event.turn !== context.usage.turns) return false
-      const pending = pendingTools(context)
-      return pending.length === 1 && pending[0]!.id === event.callId
-    },
+      context.toolCalls.length - context.toolsDone.length === 1 &&
+      isPending(context, event.callId),
   },
   actions: {
     markStarted: assign(({ context, event }) => {
@@ -787,7 +798,7 @@ export function effectOf(snapshot: { value: unknown; context: ThreadContext }): 
     case 'callingModel':
       return { src: 'callModel', key: `m${turns + 1}.${context.attempt}`, input: { threadId: context.threadId, turn: turns + 1, attempt: context.attempt } }
     case 'runningTools': {
-      const call = pendingTools(context)[0]!
+      const call = firstPendingTool(context)!
       return { src: 'runTool', key: `t${turns}.${call.id}`, input: { threadId: context.threadId, turn: turns, call } }
     }
     case 'limitReached': {

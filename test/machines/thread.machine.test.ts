@@ -307,6 +307,25 @@ describe('thread machine decisions', () => {
     expect(twoTools.getSnapshot().value).toEqual({ running: 'runningTools' })
   })
 
+  it('should run the calls of one reply one at a time, in order, and take a result that comes out of order', () => {
+    const actor = started()
+    const calls = Array.from({ length: 500 }, (_, i) => ({ id: `c${i}`, name: 't', input: { i } }))
+    actor.send({ type: 'MODEL_REPLIED', at: 1, turn: 1, attempt: 1, text: '', toolCalls: calls, usage: { inputTokens: 1, outputTokens: 1 } })
+    const done = (id: string): void => actor.send({ type: 'TOOL_DONE', at: 2, turn: 1, callId: id, ok: true, output: null })
+    expect(effectOf(actor.getSnapshot())).toMatchObject({ src: 'runTool', input: { call: { id: 'c0' } } })
+    // A result for c2 before c1 (a snapshot from another order): taken, and c1 is still next.
+    done('c0')
+    done('c2')
+    expect(effectOf(actor.getSnapshot())).toMatchObject({ src: 'runTool', key: 't1.c1', input: { call: { id: 'c1' } } })
+    done('c2')
+    expect(actor.getSnapshot().context.toolsDone).toEqual(['c0', 'c2'])
+    done('c1')
+    expect(effectOf(actor.getSnapshot())?.input).toMatchObject({ call: { id: 'c3' } })
+    for (let i = 3; i < 500; i++) done(`c${i}`)
+    expect(actor.getSnapshot().value).toEqual({ running: 'callingModel' })
+    expect(effectOf(actor.getSnapshot())).toMatchObject({ src: 'callModel', key: 'm2.1' })
+  })
+
   it('should hold only the current turn in context, whatever the conversation length', () => {
     const actor = started()
     const sizes: number[] = []
