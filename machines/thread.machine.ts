@@ -6,7 +6,7 @@
  * The machine invokes no actors. A state that needs the outside world (a model call, a tool call,
  * a wait, a limit decision, cancelling children) says so in its description, and `effectOf` names
  * the effect a snapshot asks for; the runtime runs it and sends its result back as an event. An
- * invoked actor would cost an XState actor per model and tool call (about a third of a turn's
+ * invoked actor would cost an XState actor per model and tool call (about a quarter of a turn's
  * allocation, and most of what outlives it) and would have to be persisted with the snapshot.
  * Restoring a snapshot with plain XState, or replaying a transcript, runs nothing.
  */
