@@ -57,8 +57,12 @@ function saveNoteTool(dir: string) {
 }
 
 function stateLabel(view: ThreadView): string {
-  if (typeof view.state === 'string') return view.state
-  return Object.entries(view.state).map(([k, v]) => `${k}.${String(v)}`).join(',')
+  const state = typeof view.state === 'string' ? view.state : Object.entries(view.state).map(([k, v]) => `${k}.${String(v)}`).join(',')
+  // Which tool, which attempt: what the state alone does not say.
+  const step = view.step
+  if (step?.effect === 'runTool') return `${state}(${step.tool})`
+  if (step?.effect === 'callModel' && step.attempt > 1) return `${state}(attempt ${step.attempt})`
+  return state
 }
 
 export interface DemoOptions {

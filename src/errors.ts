@@ -108,3 +108,11 @@ export function describeError(value: unknown): { code: string; message: string }
   if (value instanceof Error) return { code: (value as { code?: string }).code ?? value.name, message: value.message }
   return { code: 'UNKNOWN', message: String(value) }
 }
+
+/**
+ * A schema's complaint as the middle of a sentence: its first letter lowered, the rest as it is
+ * (it may quote the keys the user wrote: `Unrecognized keys: "baseDelayMs"`).
+ */
+export function midSentence(message: string): string {
+  return message.charAt(0).toLowerCase() + message.slice(1)
+}

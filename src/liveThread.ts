@@ -33,6 +33,32 @@ export interface ThreadView {
   retry: ThreadContext['retry']
   result: string | null
   error: { code: string; message: string } | null
+  /** What the runtime runs for the thread at this point, or null (it waits for an event, or has stopped). */
+  step: ThreadStep | null
+}
+
+/** The effect a thread's state asks for, as a subscriber sees it. */
+export type ThreadStep =
+  | { effect: 'callModel'; turn: number; attempt: number }
+  | { effect: 'runTool'; turn: number; callId: string; tool: string }
+  | { effect: 'decideLimit'; limit: string; used: number; max: number }
+  | { effect: 'waitUntil'; dueAt: number }
+  | { effect: 'settleChildren' }
+
+function stepOf(effect: ThreadEffect | null): ThreadStep | null {
+  if (effect === null) return null
+  switch (effect.src) {
+    case 'callModel':
+      return { effect: 'callModel', turn: effect.input.turn, attempt: effect.input.attempt }
+    case 'runTool':
+      return { effect: 'runTool', turn: effect.input.turn, callId: effect.input.call.id, tool: effect.input.call.name }
+    case 'decideLimit':
+      return { effect: 'decideLimit', ...effect.input.hit }
+    case 'waitUntil':
+      return { effect: 'waitUntil', dueAt: effect.input.dueAt }
+    case 'settleChildren':
+      return { effect: 'settleChildren' }
+  }
 }
 
 /** A thread spawned or loaded by a runtime. */
@@ -92,6 +118,7 @@ export function viewOf(id: string, snapshot: { value: StateValue; context: Threa
     retry: c.retry,
     result: c.result,
     error: c.error,
+    step: stepOf(effectOf(snapshot)),
   }
 }
 

@@ -22,7 +22,7 @@ import type { DataPaths } from '../persistence/paths.js'
 import { assertRealDirectories, dataPaths, threadDir } from '../persistence/paths.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../persistence/types.js'
-import { SpindleError } from './errors.js'
+import { SpindleError, midSentence } from './errors.js'
 import { assertThreadId } from './ids.js'
 import { ringBell } from './requestBell.js'
 
@@ -163,7 +163,7 @@ export function readRequestFile<T>(file: string, schema: z.ZodType<T>): ReadResu
   const parsed = schema.safeParse(raw)
   if (parsed.success) return { ok: true, value: parsed.data }
   const issue = parsed.error.issues[0]!
-  return { ok: false, problem: `${file}: ${issue.path.join('.') || '(top level)'} ${issue.message.toLowerCase()}` }
+  return { ok: false, problem: `${file}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}` }
 }
 
 export interface RequestLogEntry {
@@ -350,7 +350,7 @@ export function respondToApproval(
   const checked = ApprovalResponseSchema.safeParse(response)
   if (!checked.success) {
     const issue = checked.error.issues[0]!
-    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${request.id}: ${issue.path.join('.') || '(top level)'} ${issue.message.toLowerCase()}.`, {
+    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${request.id}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}.`, {
       details: { threadId: id, field: issue.path.join('.') },
     })
   }

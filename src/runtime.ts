@@ -46,7 +46,7 @@ import type {
   TranscriptStore,
 } from '../persistence/types.js'
 import { staleLinesMessage } from '../persistence/transcriptLines.js'
-import { SpindleError, describeError, isSpindleError } from './errors.js'
+import { SpindleError, describeError, isSpindleError, midSentence } from './errors.js'
 import { assertThreadId, newNonce, newThreadId } from './ids.js'
 import { bootThreadFileReader } from '../persistence/prefetch.js'
 import type { PrefetchedThread, ThreadFileReader } from '../persistence/prefetch.js'
@@ -318,7 +318,7 @@ function validateLayer(layer: ConfigLayer, where: string): ConfigLayer {
   if (result.success) return result.data
   const issue = result.error.issues[0]!
   const field = issue.path.join('.')
-  throw new SpindleError('INVALID_OPTIONS', `${where}: ${field} ${issue.message.toLowerCase()} (got ${JSON.stringify(fieldValue(layer, issue.path))}).`, {
+  throw new SpindleError('INVALID_OPTIONS', `${where}: ${field} ${midSentence(issue.message)} (got ${JSON.stringify(fieldValue(layer, issue.path))}).`, {
     details: { field },
   })
 }
@@ -2450,7 +2450,7 @@ class RuntimeImpl implements Runtime {
       const checked = LimitsSchema.partial().safeParse(options.limits)
       if (!checked.success) {
         const issue = checked.error.issues[0]!
-        throw new SpindleError('INVALID_OPTIONS', `approve: limits.${issue.path.join('.')} ${issue.message.toLowerCase()}.`, {
+        throw new SpindleError('INVALID_OPTIONS', `approve: limits.${issue.path.join('.')} ${midSentence(issue.message)}.`, {
           details: { field: `limits.${issue.path.join('.')}` },
         })
       }

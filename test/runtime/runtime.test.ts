@@ -134,6 +134,34 @@ describe('a thread on the scripted model', () => {
   })
 })
 
+describe('what a subscriber is told a thread is doing', () => {
+  it('should name the step the runtime runs: the model call and its attempt, the tool, the retry wait', async () => {
+    const rt = await runtime({
+      dir: tempDir(),
+      model: scriptedModel([
+        { toolCalls: [{ name: 'lookup', input: { q: 'X' } }] },
+        { faults: [{ fault: 'http', status: 503 }], reply: { text: 'X is 42' } },
+      ]),
+      tools: [lookup],
+      retry: { baseMs: 5, capMs: 5, jitter: 0 },
+    })
+    const thread = await rt.spawn({ directive: { name: 'steps', prompt: 'Find X' } })
+    const steps: unknown[] = []
+    thread.subscribe((view) => steps.push(view.step))
+    await thread.done
+    expect(steps).toEqual([
+      null, // created
+      { effect: 'callModel', turn: 1, attempt: 1 },
+      { effect: 'runTool', turn: 1, callId: expect.any(String), tool: 'lookup' },
+      { effect: 'callModel', turn: 2, attempt: 1 },
+      { effect: 'waitUntil', dueAt: expect.any(Number) },
+      { effect: 'callModel', turn: 2, attempt: 2 },
+      null, // completed
+    ])
+    expect(rt.get(thread.id).getSnapshot().step).toBeNull()
+  })
+})
+
 describe('tool failures become results for the model', () => {
   it('should report invalid input, a throw, a timeout and an unknown tool, and go on', async () => {
     const slow = defineTool({
@@ -306,6 +334,13 @@ describe('options', () => {
     await expect(rt.spawn({ directive: { name: 'x', prompt: 'p' }, limits: { turns: -1 } })).rejects.toMatchObject({
       code: 'INVALID_OPTIONS',
       message: expect.stringContaining('limits.turns'),
+    })
+  })
+
+  it('should quote an unknown option as it was written', async () => {
+    await expect(createRuntime({ dir: tempDir(), model: scriptedModel([]), retry: { baseDelayMs: 5 } as never })).rejects.toMatchObject({
+      code: 'INVALID_OPTIONS',
+      message: expect.stringContaining('retry unrecognized key: "baseDelayMs"'),
     })
   })
 
