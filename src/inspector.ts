@@ -15,6 +15,8 @@ import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js
 import { dataPaths } from '../persistence/paths.js'
 import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
 import { isActive } from './threadStatus.js'
+import { viewOf } from './liveThread.js'
+import type { ThreadView } from './liveThread.js'
 import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../machines/thread.machine.js'
@@ -37,6 +39,16 @@ function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
 }
 
 /** What the page shows, as JSON. */
+/** What a thread's last checkpoint says the runtime runs for it (a model call, which tool …); null for a damaged one. */
+function stepOf(id: string, state: { value: unknown; context: ThreadContext } | null): ThreadView['step'] {
+  if (!state) return null
+  try {
+    return viewOf(id, state as Parameters<typeof viewOf>[1]).step
+  } catch {
+    return null
+  }
+}
+
 function overview(dir: string) {
   const tree = threadTree(dir)
   const leases = new Map(locks(dir).locks.map((l) => [l.threadId, l]))
@@ -62,6 +74,7 @@ function overview(dir: string) {
       directive: node.directive,
       status: node.status,
       state: report.state?.value ?? null,
+      step: stepOf(node.id, report.state),
       usage: context?.usage ?? null,
       limits: context?.limits ?? null,
       suspendReason: context?.suspendReason ?? null,
@@ -186,13 +199,15 @@ async function refresh(){data=await api('/api/overview');document.getElementById
 for(const el of document.querySelectorAll('.node'))el.onclick=()=>{selected=el.dataset.id;refresh()};if(selected)await renderDetail()}
 async function renderDetail(){const t=data.threads.find(x=>x.id===selected);if(!t)return;const current=t.state?flat(t.state):'';
 const WHY={dead_owner:'the process that ran it is gone',expired:'its lease expired unrenewed',no_lease:'no process has taken it'}
+const STEP={callModel:s=>'calling the model (turn '+esc(s.turn)+(s.attempt>1?', attempt '+esc(s.attempt):'')+')',runTool:s=>'running the tool '+esc(s.tool)+' (turn '+esc(s.turn)+', call '+esc(s.callId)+')',waitUntil:s=>'waiting to retry'+(Number.isFinite(Number(s.dueAt))?' until '+esc(new Date(Number(s.dueAt)).toISOString()):''),decideLimit:s=>'deciding on its '+esc(s.limit)+' limit ('+esc(s.used)+' of '+esc(s.max)+')',settleChildren:()=>'cancelling its children'}
+const now=t.step&&STEP[t.step.effect]?'<p class="who">now: '+STEP[t.step.effect](t.step)+'</p>':''
 const who=t.orphan?'<p class="orphan">⚠ No live runtime process holds this thread ('+esc(WHY[t.orphan]||t.orphan)+'): it will not move until a runtime opens this directory or <code>spindle orphans recover '+esc(t.id)+'</code> settles it.</p>':t.heldBy?'<p class="who">run by pid '+esc(t.heldBy.pid)+' on '+esc(t.heldBy.host)+'</p>':''
 const policy=(t.tools?'<p class="who">tools: '+esc(t.tools.join(', ')||'none')+'</p>':'')+(t.permissions?'<p class="who">permissions: '+esc(Object.entries(t.permissions).map(([k,v])=>k+': '+v).join(', '))+'</p>':'')
 const lim=k=>t.limits&&t.limits[k]!==null?t.limits[k]:'∞';const u=t.usage||{turns:0,inputTokens:0,outputTokens:0,spend:0}
 const answered=a=>'<span class="answered">'+(a.answer.approved?'approved':'denied')+(a.answer.by?' by '+esc(a.answer.by):'')+': '+(a.answer.state==='taken'?'the runtime is acting on it':'waiting for the runtime running this directory to act on it')+'</span>'
 const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' '+(a.answer?answered(a):'<button class="approve">Approve</button> <button class="deny">Deny</button>')+'<span class="failed">'+esc(failures[a.id]||'')+'</span></div>').join('')
 const log=await api('/api/threads/'+t.id+'/transcript')
-document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+who+approvals+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
+document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+now+who+approvals+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
 '<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
 (t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
 '<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+esc(JSON.stringify(e.data)).slice(0,400)+'</pre></td></tr>').join('')+'</table>'

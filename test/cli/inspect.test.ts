@@ -77,7 +77,7 @@ describe('spindle inspect', () => {
       alive = await overview()
     }
     expect(alive.threads).toHaveLength(2)
-    for (const t of alive.threads) expect(t).toMatchObject({ status: 'running', orphan: null, heldBy: { pid: child.pid } })
+    for (const t of alive.threads) expect(t).toMatchObject({ status: 'running', orphan: null, heldBy: { pid: child.pid }, step: { effect: 'callModel', turn: 1, attempt: 1 } })
     child.kill('SIGKILL')
     await new Promise((resolve) => child.on('exit', resolve))
     const dead = await overview()
