@@ -10,13 +10,14 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { SpindleError } from '../src/errors.js'
+import { SpindleError, isSpindleError } from '../src/errors.js'
 import { isThreadId } from '../src/ids.js'
 import { fsyncDir } from './atomicFile.js'
 import { linkTarget, NotRegularFile, notRegularReason, openRegular } from './fdio.js'
 import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { eachLimited, poolShare } from './poolShare.js'
+import { PinnedFolders } from './pinnedFolders.js'
 import { assertThreadDir, forgetThreadDir, STATE_FILE, threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
@@ -56,35 +57,51 @@ function call<T = void>(fn: (cb: (error: NodeJS.ErrnoException | null, value?: T
  * Writes `data` to `<dir>/state.json.tmp`, making the thread's folder when it is missing.
  * `onMkdir` gets the directories whose entries changed because of a mkdir here: they need an
  * fsync before the new directory is durable. The folder is checked to be a real directory (not a
- * link out of the data directory) once, when it is first written or was opened by the transcript
- * store (see assertThreadDir): the hot path is one open.
+ * link out of the data directory) when it is first written or was opened by the transcript store
+ * (see assertThreadDir), and written through its descriptor (`folders`), so a folder swapped for a
+ * link since is refused, not written through.
  */
-async function writeTemp(paths: DataPaths, threadId: string, dir: string, data: string, fsync: boolean, onMkdir: (changedParents: string[]) => void): Promise<void> {
+async function writeTemp(
+  paths: DataPaths,
+  folders: PinnedFolders,
+  threadId: string,
+  dir: string,
+  data: string,
+  fsync: boolean,
+  onMkdir: (changedParents: string[]) => void,
+): Promise<void> {
   const made = (fresh: boolean): void => {
     const check = assertThreadDir(paths, threadId, { create: true, known: !fresh })
     if (check.made.length > 0) onMkdir(check.made.map((d) => path.dirname(d)))
   }
-  made(false)
-  const temp = dir + path.sep + TEMP
-  let fd: number
-  try {
-    fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
-  } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code
-    // A temp file a crash left, or whatever was planted at its name: removed (unlink never
-    // follows a link), never opened.
-    if (code === 'EEXIST') await fs.promises.rm(temp, { force: true })
-    // The folder went away since it was checked: made again, and checked again.
-    else if (code === 'ENOENT') made(true)
-    else throw error
-    fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
+  const write = async (base: string): Promise<void> => {
+    const temp = base + path.sep + TEMP
+    let fd: number
+    try {
+      fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
+    } catch (error) {
+      // A temp file a crash left, or whatever was planted at its name: removed (unlink never
+      // follows a link), never opened.
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+      await fs.promises.rm(temp, { force: true })
+      fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
+    }
+    try {
+      await call((cb) => fs.writeFile(fd, data, cb))
+      // fdatasync flushes the data and the size (what reading it back needs), not the timestamps.
+      if (fsync) await call((cb) => fs.fdatasync(fd, cb))
+    } finally {
+      await call((cb) => fs.close(fd, cb))
+    }
   }
+  made(false)
   try {
-    await call((cb) => fs.writeFile(fd, data, cb))
-    // fdatasync flushes the data and the size (what reading it back needs), not the timestamps.
-    if (fsync) await call((cb) => fs.fdatasync(fd, cb))
-  } finally {
-    await call((cb) => fs.close(fd, cb))
+    await folders.within(threadId, dir, write)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+    // The folder went away since it was checked: made again, and checked again.
+    made(true)
+    await folders.within(threadId, dir, write)
   }
 }
 
@@ -101,7 +118,17 @@ function describeFailures(failures: readonly WriteFailure[]): string {
  * checkpoints.stage(id, envelope)
  * await checkpoints.sync()
  */
-export function createFileCheckpointStore(options: { paths: DataPaths; durability: Durability }): CheckpointStore {
+export function createFileCheckpointStore(options: {
+  paths: DataPaths
+  durability: Durability
+  /**
+   * A thread's folder was found to be no real directory when its checkpoint was written (a link
+   * swapped in while it ran): nothing was written there, and the thread's checkpoints are dropped
+   * instead of failing the sync (which would hold up every other thread's round until a person
+   * repairs the folder). Without it, such a thread fails the sync and is retried at the next.
+   */
+  onFolderInvalid?: (threadId: string, error: SpindleError) => void
+}): CheckpointStore {
   const { paths, durability } = options
   const fsync = durability === 'fsync'
   // File operations of one batch in flight at once: bounded so ten thousand threads never hold ten
@@ -123,6 +150,28 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
   }
 
   async function writeBatch(batch: Map<string, StagedEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
+    const folders = new PinnedFolders(paths)
+    try {
+      await writeBatchIn(folders, batch, publishAfter)
+    } finally {
+      await folders.close()
+    }
+  }
+
+  /**
+   * A thread whose folder is no real directory now (swapped for a link while it ran): nothing of
+   * it is written. With `onFolderInvalid` the thread is handed to it and dropped, and the rest of
+   * the round goes on as if it had not been staged; without, it fails the sync and is retried.
+   */
+  function folderInvalid(threadId: string, error: unknown): boolean {
+    if (!options.onFolderInvalid || !isSpindleError(error) || error.code !== 'DATA_DIR_INVALID') return false
+    dropped.add(threadId)
+    staged.delete(threadId)
+    options.onFolderInvalid?.(threadId, error)
+    return true
+  }
+
+  async function writeBatchIn(folders: PinnedFolders, batch: Map<string, StagedEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
     const failures: WriteFailure[] = []
     const written: Array<{ id: string; dir: string; settled: boolean }> = []
     await eachLimited([...batch], CONCURRENCY, async ([id, envelope]) => {
@@ -134,47 +183,43 @@ export function createFileCheckpointStore(options: { paths: DataPaths; durabilit
       }
       try {
         const full = stagedEnvelope(envelope)
-        await writeTemp(paths, id, dir, JSON.stringify(full), fsync, onMkdir)
+        await writeTemp(paths, folders, id, dir, JSON.stringify(full), fsync, onMkdir)
         written.push({ id, dir, settled: full.status !== 'created' && full.status !== 'running' })
       } catch (error) {
-        failures.push({ threadId: id, file: path.join(dir, TEMP), error })
+        if (!folderInvalid(id, error)) failures.push({ threadId: id, file: path.join(dir, TEMP), error })
       }
     })
 
+    const removeTemp = (w: { id: string; dir: string }): Promise<void> =>
+      folders.within(w.id, w.dir, (base) => fs.promises.rm(base + path.sep + TEMP, { force: true })).catch(() => {})
     try {
       await publishAfter
     } catch (error) {
       // Nothing is published past a transcript that is not durable: drop the temp files, keep the batch.
-      await eachLimited(written, CONCURRENCY, (w) => fs.promises.rm(path.join(w.dir, TEMP), { force: true }).catch(() => {}))
+      await eachLimited(written, CONCURRENCY, removeTemp)
       restage(batch, batch.keys())
       throw error
     }
 
-    const published: typeof written = []
+    // Renamed into place and, with fsync, the folder synced, through one descriptor of the folder.
     await eachLimited(written, CONCURRENCY, async (w) => {
+      if (dropped.has(w.id)) return removeTemp(w)
+      let renamed = false
       try {
-        if (dropped.has(w.id)) {
-          await fs.promises.rm(path.join(w.dir, TEMP), { force: true })
-          return
-        }
-        await call((cb) => fs.rename(w.dir + path.sep + TEMP, w.dir + path.sep + STATE_FILE, cb))
-        published.push(w)
+        await folders.within(w.id, w.dir, async (base, fd) => {
+          await call((cb) => fs.rename(base + path.sep + TEMP, base + path.sep + STATE_FILE, cb))
+          renamed = true
+          if (fsync) await (fd === null ? fsyncDir(w.dir) : call((cb) => fs.fsync(fd, cb)))
+        })
         // A thread that stopped writes here again only when someone resumes it or rebuilds its file:
         // its folder is checked again then (one lstat), and a long-running host does not hold its id.
         if (w.settled) forgetThreadDir(paths, w.id)
       } catch (error) {
-        failures.push({ threadId: w.id, file: path.join(w.dir, STATE_FILE), error })
+        if (!folderInvalid(w.id, error)) failures.push({ threadId: w.id, file: renamed ? w.dir : path.join(w.dir, STATE_FILE), error })
       }
     })
 
     if (fsync) {
-      await eachLimited(published, CONCURRENCY, async (w) => {
-        try {
-          await fsyncDir(w.dir)
-        } catch (error) {
-          failures.push({ threadId: w.id, file: w.dir, error })
-        }
-      })
       // New thread directories: their entries in `threads` (and `threads` in the root, the first
       // time) must be durable too, or a renamed state.json could vanish with its directory.
       for (const [dir, ids] of unsyncedParents) {

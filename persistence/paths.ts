@@ -179,6 +179,26 @@ export function assertThreadDir(paths: DataPaths, threadId: string, options: { c
 }
 
 /**
+ * Why the folder of `threadId` (or `threads/` above it) could not be opened without following a
+ * link (`cause`: ELOOP, ENOTDIR): the DATA_DIR_INVALID naming the entry that is no real directory
+ * now, found with lstat. The earlier check of the folder is forgotten.
+ */
+export function threadFolderProblem(paths: DataPaths, threadId: string, cause: unknown): SpindleError {
+  forgetThreadDir(paths, threadId)
+  realThreadsDirs.delete(paths)
+  const dir = threadDir(paths, threadId)
+  for (const [entry, id] of [[paths.threads, undefined], [dir, threadId]] as const) {
+    const stat = fs.lstatSync(entry, { throwIfNoEntry: false })
+    if (stat && !stat.isDirectory()) return notARealDirectory(paths.root, entry, stat, threadId ?? id)
+  }
+  return new SpindleError(
+    'DATA_DIR_INVALID',
+    `${dir} could not be opened as a directory without following a link (${(cause as Error)?.message ?? String(cause)}), so nothing was written in it. Check what is at that path and who changed it.`,
+    { cause, details: { path: dir, threadId } },
+  )
+}
+
+/**
  * Whether `dir` is a real directory (false: missing); throws DATA_DIR_INVALID when it is anything
  * else. With `made`, a missing one is made (and its missing parents up to a directory that exists)
  * and listed there.

@@ -436,7 +436,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
           threadId,
         ),
     })
-    checkpoints = createFileCheckpointStore({ paths, durability })
+    checkpoints = createFileCheckpointStore({ paths, durability, onFolderInvalid: (threadId, error) => runtime?.folderInvalid(threadId, error) })
     registry = openSqliteRegistry({ path: paths.registry, durability })
     ledger = openSqliteLedger({ path: paths.ledger, durability })
     leases = openSqliteLeases({ path: paths.leases, durability })
@@ -1489,13 +1489,7 @@ class RuntimeImpl implements Runtime {
       // Not a crash to restart: the same damage would be read again, and each restart would count
       // against its group's restart intensity.
       this.report(error, id)
-      const context: ThreadContext = { ...thread.context(), error: { code: error.code, message: error.message } }
-      thread.abandon(error)
-      // What the end of any thread in error does (observe), without a transition to observe.
-      this.fireHook(thread, 'after_complete', context, { outcome: { status: 'error', result: context.result } })
-      this.childFailed(id, context)
-      if (this.config.recovery.enabled) this.recoverTask(id, context)
-      this.releaseBudget(id, context.previousThreadId != null)
+      this.endDamaged(id, thread, error)
       return
     }
     const described = describeError(error)
@@ -3138,6 +3132,31 @@ class RuntimeImpl implements Runtime {
   /** @internal A problem a store found (no thread of its own): to `onProblem`. */
   reportProblem(error: unknown, threadId?: string): void {
     this.report(error, threadId)
+  }
+
+  /**
+   * @internal A thread's folder was no real directory when its checkpoint was written (a link
+   * swapped in while it ran): nothing was written through it. The thread ends in `error` with
+   * DATA_DIR_INVALID, its files left as they are for a person to look at; the others go on.
+   */
+  folderInvalid(threadId: string, error: SpindleError): void {
+    this.report(error, threadId)
+    // Not inside the store's round: abandoning stages the registry change for the next one.
+    queueMicrotask(() => {
+      const thread = this.live.get(threadId)
+      if (thread && !thread.stopped) this.endDamaged(threadId, thread, error)
+    })
+  }
+
+  /** Ends a thread whose own files are damaged in `error`, as any thread in error ends, without a transition. */
+  private endDamaged(id: string, thread: LiveThread, error: SpindleError): void {
+    const context: ThreadContext = { ...thread.context(), error: { code: error.code, message: error.message } }
+    thread.abandon(error)
+    // What the end of any thread in error does (observe), without a transition to observe.
+    this.fireHook(thread, 'after_complete', context, { outcome: { status: 'error', result: context.result } })
+    this.childFailed(id, context)
+    if (this.config.recovery.enabled) this.recoverTask(id, context)
+    this.releaseBudget(id, context.previousThreadId != null)
   }
 
   private report(error: unknown, threadId?: string): void {

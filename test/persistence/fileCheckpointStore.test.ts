@@ -265,6 +265,48 @@ describe('file checkpoint store: durability', () => {
   }
 })
 
+describe('file checkpoint store: a thread folder swapped for a link after it was checked', () => {
+  // Setup: a thread's folder checked and written once (it is remembered as real: no lstat at the
+  // next write). Fault: the folder moved aside and a link to a decoy folder put in its place.
+  async function swappedAfterCheck(onFolderInvalid?: (id: string, error: Error) => void) {
+    const paths = dataPaths(freshDir())
+    const store = createFileCheckpointStore({ paths, durability: 'fsync', ...(onFolderInvalid ? { onFolderInvalid } : {}) })
+    store.stage(BAD, envelope(BAD, 1))
+    store.stage(GOOD, envelope(GOOD, 1))
+    await store.sync()
+    const folder = path.join(paths.threads, BAD)
+    fs.renameSync(folder, path.join(freshDir(), BAD))
+    const decoy = freshDir()
+    fs.writeFileSync(path.join(decoy, 'state.json'), 'the decoy')
+    fs.symlinkSync(decoy, folder)
+    store.stage(BAD, envelope(BAD, 2))
+    store.stage(GOOD, envelope(GOOD, 2))
+    return { store, folder, decoy }
+  }
+
+  it('should write nothing through the link and reject the sync naming it, then retry it', async () => {
+    const { store, folder, decoy } = await swappedAfterCheck()
+    const error = await store.sync().then(() => null, (e: unknown) => e as Error)
+    expect(error?.message).toContain(`${folder} is a symbolic link (to ${decoy})`)
+    expect(fs.readdirSync(decoy)).toEqual(['state.json'])
+    expect(fs.readFileSync(path.join(decoy, 'state.json'), 'utf8')).toBe('the decoy')
+    expect(store.load(GOOD)).toEqual(envelope(GOOD, 2))
+    await expect(store.sync()).rejects.toThrow(folder)
+  })
+
+  it('should hand the thread to onFolderInvalid instead, drop it, and resolve the sync', async () => {
+    const handed: Array<[string, string]> = []
+    const { store, folder, decoy } = await swappedAfterCheck((id, error) => handed.push([id, error.message]))
+    await store.sync()
+    expect(handed).toEqual([[BAD, expect.stringContaining(`${folder} is a symbolic link (to ${decoy})`)]])
+    expect(fs.readdirSync(decoy)).toEqual(['state.json'])
+    expect(fs.readFileSync(path.join(decoy, 'state.json'), 'utf8')).toBe('the decoy')
+    expect(store.load(GOOD)).toEqual(envelope(GOOD, 2))
+    await store.sync()
+    expect(handed).toHaveLength(1)
+  })
+})
+
 describe('writeFileAtomic', () => {
   const variants = {
     writeFileAtomic: (file: string, data: string) => writeFileAtomic(file, data, { fsync: true }),

@@ -12,6 +12,7 @@ import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
+import type { ModelAdapter } from '../../src/index.js'
 import type { Problem, Runtime, RuntimeOptions } from '../../src/runtime.js'
 import { doctor, rebuildThread } from '../../src/operator.js'
 import { prefetchThreadFiles } from '../../persistence/prefetch.js'
@@ -251,6 +252,51 @@ describe("a symlink at a thread's file name", () => {
     await rt.close()
     expect(fs.readFileSync(outside).equals(before)).toBe(true)
     expect(fs.lstatSync(transcript).isSymbolicLink()).toBe(true)
+  })
+})
+
+describe('a thread folder swapped for a symlink while its thread runs', () => {
+  it('should write no checkpoint through the link, end that thread in error naming it, and finish the other', async () => {
+    // Setup: two threads waiting in their second model call, behind a gate.
+    const dir = tempDir('spindle-rt-swap-running')
+    let open2!: () => void
+    const gate = new Promise<void>((resolve) => (open2 = resolve))
+    const usage = { inputTokens: 1, outputTokens: 1 }
+    const model: ModelAdapter = {
+      name: 'gated',
+      generate: async (request) => {
+        if (request.turn === 1) return { text: '', toolCalls: [{ id: 'c1', name: 'noop', input: {} }], usage }
+        await gate
+        if (request.directiveName === 'other') return { text: `finished at turn ${request.turn}`, toolCalls: [], usage }
+        // The swapped thread goes on working (a tool, then a model call that waits to be stopped).
+        if (request.turn === 2) return { text: '', toolCalls: [{ id: 'c2', name: 'noop', input: {} }], usage }
+        return new Promise((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason)))
+      },
+    }
+    const problems: Problem[] = []
+    const rt = await runtime({ dir, model, onProblem: (p) => problems.push(p) })
+    const swapped = await rt.spawn({ directive: { name: 'swapped', prompt: 'p' } })
+    const other = await rt.spawn({ directive: { name: 'other', prompt: 'p' } })
+    await Promise.all([swapped, other].map((t) => until(t, (v) => v.usage.turns === 1 && inState('callingModel')(v))))
+    // Its state.json says so: the checkpoint round before the fault has written it.
+    const written = (): boolean => fs.existsSync(fileOf(dir, swapped.id, 'state.json')) && JSON.parse(fs.readFileSync(fileOf(dir, swapped.id, 'state.json'), 'utf8')).snapshot.context.usage.turns === 1
+    while (!written()) await new Promise((r) => setTimeout(r, 10))
+    // Fault: the folder moved aside and a link to a decoy folder put in its place.
+    const folder = path.join(dir, 'threads', swapped.id)
+    const aside = path.join(tempDir('spindle-moved-aside'), swapped.id)
+    fs.renameSync(folder, aside)
+    const decoy = tempDir('spindle-decoy')
+    fs.writeFileSync(path.join(decoy, 'state.json'), 'the decoy')
+    fs.symlinkSync(decoy, folder)
+    const before = tree(decoy)
+    open2()
+    // After: nothing written at the decoy; the thread ends in error naming the link; the other completes.
+    const [a, b] = await Promise.all([swapped.done, other.done])
+    expect(a).toMatchObject({ status: 'error', error: { code: 'DATA_DIR_INVALID', message: expect.stringContaining(`${folder} is a symbolic link (to ${decoy})`) } })
+    expect(b).toMatchObject({ status: 'completed', result: 'finished at turn 2' })
+    expect(problems).toContainEqual(expect.objectContaining({ code: 'DATA_DIR_INVALID', threadId: swapped.id }))
+    expect(rt.list().find((r) => r.id === swapped.id)?.status).toBe('error')
+    expect(tree(decoy)).toEqual(before)
   })
 })
 
