@@ -129,6 +129,8 @@ describe.each([
       expect(fs.readFileSync(file).subarray(0, bytes.length).equals(bytes), `acknowledged bytes of ${file}`).toBe(true)
     }
     let charged = 0
+    /** Every charge call the transcripts hold, by idempotency key: whether its recorded result says it ran or was interrupted. */
+    const chargeCalls = new Map<string, 'ok' | 'interrupted'>()
     for (const row of rows) {
       if (row.status === 'error') {
         // A kill between registering a thread and its first transcript line: the spawn was never
@@ -147,15 +149,39 @@ describe.each([
       expect(row.cost?.turns, row.id).toBeLessThan(TURNS)
       // It charges on every third turn before its last (turns count from 1).
       charged += Math.floor((row.cost!.turns - 1) / 3)
+      const results = new Map<string, { ok: boolean; output: { error?: string } }>()
+      for (const e of files.entries) if (e.type === 'TOOL_DONE') results.set(`${(e.data as { turn: number }).turn}:${(e.data as { callId: string }).callId}`, e.data as never)
+      for (const e of files.entries) {
+        if (e.type !== 'MODEL_REPLIED') continue
+        const { turn, toolCalls } = e.data as { turn: number; toolCalls: Array<{ id: string; name: string }> }
+        for (const call of toolCalls.filter((c) => c.name === 'charge')) {
+          const result = results.get(`${turn}:${call.id}`)
+          expect(result, `${row.id} turn ${turn}: the charge has a recorded result`).toBeDefined()
+          if (!result!.ok) expect(result!.output.error, `${row.id} turn ${turn}`).toBe('TOOL_INTERRUPTED')
+          chargeCalls.set(`${row.id}:${turn}:${call.id}`, result!.ok ? 'ok' : 'interrupted')
+        }
+      }
     }
     expect(rows.filter((r) => r.status === 'completed').length).toBeGreaterThanOrEqual(THREADS - 2)
 
     // Effects once: no charge ran twice under the same idempotency key.
     const charges = fs.readFileSync(path.join(dir, 'charges.log'), 'utf8').trim().split('\n').map((l) => l.split(' ')[0]!)
     expect(new Set(charges).size).toBe(charges.length)
-    // Each thread charges on every third turn; a charge interrupted by a kill may be missing
-    // (reported to the model as TOOL_INTERRUPTED), but never doubled.
+    // Each thread charges on every third turn. Every charge the log holds was asked for by a
+    // recorded reply, and every charge whose result says it ran is in the log. A charge a kill
+    // interrupted (its intent recorded, its result not) is reported to the model as
+    // TOOL_INTERRUPTED, whether or not it ran before the kill, and never run again; a kill can
+    // interrupt at most one tool call per thread.
     expect(charges.length).toBeLessThanOrEqual(charged)
-    expect(charges.length).toBeGreaterThan(charged - killed - THREADS)
+    expect(chargeCalls.size).toBe(charged)
+    const logged = new Set(charges)
+    for (const key of logged) expect(chargeCalls.has(key), `${key} ran without a recorded reply asking for it`).toBe(true)
+    let interrupted = 0
+    for (const [key, result] of chargeCalls) {
+      if (result === 'ok') expect(logged.has(key), `${key} is recorded as run but never ran`).toBe(true)
+      else interrupted++
+    }
+    expect(interrupted).toBeLessThanOrEqual(killed * THREADS)
+    expect(charges.length).toBeGreaterThanOrEqual(charged - interrupted)
   }, 600_000)
 })
