@@ -167,7 +167,7 @@ export function createFileCheckpointStore(options: {
     if (!options.onFolderInvalid || !isSpindleError(error) || error.code !== 'DATA_DIR_INVALID') return false
     dropped.add(threadId)
     staged.delete(threadId)
-    options.onFolderInvalid?.(threadId, error)
+    options.onFolderInvalid(threadId, error)
     return true
   }
 
