@@ -27,6 +27,7 @@ import type { Tool, ToolOutcome } from './tools.js'
 import { executeToolCall } from './tools.js'
 import type { Permissions } from '../src/policies/permissions.js'
 import { deniedCapability, describePermissions } from '../src/policies/permissions.js'
+import { SpindleError } from '../src/errors.js'
 
 /** The clock effects use. `now()` stamps events; timers wait for deadlines. */
 export interface Clock {
@@ -89,6 +90,19 @@ export interface EffectHost {
   handOffOnContextLength(threadId: string, failure: FailureInfo): Promise<boolean>
   /** Cancels every open child of a cancelled thread and resolves once all have settled. */
   settleChildren(threadId: string, reason: string, signal: AbortSignal): Promise<string[]>
+}
+
+/**
+ * A snapshot in a state it cannot be in (a state.json edited by hand): the thread fails with this,
+ * thrown as the effect starts, instead of running a step with nothing to run.
+ */
+function stepWithout(threadId: string, state: string, what: string): SpindleError {
+  return new SpindleError(
+    'STATE_CORRUPT',
+    `Thread ${threadId} is in ${state} with no ${what}: its state.json does not fit the thread machine (edited by hand?). ` +
+      `Its transcript still holds its history: \`spindle rebuild ${threadId} --apply\` rebuilds state.json from it, then resume the thread.`,
+    { details: { threadId, state } },
+  )
 }
 
 /** Runs `body` detached; an exception that escapes it crashes only this thread. */
@@ -261,6 +275,7 @@ export function runToolLogic(host: EffectHost) {
     let stopped = false
     let settled = false
     const { threadId, turn, call } = input
+    if (!call) throw stepWithout(threadId, 'runningTools', 'a tool call without a result')
     const key = toolIdempotencyKey(threadId, turn, call.id)
     detach(host, threadId, async () => {
       // No separate checkpoint wait: the intent is appended after the records that started this
@@ -308,6 +323,7 @@ export function waitUntilLogic(host: EffectHost) {
 /** Decides what a limit hit leads to. Hooks may be code: they run only once the hit is durable. */
 export function decideLimitLogic(host: EffectHost) {
   return (input: DecideLimitInput): (() => void) => {
+    if (!input.hit) throw stepWithout(input.threadId, 'limitReached', 'a limit reached')
     const controller = new AbortController()
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)

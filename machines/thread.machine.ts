@@ -324,6 +324,7 @@ function isPending(context: ThreadContext, id: string): boolean {
  * after those done; the scan is for a snapshot whose results came in another order.
  */
 function firstPendingTool(context: ThreadContext): ToolCall | undefined {
+  if (!Array.isArray(context.toolCalls) || !Array.isArray(context.toolsDone)) return undefined
   const next = context.toolCalls[context.toolsDone.length]
   if (next !== undefined && !context.toolsDone.includes(next.id)) return next
   const done = new Set(context.toolsDone)
@@ -797,13 +798,15 @@ export function effectOf(snapshot: { value: unknown; context: ThreadContext }): 
   switch (step) {
     case 'callingModel':
       return { src: 'callModel', key: `m${turns + 1}.${context.attempt}`, input: { threadId: context.threadId, turn: turns + 1, attempt: context.attempt } }
+    // A snapshot that cannot be in this state (no call left, no limit reached: a state.json edited
+    // by hand) still names its effect, which then fails the thread with a message; never a throw here.
     case 'runningTools': {
       const call = firstPendingTool(context)!
-      return { src: 'runTool', key: `t${turns}.${call.id}`, input: { threadId: context.threadId, turn: turns, call } }
+      return { src: 'runTool', key: `t${turns}.${call?.id}`, input: { threadId: context.threadId, turn: turns, call } }
     }
     case 'limitReached': {
       const hit = exceeded(context)!
-      return { src: 'decideLimit', key: `l${turns}.${hit.limit}`, input: { threadId: context.threadId, hit } }
+      return { src: 'decideLimit', key: `l${turns}.${hit?.limit}`, input: { threadId: context.threadId, hit } }
     }
     case 'waitingToRetry': {
       const dueAt = context.retry?.dueAt ?? 0

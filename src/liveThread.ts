@@ -50,10 +50,11 @@ function stepOf(effect: ThreadEffect | null): ThreadStep | null {
   switch (effect.src) {
     case 'callModel':
       return { effect: 'callModel', turn: effect.input.turn, attempt: effect.input.attempt }
+    // Undefined only in a snapshot edited by hand (see effectOf): no step to show.
     case 'runTool':
-      return { effect: 'runTool', turn: effect.input.turn, callId: effect.input.call.id, tool: effect.input.call.name }
+      return effect.input.call ? { effect: 'runTool', turn: effect.input.turn, callId: effect.input.call.id, tool: effect.input.call.name } : null
     case 'decideLimit':
-      return { effect: 'decideLimit', ...effect.input.hit }
+      return effect.input.hit ? { effect: 'decideLimit', ...effect.input.hit } : null
     case 'waitUntil':
       return { effect: 'waitUntil', dueAt: effect.input.dueAt }
     case 'settleChildren':
@@ -439,7 +440,7 @@ export class LiveThread implements ThreadHandle {
       this.lastStatus = status
       this.lastValue = snapshot.value
       this.lastTurns = snapshot.context.usage.turns
-      this.runEffect(effectOf(snapshot))
+      this.runEffect(snapshot)
       return
     }
     const previous = { status: this.lastStatus, value: this.lastValue }
@@ -480,14 +481,15 @@ export class LiveThread implements ThreadHandle {
       for (const listener of this.listeners) this.notifyOne(listener, view)
     }
     if (stopped) this.finish(outcomeOf(status === 'suspended' ? 'suspended' : (status as ThreadOutcome['status']), snapshot.context))
-    else this.runEffect(effectOf(snapshot))
+    else this.runEffect(snapshot)
   }
 
   /**
    * Starts the effect the state asks for, once per step, after the step's checkpoint is staged;
    * stops the previous one when the step changed (a CANCEL during a model call aborts the call).
    */
-  private runEffect(effect: ThreadEffect | null): void {
+  private runEffect(snapshot: ThreadSnapshot): void {
+    const effect = effectOf(snapshot)
     if ((effect?.key ?? null) === this.effectKey) return
     this.haltEffect()
     if (effect === null || this.finished) return
@@ -495,8 +497,9 @@ export class LiveThread implements ThreadHandle {
     try {
       this.stopEffect = (this.services.effects[effect.src] as (input: unknown) => () => void)(effect.input)
     } catch (error) {
-      // Thrown while starting (a host clock that throws, say): inside the actor's notification,
-      // so the FAIL is its own transition, as for a subscriber that throws.
+      // Thrown while starting (a host clock that throws, a snapshot edited into a state it cannot
+      // be in): inside the actor's notification, so the FAIL is its own transition, as for a
+      // subscriber that throws.
       queueMicrotask(() => this.crash(error))
     }
   }

@@ -11,6 +11,7 @@ import { z } from 'zod'
 import Database from 'better-sqlite3'
 import type { LifecycleEvent, Message, Runtime, RuntimeOptions } from '../../src/index.js'
 import { showRecovery, statusLine } from '../../src/progress.js'
+import { viewOf } from '../../src/liveThread.js'
 import { doctor, rebuildThread } from '../../src/operator.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { createRuntime, defineTool, respondToApproval, scriptedModel, threadMachine, verifyReplay } from '../../src/index.js'
@@ -191,6 +192,26 @@ describe('state.json', () => {
     actor.send({ type: 'MODEL_REPLIED', at: Date.now(), turn: 2, attempt: 1, text: 'by hand', toolCalls: [], usage: { inputTokens: 1, outputTokens: 1 } })
     expect(actor.getSnapshot().output).toMatchObject({ status: 'completed', result: 'by hand' })
     expect(envelope.snapshot.children).toEqual({})
+  })
+
+  it('should fail, naming the fix, a thread whose state.json was edited into a step with nothing to run', async () => {
+    // Setup: two threads left in a model call. Fault: one state.json edited by hand into
+    // runningTools with no tool call left (it still passes the envelope's checks).
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const file = threadFile(dir, a, 'state.json')
+    const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
+    envelope.snapshot.value = { running: 'runningTools' }
+    envelope.snapshot.context.toolCalls = []
+    envelope.snapshot.context.toolsDone = []
+    fs.writeFileSync(file, JSON.stringify(envelope))
+    // After: that thread ends in error saying what to do (no hang, no crash of the runtime); a view
+    // of the edited snapshot can still be built; the other completes.
+    expect(viewOf(a, envelope.snapshot)).toMatchObject({ state: { running: 'runningTools' }, step: null })
+    const rt = await runtime({ dir, model: finishes, tools: [noop] })
+    const [outA, outB] = await Promise.all([rt.get(a).done, rt.get(b).done])
+    expect(outA).toMatchObject({ status: 'error', error: { code: 'STATE_CORRUPT', message: expect.stringContaining(`spindle rebuild ${a} --apply`) } })
+    expect(outB).toMatchObject({ status: 'completed', result: 'finished at turn 2' })
   })
 
   it('should carry on from a version 2 state.json, which held the invoked actor of its step', async () => {
