@@ -89,6 +89,9 @@ function snapshotProblem(snapshot: unknown, threadId: string): string | null {
   if (typeof usage !== 'object' || usage === null || typeof usage.turns !== 'number' || typeof usage.spend !== 'number') {
     return 'its snapshot has no usage (turns, spend)'
   }
+  // What the step's effect reads (effectOf): the limits it checks, the calls of the turn.
+  if (typeof context.limits !== 'object' || context.limits === null) return 'its snapshot has no limits'
+  if (!Array.isArray(context.toolCalls) || !Array.isArray(context.toolsDone)) return 'its snapshot has no tool calls of the turn (toolCalls, toolsDone)'
   return null
 }
 

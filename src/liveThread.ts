@@ -45,6 +45,15 @@ export type ThreadStep =
   | { effect: 'waitUntil'; dueAt: number }
   | { effect: 'settleChildren' }
 
+/** The step a snapshot is at, for a view: null when its context cannot say (a hand-edited state.json). */
+function stepOfSnapshot(snapshot: { value: StateValue; context: ThreadContext }): ThreadStep | null {
+  try {
+    return stepOf(effectOf(snapshot))
+  } catch {
+    return null
+  }
+}
+
 function stepOf(effect: ThreadEffect | null): ThreadStep | null {
   if (effect === null) return null
   switch (effect.src) {
@@ -119,7 +128,7 @@ export function viewOf(id: string, snapshot: { value: StateValue; context: Threa
     retry: c.retry,
     result: c.result,
     error: c.error,
-    step: stepOf(effectOf(snapshot)),
+    step: stepOfSnapshot(snapshot),
   }
 }
 
@@ -489,7 +498,15 @@ export class LiveThread implements ThreadHandle {
    * stops the previous one when the step changed (a CANCEL during a model call aborts the call).
    */
   private runEffect(snapshot: ThreadSnapshot): void {
-    const effect = effectOf(snapshot)
+    let effect: ThreadEffect | null
+    try {
+      effect = effectOf(snapshot)
+    } catch (error) {
+      // A context a hand-edited state.json left without what the step reads (its limits, say).
+      this.haltEffect()
+      queueMicrotask(() => this.crash(error))
+      return
+    }
     if ((effect?.key ?? null) === this.effectKey) return
     this.haltEffect()
     if (effect === null || this.finished) return

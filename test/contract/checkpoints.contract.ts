@@ -19,7 +19,7 @@ export function envelope(threadId: string, turns = 0): StateEnvelope {
     status: 'running',
     savedAt: '2026-11-22T00:00:00.000Z',
     transcript: { seq: turns, hash: turns ? 'h'.repeat(64) : '', bytes: turns * 100 },
-    snapshot: { status: 'active', value: { running: 'callingModel' }, context: { threadId, usage: { turns, spend: 0 } } },
+    snapshot: { status: 'active', value: { running: 'callingModel' }, context: { threadId, usage: { turns, spend: 0 }, limits: { turns: null }, toolCalls: [], toolsDone: [] } },
   }
 }
 

@@ -214,6 +214,25 @@ describe('state.json', () => {
     expect(outB).toMatchObject({ status: 'completed', result: 'finished at turn 2' })
   })
 
+  it('should rebuild from its transcript a thread whose edited state.json lacks what its step reads', async () => {
+    // Fault: limitReached with the context's limits removed.
+    const dir = tempDir()
+    const [a, b] = await leaveTwoThreadsMidCall(dir)
+    const file = threadFile(dir, a, 'state.json')
+    const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
+    envelope.snapshot.value = { running: 'limitReached' }
+    delete envelope.snapshot.context.limits
+    fs.writeFileSync(file, JSON.stringify(envelope))
+    expect(viewOf(a, envelope.snapshot).step).toBeNull()
+    const problems: string[] = []
+    const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(`${p.code} ${p.message}`) })
+    expect(rt.lastRecovery.rebuilt).toEqual([a])
+    expect(problems).toContainEqual(expect.stringMatching(/^STATE_CORRUPT .*its snapshot has no limits/))
+    const outcomes = await Promise.all([rt.get(a).done, rt.get(b).done])
+    expect(outcomes.map((o) => o.result)).toEqual(['finished at turn 2', 'finished at turn 2'])
+    expect(verifyReplay(dir, a).matches).toBe(true)
+  })
+
   it('should carry on from a version 2 state.json, which held the invoked actor of its step', async () => {
     // Setup: a thread left in a model call, its state.json rewritten as spindle wrote it before
     // version 3: the callModel actor XState persisted beside the snapshot.
