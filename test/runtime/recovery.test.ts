@@ -46,6 +46,17 @@ function threadFile(dir: string, id: string, name: string): string {
   return path.join(dir, 'threads', id, name)
 }
 
+/** Two threads left mid-call; the first one's state.json edited by hand with `edit` (its snapshot). */
+async function editedMidCall(edit: (snapshot: { value: unknown; context: Record<string, unknown> }) => void) {
+  const dir = tempDir()
+  const [a, b] = await leaveTwoThreadsMidCall(dir)
+  const file = threadFile(dir, a, 'state.json')
+  const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
+  edit(envelope.snapshot)
+  fs.writeFileSync(file, JSON.stringify(envelope))
+  return { dir, a, b, envelope }
+}
+
 describe('process restart', () => {
   it('should carry on every unfinished thread without being asked', async () => {
     const dir = tempDir()
@@ -197,14 +208,11 @@ describe('state.json', () => {
   it('should fail, naming the fix, a thread whose state.json was edited into a step with nothing to run', async () => {
     // Setup: two threads left in a model call. Fault: one state.json edited by hand into
     // runningTools with no tool call left (it still passes the envelope's checks).
-    const dir = tempDir()
-    const [a, b] = await leaveTwoThreadsMidCall(dir)
-    const file = threadFile(dir, a, 'state.json')
-    const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
-    envelope.snapshot.value = { running: 'runningTools' }
-    envelope.snapshot.context.toolCalls = []
-    envelope.snapshot.context.toolsDone = []
-    fs.writeFileSync(file, JSON.stringify(envelope))
+    const { dir, a, b, envelope } = await editedMidCall((snapshot) => {
+      snapshot.value = { running: 'runningTools' }
+      snapshot.context.toolCalls = []
+      snapshot.context.toolsDone = []
+    })
     // After: that thread ends in error saying what to do (no hang, no crash of the runtime); a view
     // of the edited snapshot can still be built; the other completes.
     expect(viewOf(a, envelope.snapshot)).toMatchObject({ state: { running: 'runningTools' }, step: null })
@@ -216,13 +224,10 @@ describe('state.json', () => {
 
   it('should rebuild from its transcript a thread whose edited state.json lacks what its step reads', async () => {
     // Fault: limitReached with the context's limits removed.
-    const dir = tempDir()
-    const [a, b] = await leaveTwoThreadsMidCall(dir)
-    const file = threadFile(dir, a, 'state.json')
-    const envelope = JSON.parse(fs.readFileSync(file, 'utf8'))
-    envelope.snapshot.value = { running: 'limitReached' }
-    delete envelope.snapshot.context.limits
-    fs.writeFileSync(file, JSON.stringify(envelope))
+    const { dir, a, b, envelope } = await editedMidCall((snapshot) => {
+      snapshot.value = { running: 'limitReached' }
+      delete snapshot.context.limits
+    })
     expect(viewOf(a, envelope.snapshot).step).toBeNull()
     const problems: string[] = []
     const rt = await runtime({ dir, model: finishes, tools: [noop], onProblem: (p) => problems.push(`${p.code} ${p.message}`) })
