@@ -801,12 +801,12 @@ export function effectOf(snapshot: { value: unknown; context: ThreadContext }): 
     // A snapshot that cannot be in this state (no call left, no limit reached: a state.json edited
     // by hand) still names its effect, which then fails the thread with a message; never a throw here.
     case 'runningTools': {
-      const call = firstPendingTool(context)!
-      return { src: 'runTool', key: `t${turns}.${call?.id}`, input: { threadId: context.threadId, turn: turns, call } }
+      const call = firstPendingTool(context)
+      return { src: 'runTool', key: `t${turns}.${call?.id}`, input: { threadId: context.threadId, turn: turns, call: call! } }
     }
     case 'limitReached': {
-      const hit = exceeded(context)!
-      return { src: 'decideLimit', key: `l${turns}.${hit?.limit}`, input: { threadId: context.threadId, hit } }
+      const hit = exceeded(context)
+      return { src: 'decideLimit', key: `l${turns}.${hit?.limit}`, input: { threadId: context.threadId, hit: hit! } }
     }
     case 'waitingToRetry': {
       const dueAt = context.retry?.dueAt ?? 0

@@ -187,9 +187,9 @@ export function threadFolderProblem(paths: DataPaths, threadId: string, cause: u
   forgetThreadDir(paths, threadId)
   realThreadsDirs.delete(paths)
   const dir = threadDir(paths, threadId)
-  for (const [entry, id] of [[paths.threads, undefined], [dir, threadId]] as const) {
+  for (const entry of [paths.threads, dir]) {
     const stat = fs.lstatSync(entry, { throwIfNoEntry: false })
-    if (stat && !stat.isDirectory()) return notARealDirectory(paths.root, entry, stat, threadId ?? id)
+    if (stat && !stat.isDirectory()) return notARealDirectory(paths.root, entry, stat, threadId)
   }
   return new SpindleError(
     'DATA_DIR_INVALID',

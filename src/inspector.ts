@@ -15,8 +15,7 @@ import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js
 import { dataPaths } from '../persistence/paths.js'
 import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
 import { isActive } from './threadStatus.js'
-import { viewOf } from './liveThread.js'
-import type { ThreadView } from './liveThread.js'
+import { stepOfSnapshot } from './liveThread.js'
 import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../machines/thread.machine.js'
@@ -39,16 +38,6 @@ function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
 }
 
 /** What the page shows, as JSON. */
-/** What a thread's last checkpoint says the runtime runs for it (a model call, which tool …); null for a damaged one. */
-function stepOf(id: string, state: { value: unknown; context: ThreadContext } | null): ThreadView['step'] {
-  if (!state) return null
-  try {
-    return viewOf(id, state as Parameters<typeof viewOf>[1]).step
-  } catch {
-    return null
-  }
-}
-
 function overview(dir: string) {
   const tree = threadTree(dir)
   const leases = new Map(locks(dir).locks.map((l) => [l.threadId, l]))
@@ -74,7 +63,8 @@ function overview(dir: string) {
       directive: node.directive,
       status: node.status,
       state: report.state?.value ?? null,
-      step: stepOf(node.id, report.state),
+      // What its last checkpoint says the runtime runs for it (a model call, which tool …).
+      step: report.state ? stepOfSnapshot(report.state as Parameters<typeof stepOfSnapshot>[0]) : null,
       usage: context?.usage ?? null,
       limits: context?.limits ?? null,
       suspendReason: context?.suspendReason ?? null,

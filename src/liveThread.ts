@@ -46,7 +46,7 @@ export type ThreadStep =
   | { effect: 'settleChildren' }
 
 /** The step a snapshot is at, for a view: null when its context cannot say (a hand-edited state.json). */
-function stepOfSnapshot(snapshot: { value: StateValue; context: ThreadContext }): ThreadStep | null {
+export function stepOfSnapshot(snapshot: { value: StateValue; context: ThreadContext }): ThreadStep | null {
   try {
     return stepOf(effectOf(snapshot))
   } catch {

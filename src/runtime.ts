@@ -4,7 +4,6 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import type { AnyStateMachine } from 'xstate'
 import type { ModelAdapter } from '../actors/model.js'
 import type { Clock, EffectHost, ThreadEffects } from '../actors/threadEffects.js'
 import { createThreadEffects, systemClock } from '../actors/threadEffects.js'
@@ -485,7 +484,6 @@ class RuntimeImpl implements Runtime {
   lastRecovery: RecoveryReport = { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [], quarantined: [] }
   private readonly live = new Map<string, LiveThread>()
   private readonly commit: GroupCommit
-  private readonly machine: AnyStateMachine
   private readonly effects: ThreadEffects
   private readonly clock: Clock
   readonly config: Config
@@ -635,7 +633,6 @@ class RuntimeImpl implements Runtime {
       settleChildren: (id, reason, signal) => this.settleChildren(id, reason, signal),
     }
     this.toolNames = new Set(tools.keys())
-    this.machine = threadMachine
     this.effects = createThreadEffects(host)
     this.orchestrator = createActor(orchestratorMachine, {
       id: 'orchestrator',
@@ -1167,7 +1164,7 @@ class RuntimeImpl implements Runtime {
       messages: init.messages ? [...init.messages] : [{ role: 'user', content: input.directive.prompt }],
       seeded: init.messages !== null,
     })
-    thread.start(this.machine, { input })
+    thread.start(threadMachine, { input })
     this.supervise(id, init.parentId)
     // The row commits in the round that makes the first state.json durable: a thread exists once
     // it is registered, and a registered thread always has files. Files without a row are a spawn
@@ -1528,7 +1525,7 @@ class RuntimeImpl implements Runtime {
           const thread = this.live.get(id)
           if (!thread || thread.stopped) continue
           thread.note('thread_restarted', { at, crashed: emitted.crashed, restartsInWindow: emitted.restartsInWindow })
-          if (thread.restart(this.machine)) {
+          if (thread.restart(threadMachine)) {
             this.emitLifecycle({ type: 'thread_restarted', at, threadId: id, crashed: emitted.crashed, restartsInWindow: emitted.restartsInWindow })
           }
         }
@@ -2403,7 +2400,7 @@ class RuntimeImpl implements Runtime {
     }
     this.suspended.delete(id)
     const thread = this.adopt(id, { intents: stored.intents })
-    thread.start(this.machine, { snapshot: stored.snapshot })
+    thread.start(threadMachine, { snapshot: stored.snapshot })
     this.supervise(id, this.registry.get(id)?.parentId ?? null)
     this.wakeWatchers(id)
     if (note) thread.note(note[0], note[1])
@@ -2554,7 +2551,7 @@ class RuntimeImpl implements Runtime {
     }
     const thread = this.adopt(id, { intents })
     thread.noteBeforeNext('orphan_settled', { at: this.clock.now(), action, reason, pid: process.pid })
-    thread.start(this.machine, { snapshot })
+    thread.start(threadMachine, { snapshot })
     // Decided before any effect of the restored state can act: effects wait for the checkpoint.
     const at = this.clock.now()
     const event: ThreadEvent =
@@ -3034,7 +3031,7 @@ class RuntimeImpl implements Runtime {
     const thread = this.adopt(id, { intents })
     thread.noteBeforeNext('thread_recovered', { at: this.clock.now(), state: value, pid: process.pid })
     // `snapshot` is private to this call: freshly parsed from state.json or rebuilt by replay.
-    thread.start(this.machine, { snapshot })
+    thread.start(threadMachine, { snapshot })
     this.supervise(id, record.parentId ?? null)
     if (verdict.action === 'quarantine') {
       // Decided before any effect of the restored state can act: effects wait for the checkpoint.
