@@ -8,6 +8,7 @@
  *   workload.js open <dir>                open a runtime on suspended threads, approve one, report memory
  */
 import { execFileSync } from 'node:child_process'
+import v8 from 'node:v8'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 
@@ -47,6 +48,11 @@ if (mode === 'turns') {
     tools: [echo],
     ...(store === 'memory' ? { store: 'memory' as const } : { durability: store }),
   })
+  // What Node with spindle's modules and an open runtime holds before a thread runs, and how far V8
+  // has grown its young generation by then: the floor under the run's peak (README, "Memory").
+  const openRssMb = process.memoryUsage().rss / 1048576
+  const youngMb = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space')!.space_size / 1048576
+  const openYoungMb = youngMb()
   const started = performance.now()
   const handles = await Promise.all(Array.from({ length: threads }, (_, i) => rt.spawn({ directive: { name: `bench${i}`, prompt: 'go' } })))
   const outcomes = await Promise.all(handles.map((h) => h.done))
@@ -73,6 +79,9 @@ if (mode === 'turns') {
       p50ms: percentile(latencies, 50),
       p99ms: percentile(latencies, 99),
       peakRssMb: process.resourceUsage().maxRSS / 1024,
+      openRssMb,
+      openYoungMb,
+      endYoungMb: youngMb(),
     }) + '\n',
   )
   process.exit(0)
