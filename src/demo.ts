@@ -90,9 +90,13 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   })
   const report = rt.lastRecovery
   let threads = rt.active()
+  // Threads answered while no demo ran (`spindle approve`, `resume`) are carried on at open, beside
+  // the ones recovery resumed: said apart, or "resumed 0" would precede a thread that runs.
+  const answered = threads.filter((t) => !report.resumed.includes(t.id)).length
   if (threads.length > 0 || report.settled.length > 0) {
     out.write(
       `Resumed ${report.resumed.length} unfinished thread(s) from ${rt.dir} where they were checkpointed` +
+        (answered ? `; carried on ${answered} approved or resumed while the demo was stopped` : '') +
         (report.settled.length ? `; ${report.settled.length} had already stopped` : '') +
         (report.rebuilt.length ? `; ${report.rebuilt.length} rebuilt from transcript` : '') +
         (report.failed.length ? `; ${report.failed.length} could not be recovered` : '') +
@@ -162,6 +166,26 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   for (const [id, outcome] of outcomes) {
     const detail = outcome.result ?? outcome.error?.message ?? (outcome.suspendReason ? `suspended (${outcome.suspendReason})` : '')
     out.write(`  ${id.padEnd(32)} ${outcome.status.padEnd(10)} turns ${outcome.cost.turns}  $${outcome.cost.spend.toFixed(5)}  ${detail}\n`)
+  }
+  // After a restart this run carried only the unfinished threads: the rest are counted, so the
+  // summary accounts for every thread in the directory.
+  const ran = new Set(outcomes.map(([id]) => id))
+  const earlier = rt.list().filter((r) => !ran.has(r.id))
+  if (earlier.length > 0) {
+    const line = statusLine(earlier.map((r) => ({ status: r.status, spend: r.cost?.spend ?? 0 })))
+    out.write(`  and, stopped before this run: ${line} (spindle ls --dir ${rt.dir})\n`)
+  }
+  const stopped = [...outcomes]
+  for (const r of earlier.filter((e) => e.status === 'suspended')) {
+    try {
+      stopped.push([r.id, await rt.get(r.id).done] as const)
+    } catch {
+      // A thread whose files cannot be read is not one to point a person at: `spindle doctor` is.
+    }
+  }
+  const waiting = stopped.filter(([, o]) => o.status === 'suspended' && o.suspendReason === 'limit').map(([id]) => id)
+  for (const id of waiting) {
+    out.write(`${id} waits for a person at its limit: spindle approve ${id} --dir ${rt.dir}, then run the demo again.\n`)
   }
   out.write(`Checkpoints written: ${rt.stats().checkpointsWritten} in ${rt.stats().commits} group commits. Data: ${rt.dir}\n`)
   await rt.close()

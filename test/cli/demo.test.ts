@@ -37,6 +37,43 @@ describe('spindle demo', () => {
     expect(done).toContain('suspended (limit)')
   })
 
+  it('should account for threads that ended before a kill, and carry on one approved while it was stopped', async () => {
+    const dir = tempDir('spindle-demo-approve')
+    const cli = compiled('src/cli.js')
+    const first = spawn(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '40'], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let printed = ''
+    await new Promise<void>((resolve) => {
+      first.stdout.on('data', (d: Buffer) => {
+        printed += d
+        // Killed once one thread has completed and coral is waiting at its turn limit.
+        if (/completed turn=6/.test(printed) && /demo-coral-\S+ suspended/.test(printed)) resolve()
+      })
+    })
+    first.kill('SIGKILL')
+    await new Promise((resolve) => first.on('exit', resolve))
+    const coral = printed.match(/(demo-coral-\S+) suspended/)![1]!
+
+    const second = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
+    expect(second.status).toBe(0)
+    const done = second.stdout.slice(second.stdout.indexOf('Done:'))
+    // Every one of the six threads is accounted for: the ones this run finished, and the rest.
+    const finishedNow = done.split('\n').filter((line) => /^  demo-\S+ +completed /.test(line)).length
+    const before = done.match(/^  and, stopped before this run: (?:(\d+) suspended, )?(\d+) completed; /m)
+    expect(before).not.toBeNull()
+    expect(Number(before![1] ?? 0) + Number(before![2]) + finishedNow).toBe(6)
+    expect(done).toContain(`${coral} waits for a person at its limit: spindle approve ${coral} --dir ${dir}, then run the demo again.`)
+
+    const approve = spawnSync(process.execPath, [cli, 'approve', coral, '--dir', dir], { encoding: 'utf8' })
+    expect(approve.status).toBe(0)
+    const third = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
+    expect(third.status).toBe(0)
+    expect(third.stdout).toMatch(/^Resumed 0 unfinished thread\(s\) from .*; carried on 1 approved or resumed while the demo was stopped/m)
+    const last = third.stdout.slice(third.stdout.indexOf('Done:'))
+    expect(last).toMatch(new RegExp(`^  ${coral} +completed `, 'm'))
+    expect(last).toMatch(/^  and, stopped before this run: 5 completed; /m)
+    expect(last).not.toContain('waits for a person')
+  })
+
   it('should refuse to start beside a live demo on the same directory, naming what holds it', async () => {
     const dir = tempDir('spindle-demo-twice')
     const cli = compiled('src/cli.js')
