@@ -235,13 +235,16 @@ export function createFileCheckpointStore(options: {
     if (failures.length > 0) {
       const failedIds = new Set(failures.map((f) => f.threadId))
       restage(batch, failedIds)
-      // Not a SpindleError: STATE_CORRUPT would send the user to rebuild a state.json that is
-      // intact (the old version is still in place), and errors.ts has no code for a failed write.
-      // The fs errors (with their errno codes) are kept as the cause.
-      throw new Error(
+      // Not STATE_CORRUPT, which would send the user to rebuild a state.json that is intact (the
+      // old version is still in place). The fs errors (with their errno codes) are kept as the cause.
+      throw new SpindleError(
+        'STORAGE_FAILED',
         `Could not make state.json durable for ${failedIds.size} thread(s): ${describeFailures(failures)}. ` +
           `A thread whose temp file or rename failed keeps its previous state.json; the next sync retries them all.`,
-        { cause: failures.length === 1 ? failures[0]!.error : new AggregateError(failures.map((f) => f.error)) },
+        {
+          cause: failures.length === 1 ? failures[0]!.error : new AggregateError(failures.map((f) => f.error)),
+          details: { threadIds: [...failedIds] },
+        },
       )
     }
   }

@@ -47,6 +47,12 @@ const LOG_ROUND_EAGER = 48
 const LOG_ROUNDS_IN_FLIGHT = 4
 /** See `Rounds.spacingMs`. */
 const CHECKPOINT_SPACING_MS = 500
+/**
+ * After a failed round (a full disk, an I/O error) the next waits 100 ms, doubling up to this:
+ * its waiters are still served as soon as the disk takes writes again, without a round per
+ * event-loop turn hammering it meanwhile.
+ */
+export const FAILED_ROUND_BACKOFF_MAX_MS = 5000
 
 type Waiter = { resolve: () => void; reject: (e: unknown) => void }
 
@@ -59,7 +65,11 @@ class Rounds {
   private inFlight = 0
   private scheduled = false
   private spacing: ReturnType<typeof setTimeout> | null = null
+  /** When the timer in `spacing` fires. */
+  private spacingDue = 0
   private lastEnd = Number.NEGATIVE_INFINITY
+  /** Rounds failed in a row; 0 after one succeeds. */
+  failures = 0
 
   constructor(
     private readonly work: () => Promise<void>,
@@ -100,14 +110,17 @@ class Rounds {
     const now = this.waiting.length > 0 || this.urgent()
     // Nothing to do (a closed commit, or a round that took everything): no timer keeps the process up.
     if (!now && !this.pending()) return
+    const backoff = this.failures > 0 ? this.lastEnd + Math.min(FAILED_ROUND_BACKOFF_MAX_MS, 100 * 2 ** (this.failures - 1)) : 0
+    const due = Math.max(now ? 0 : this.lastEnd + this.spacingMs, backoff)
     if (this.spacing !== null) {
-      if (!now) return
+      if (this.spacingDue <= due) return
       clearTimeout(this.spacing)
       this.spacing = null
     }
     if (this.scheduled) return
-    const wait = now ? 0 : this.lastEnd + this.spacingMs - performance.now()
+    const wait = due - performance.now()
     if (wait > 0) {
+      this.spacingDue = due
       this.spacing = setTimeout(() => {
         this.spacing = null
         this.schedule()
@@ -128,8 +141,14 @@ class Rounds {
     this.waiting = []
     this.work()
       .then(
-        () => waiters.forEach((w) => w.resolve()),
-        (error: unknown) => waiters.forEach((w) => w.reject(error)),
+        () => {
+          this.failures = 0
+          waiters.forEach((w) => w.resolve())
+        },
+        (error: unknown) => {
+          this.failures++
+          waiters.forEach((w) => w.reject(error))
+        },
       )
       .finally(() => {
         this.inFlight--
@@ -151,7 +170,10 @@ export class GroupCommit {
     private readonly parts: { transcripts: TranscriptStore; checkpoints: CheckpointStore; registry: Registry },
     /** A registry update of one thread failed; the others in the commit still apply. */
     private readonly onRegistryError: (threadId: string, error: unknown) => void = () => {},
-    /** A background checkpoint round failed (it is retried with the next one). */
+    /**
+     * Checkpoint rounds started failing (they are retried, backing off): told once, at the first
+     * failure of a run of them, with `recovered` called when a round succeeds again.
+     */
     private readonly onBackgroundError: (error: unknown) => void = () => {},
     /**
      * Why this process may not publish checkpoints or registry changes now (its leases' validity
@@ -183,9 +205,21 @@ export class GroupCommit {
 
   /** Commits what is staged, then accepts nothing more (the stores are about to close). */
   async close(): Promise<void> {
-    await this.whenDurable()
-    this.closed = true
+    this.closing = true
+    try {
+      await this.whenDurable()
+    } finally {
+      // Failed too (a full disk): what is left stays in the transcripts, and no round runs on
+      // closed stores.
+      this.closed = true
+    }
   }
+
+  /** `close` has begun: a thread waiting for its last checkpoint stops waiting at a failure. */
+  closing = false
+
+  /** Called when a checkpoint round succeeds after failures (see `onBackgroundError`). */
+  onRecovered: () => void = () => {}
 
   private closed = false
   /** Threads discarded (lost to another process) and not staged again since. */
@@ -208,6 +242,11 @@ export class GroupCommit {
   stageRegistration(thread: RegisterThread): void {
     this.registrations.push(thread)
     if (!this.closed) this.checkpoint.poke()
+  }
+
+  /** A registration staged and not yet committed is taken back (a spawn that failed). */
+  withdrawRegistration(threadId: string): void {
+    this.registrations = this.registrations.filter((r) => r.id !== threadId)
   }
 
   stageRegistry(threadId: string, patch: RegistryPatch): void {
@@ -273,6 +312,7 @@ export class GroupCommit {
       }
       this.stats.commits++
       this.stats.checkpointsWritten += staged.size
+      if (this.checkpoint.failures > 0) this.onRecovered()
     } catch (error) {
       // What was not applied goes back so the next round retries it, unless something newer replaced it.
       this.registrations.unshift(...registrations)
@@ -280,7 +320,7 @@ export class GroupCommit {
       for (const id of staged) if (!this.discarded.has(id)) this.staged.add(id)
       for (const [id, patch] of patches) if (!this.patches.has(id) && !this.discarded.has(id)) this.patches.set(id, patch)
       if (statusChanged) this.statusChanged = true
-      this.onBackgroundError(error)
+      if (this.checkpoint.failures === 0) this.onBackgroundError(error)
       throw error
     }
   }

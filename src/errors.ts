@@ -54,6 +54,7 @@ export type SpindleErrorCode =
   | 'CRASH_LOOP'
   | 'CRASH_LOOP_PROBATION_ENDED'
   | 'WAIT_CYCLE'
+  | 'STORAGE_FAILED'
 
 const BRAND = Symbol.for('spindle.error')
 

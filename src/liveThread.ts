@@ -10,6 +10,7 @@ import { effectOf, outcomeOf } from '../machines/thread.machine.js'
 import type { ThreadEffect } from '../machines/thread.machine.js'
 import type { ThreadEffects } from '../actors/threadEffects.js'
 import { makeEnvelope } from '../persistence/envelope.js'
+import { isStorageFailure } from '../persistence/storageFailure.js'
 import type { GroupCommit, RegistryPatch } from '../persistence/groupCommit.js'
 import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from './errors.js'
@@ -110,6 +111,11 @@ export interface ThreadServices {
    * runs it now, and the runtime takes it over again at once instead of at its next heartbeat.
    */
   writtenAhead?(threadId: string): void
+  /**
+   * A write of the thread's failed for want of storage (a full disk, an I/O error): the thread is
+   * parked (`park`), and the runtime tries it again later (`unpark`).
+   */
+  storageFailed?(thread: LiveThread, error: unknown): void
   /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
   inspect?: (event: InspectionEvent) => void
 }
@@ -163,6 +169,8 @@ export class LiveThread implements ThreadHandle {
   /** The effect running for the current state: its key and what stops it. */
   private effectKey: string | null = null
   private stopEffect: (() => void) | null = null
+  /** Parked for want of storage: nothing runs or is written until `unpark`. */
+  private parkedFlag = false
 
   constructor(
     readonly id: string,
@@ -237,8 +245,39 @@ export class LiveThread implements ThreadHandle {
 
   /** Records a note (not a machine input) in the transcript now. */
   note(type: string, data: unknown): void {
-    if (this.finished || this.fencedOff()) return
+    if (this.finished || this.parkedFlag || this.fencedOff()) return
     this.append(type, data)
+  }
+
+  /** Parked for want of storage (see `park`). */
+  get parked(): boolean {
+    return this.parkedFlag
+  }
+
+  /**
+   * Stops the thread's effect and takes nothing more (inputs, notes) until `unpark`: a write of
+   * its failed for want of storage, and what it did since its last recorded input is not kept.
+   * The actor stays, in the state after that input, which its transcript holds.
+   */
+  park(): void {
+    if (this.finished || this.parkedFlag) return
+    this.parkedFlag = true
+    this.haltEffect()
+  }
+
+  /**
+   * Carries a parked thread on once `note` is written: the note is the probe, one line where the
+   * step would cost a model call whose reply might not be recordable either. A failure throws
+   * (and is reported to `storageFailed` again). Restarted from its current snapshot, the thread
+   * re-enters its step as after a crash: a tool whose intent is recorded is not run twice unless
+   * idempotent, a model reply that was not recorded is asked for again. False when there is
+   * nothing to carry on.
+   */
+  unpark(machine: AnyStateMachine, note: [type: string, data: unknown]): boolean {
+    if (!this.parkedFlag || this.finished) return false
+    this.append(note[0], note[1])
+    this.parkedFlag = false
+    return this.restart(machine)
   }
 
   /**
@@ -305,6 +344,13 @@ export class LiveThread implements ThreadHandle {
   private fence(): SpindleError | null {
     const fenced = this.services.fenced?.(this.id)
     if (!fenced) return null
+    // Its leases ran out because the disk would not take their renewal: parked, not let go. Once
+    // the disk takes writes, a heartbeat renews them (or finds the thread taken over and lets it
+    // go) before this thread writes again.
+    if (!this.finished && this.services.storageFailed && isStorageFailure(fenced)) {
+      this.services.storageFailed(this, fenced)
+      return fenced
+    }
     if (!this.finished) this.services.report(fenced, this.id)
     this.detach(fenced)
     return fenced
@@ -314,12 +360,18 @@ export class LiveThread implements ThreadHandle {
     const fenced = this.fence()
     if (fenced) throw fenced
     try {
-      if (this.pendingNotes.length > 0) {
-        for (const [noteType, noteData] of this.pendingNotes) this.services.transcripts.append(this.id, noteType, noteData)
-        this.pendingNotes = []
+      // Each note leaves the queue once written: a write that fails leaves the rest for the next.
+      while (this.pendingNotes.length > 0) {
+        const [noteType, noteData] = this.pendingNotes[0]!
+        this.services.transcripts.append(this.id, noteType, noteData)
+        this.pendingNotes.shift()
       }
       return this.services.transcripts.append(this.id, type, data)
     } catch (error) {
+      if (!this.finished && this.services.storageFailed && isStorageFailure(error)) {
+        this.services.storageFailed(this, error)
+        throw error
+      }
       // The file says another process writes the thread now (this one was stopped between its
       // lease check and its write): stop here, as a lease found gone does.
       if (isSpindleError(error) && error.code === 'LEASE_LOST') {
@@ -337,7 +389,7 @@ export class LiveThread implements ThreadHandle {
    */
   deliver(event: ThreadEvent): boolean {
     const actor = this.actor
-    if (this.finished || !actor || this.fencedOff()) return false
+    if (this.finished || this.parkedFlag || !actor || this.fencedOff()) return false
     if (this.pendingInput !== null) {
       const pending = this.pendingInput
       this.pendingInput = null
@@ -361,14 +413,21 @@ export class LiveThread implements ThreadHandle {
 
   /** An unexpected exception in an effect or subscriber: the thread ends in `error`, nothing else does. */
   crash(error: unknown, code = 'THREAD_CRASHED'): void {
-    if (this.finished) return
+    if (this.finished || this.parkedFlag) return
     const described = describeError(error)
     this.services.report(error, this.id)
-    const delivered = this.deliver({
-      type: 'FAIL',
-      at: this.services.now(),
-      error: { code: described.code === 'Error' ? code : described.code, message: described.message },
-    })
+    let delivered: boolean
+    try {
+      delivered = this.deliver({
+        type: 'FAIL',
+        at: this.services.now(),
+        error: { code: described.code === 'Error' ? code : described.code, message: described.message },
+      })
+    } catch (failure) {
+      // Its FAIL could not be recorded: parked for want of storage, or stopped (a lease lost).
+      if (this.parkedFlag || this.finished) return
+      throw failure
+    }
     if (!delivered) this.onActorError(error)
   }
 
@@ -547,17 +606,23 @@ export class LiveThread implements ThreadHandle {
     const actor = this.actor
     // Stop outside the notification that brought us here; persistence is already detached.
     queueMicrotask(() => actor?.stop())
-    this.services.commit.whenDurable().then(
-      () => {
-        this.services.transcripts.close(this.id)
-        this.services.forget(this)
-        this.resolveDone(outcome)
-      },
-      (error: unknown) => {
-        this.services.forget(this)
-        this.rejectDone(error)
-      },
-    )
+    const settle = (): void => {
+      this.services.commit.whenDurable().then(
+        () => {
+          this.services.transcripts.close(this.id)
+          this.services.forget(this)
+          this.resolveDone(outcome)
+        },
+        (error: unknown) => {
+          // Its last checkpoint waits for the disk (rounds retry, backing off): so does `done`,
+          // which says what the registry will say. A runtime closing meanwhile ends the wait.
+          if (isStorageFailure(error) && !this.services.commit.closing) return settle()
+          this.services.forget(this)
+          this.rejectDone(error)
+        },
+      )
+    }
+    settle()
   }
 
   /**
@@ -565,14 +630,21 @@ export class LiveThread implements ThreadHandle {
    * persisted: the FAIL input is recorded and applied to the last good snapshot instead.
    */
   private onActorError(error: unknown): void {
-    if (this.finished) return
+    if (this.finished || this.parkedFlag) return
     this.services.report(error, this.id)
     this.haltEffect()
     this.unsubscribeActor?.()
-    const entry = this.append('FAIL', {
-      at: this.services.now(),
-      error: { code: 'THREAD_CRASHED', message: describeError(error).message },
-    })
+    let entry: TranscriptEntry
+    try {
+      entry = this.append('FAIL', {
+        at: this.services.now(),
+        error: { code: 'THREAD_CRASHED', message: describeError(error).message },
+      })
+    } catch (failure) {
+      // Parked for want of storage: unparked, it restarts from its last good snapshot.
+      if (this.parkedFlag || this.finished) return
+      throw failure
+    }
     try {
       const replayed = replayTranscript([entry], { from: this.lastGoodPersisted() })
       this.services.checkpoints.stage(

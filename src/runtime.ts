@@ -15,7 +15,8 @@ import { writeFileAtomicSync } from '../persistence/atomicFile.js'
 import { BellReader } from './requestBell.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { makeEnvelope } from '../persistence/envelope.js'
-import { GroupCommit } from '../persistence/groupCommit.js'
+import { FAILED_ROUND_BACKOFF_MAX_MS, GroupCommit } from '../persistence/groupCommit.js'
+import { checkpointsFailing, isStorageFailure, threadParked } from '../persistence/storageFailure.js'
 import type { CommitStats } from '../persistence/groupCommit.js'
 import { anchorSetAside, createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
@@ -151,6 +152,13 @@ export type LifecycleEvent =
   | { type: 'thread_recovered'; at: number; threadId: string; state: unknown }
   | { type: 'thread_crashed'; at: number; threadId: string; error: { code: string; message: string } }
   | { type: 'thread_restarted'; at: number; threadId: string; crashed: string; restartsInWindow: number }
+  /**
+   * A write of the thread's failed for want of storage (a full disk, an I/O error): it is parked at
+   * its last recorded input and tried again by itself, backing off (`thread_unparked` when it goes on).
+   */
+  | { type: 'thread_parked'; at: number; threadId: string; error: { code: 'STORAGE_FAILED'; message: string } }
+  /** A parked thread's disk took writes again: it goes on from where it was parked. */
+  | { type: 'thread_unparked'; at: number; threadId: string; since: number; attempts: number }
   | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }
   /**
    * Recovery found the thread at the same point `recoveries` times in a row, each time after the
@@ -178,6 +186,20 @@ export type LifecycleEventType = LifecycleEvent['type']
 
 /** How often recovery tells its progress while it works through many threads. */
 const RECOVERY_PROGRESS_EVERY_MS = 100
+
+/** A spawn that failed for want of storage: nothing of the thread runs, and the caller may spawn again. */
+function notCreated(id: string, error: unknown): SpindleError {
+  if (isSpindleError(error) && error.code === 'STORAGE_FAILED') return error
+  return new SpindleError(
+    'STORAGE_FAILED',
+    `Thread ${id} was not created: ${describeError(error).message.replace(/\.?$/, '.')} Nothing of it runs; spawn it again once the disk of the data directory takes writes.`,
+    { cause: error, details: { threadId: id } },
+  )
+}
+/** A thread parked for want of storage is tried again after this, doubling up to the max. */
+const STORAGE_RETRY_FIRST_MS = 250
+const STORAGE_RETRY_MAX_MS = 10_000
+const STORAGE_REPORT_EVERY_MS = 60_000
 /** From this many threads to recover on, a worker reads their files ahead (below it, starting one costs more). */
 const PREFETCH_FROM = 256
 /** Errors that say a thread's own files are damaged: the thread cannot go on from them, and they are left as they are. */
@@ -575,7 +597,7 @@ class RuntimeImpl implements Runtime {
     this.commit = new GroupCommit(
       { transcripts, checkpoints, registry },
       (threadId, error) => this.report(error, threadId),
-      (error) => this.report(error),
+      (error) => this.report(isStorageFailure(error) ? checkpointsFailing(this.dir, error, FAILED_ROUND_BACKOFF_MAX_MS) : error),
       // Until this process has held a lease, what it publishes (registry rows of settled threads
       // it found) is no thread's that another process runs.
       () => (this.leaseValidUntil === 0 ? null : this.fenced()),
@@ -627,7 +649,17 @@ class RuntimeImpl implements Runtime {
         await this.commit.whenLogged()
         this.crashLoop.starting(id)
       },
-      crash: (id, error) => this.crashed(id, error),
+      crash: (id, error) => {
+        // Called from an effect's catch: whatever happens here must not escape as an unhandled
+        // rejection, which would end the host process for one thread's trouble.
+        try {
+          this.crashed(id, error)
+        } catch (failure) {
+          const thread = this.live.get(id)
+          if (thread && isStorageFailure(failure)) this.storageFailed(thread, failure)
+          else this.report(failure, id)
+        }
+      },
       beforeModelCall: (id, at) => this.beforeModelCall(id, at),
       handOffOnContextLength: (id) => this.handOffOnContextLength(id),
       settleChildren: (id, reason, signal) => this.settleChildren(id, reason, signal),
@@ -715,7 +747,11 @@ class RuntimeImpl implements Runtime {
     // The lease comes first: a runtime opening the directory drops a reservation that has neither
     // a registry row nor a live lease (a spawn killed before it returned), so this one must never
     // be without both.
-    this.takeLease(threadId)
+    try {
+      this.takeLease(threadId)
+    } catch (error) {
+      throw isStorageFailure(error) ? notCreated(threadId, error) : error
+    }
     // Write-ahead: the budget is reserved before anything of the thread exists; a refusal
     // (BUDGET_EXCEEDED) leaves nothing behind.
     const explicit = (key: 'spend' | 'tokens'): boolean => fromSpawn.limits?.[key] !== undefined || fromDirective.limits?.[key] !== undefined
@@ -723,14 +759,17 @@ class RuntimeImpl implements Runtime {
       limits = this.reserveBudget(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
     } catch (error) {
       this.releaseLease(threadId)
-      throw error
+      throw isStorageFailure(error) ? notCreated(threadId, error) : error
     }
     const input: ThreadInput = { threadId, directive, limits, policy, depth, ...(task ? { task } : {}) }
     try {
       return await this.startThread({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
     } catch (error) {
       this.releaseBudget(threadId, false)
-      throw error
+      // Failed before its actor was adopted (its spawn entry could not be written): nothing else
+      // gives its lease up.
+      if (!this.live.has(threadId)) this.releaseLease(threadId)
+      throw isStorageFailure(error) ? notCreated(threadId, error) : error
     }
   }
 
@@ -879,10 +918,17 @@ class RuntimeImpl implements Runtime {
     this.leaseTokens.delete(id)
     try {
       this.leases.release(id, this.owner.id)
+      this.unreleased.delete(id)
     } catch (error) {
-      this.report(error, id)
+      // Given up again at the next heartbeat that renews: a lease left behind would make the
+      // thread look held by this process until it exits.
+      if (!this.unreleased.has(id)) this.report(error, id)
+      this.unreleased.add(id)
     }
   }
+
+  /** Leases whose release failed (a full disk), tried again at each heartbeat. */
+  private readonly unreleased = new Set<string>()
 
   private get heartbeatMs(): number {
     return this.config.orphans.heartbeatMs ?? Math.max(1, Math.floor(this.config.orphans.thresholdMs / 3))
@@ -896,8 +942,13 @@ class RuntimeImpl implements Runtime {
       'LEASE_LOST',
       `This runtime could not renew its thread leases in time (valid until ${new Date(this.leaseValidUntil).toISOString()}); ` +
         'another process may have taken its threads over, so it stops writing them. Check the data directory with `spindle doctor`.',
+      // Renewals that failed for want of storage: its threads are parked, not let go (liveThread.ts).
+      this.renewFailure !== null && isStorageFailure(this.renewFailure) ? { cause: this.renewFailure } : {},
     )
   }
+
+  /** Why the last heartbeat could not renew the leases; null once one did. */
+  private renewFailure: unknown = null
 
   /** @internal Renews this process's leases and takes over orphans, every heartbeat. */
   startHeartbeat(): void {
@@ -914,8 +965,12 @@ class RuntimeImpl implements Runtime {
     try {
       lost = this.leases.renew(this.owner.id, ids, this.leaseTtlMs, now)
       this.leaseValidUntil = now + this.leaseTtlMs - this.heartbeatMs
+      this.renewFailure = null
+      for (const id of this.unreleased) if (!this.live.has(id)) this.releaseLease(id)
     } catch (error) {
-      this.report(error)
+      // Told once per run of failures (a full disk fails every heartbeat until it is freed).
+      if (this.renewFailure === null) this.report(error)
+      this.renewFailure = error
       return
     }
     for (const id of lost) {
@@ -1037,9 +1092,11 @@ class RuntimeImpl implements Runtime {
   }
 
   /**
-   * @internal Removes the stale leases of threads that have no registry row: a process killed
-   * between taking a new thread's lease and committing its row left a lease no runtime would ever
-   * take over or release. A lease still being used by a live spawn is not stale and stays.
+   * @internal Removes the stale leases of threads that have no registry row, or a row of a thread
+   * that is not running: a process killed between taking a new thread's lease and committing its
+   * row, or one that could not release a finished thread's lease (a full disk), left a lease no
+   * runtime would ever take over or release. A lease still used by a live process is not stale
+   * and stays.
    */
   dropUnbornLeases(): void {
     try {
@@ -1050,7 +1107,9 @@ class RuntimeImpl implements Runtime {
         let dead = verdicts.get(lease.owner)
         if (dead === undefined) verdicts.set(lease.owner, (dead = this.leaseIsStale({ ...lease, expiresAt: Number.MAX_SAFE_INTEGER }, now)))
         if (!dead && lease.expiresAt > now) continue
-        if (this.live.has(lease.threadId) || this.registry.get(lease.threadId)) continue
+        if (this.live.has(lease.threadId)) continue
+        const row = this.registry.get(lease.threadId)
+        if (row && isActive(row.status)) continue
         this.leases.removeIf(lease)
       }
     } catch (error) {
@@ -1178,7 +1237,17 @@ class RuntimeImpl implements Runtime {
       nonce: newNonce(),
       createdAt: this.clock.now(),
     })
-    await this.commit.whenDurable()
+    try {
+      await this.commit.whenDurable()
+    } catch (error) {
+      // Not created after all (a full disk, say): the caller is told so, so its row is withdrawn
+      // before a later round could write it, and it stops here. Files it left are a spawn that
+      // never returned, which recovery leaves alone and `spindle doctor` lists.
+      this.commit.withdrawRegistration(id)
+      this.commit.discard(id)
+      thread.detach(isSpindleError(error) ? error : notCreated(id, error))
+      throw error
+    }
     // START comes on the next turn of the event loop, after the caller's `await spawn(...)`
     // continuation has run: a subscriber attached right away sees every transition. A crash before
     // it leaves a durable `created` thread, which recovery starts.
@@ -1403,6 +1472,8 @@ class RuntimeImpl implements Runtime {
     if (this.poller) clearInterval(this.poller)
     if (this.heartbeat) clearInterval(this.heartbeat)
     for (const handle of this.recoveryTimers) this.clock.clearTimeout(handle)
+    for (const episode of this.parkedThreads.values()) if (episode.timer !== null) this.clock.clearTimeout(episode.timer)
+    this.parkedThreads.clear()
     if (this.remoteTimer !== null) this.clock.clearTimeout(this.remoteTimer)
     this.orchestrator.send({ type: 'CLOSE' })
     await this.polling?.catch(() => {})
@@ -1480,6 +1551,13 @@ class RuntimeImpl implements Runtime {
     const thread = this.live.get(id)
     if (!thread || thread.stopped) {
       this.report(error, id)
+      return
+    }
+    // Parked, or failing for want of storage: not the thread's fault, so not a crash for its
+    // supervisor (whose restarts would count against it) and no FAIL (which could not be written).
+    if (thread.parked) return
+    if (isStorageFailure(error)) {
+      this.storageFailed(thread, error)
       return
     }
     if (isSpindleError(error) && DAMAGED_FILES.has(error.code)) {
@@ -1998,6 +2076,73 @@ class RuntimeImpl implements Runtime {
   }
 
   private readonly recoveryTimers = new Set<unknown>()
+
+  // ── storage failures: threads parked until the disk takes writes again ──────────────────────
+
+  /** When each thread's storage failure was last told to `onProblem`. */
+  private readonly storageToldAt = new Map<string, number>()
+
+  /** Threads in a storage episode: the retry timer (null while unparked) and the attempts so far. */
+  private readonly parkedThreads = new Map<string, { timer: unknown; attempts: number; since: number; errno: string }>()
+
+  /**
+   * A write of the thread's failed for want of storage (a full disk, an I/O error, a file system
+   * gone read-only): it is parked at its last recorded input, and tried again later, backing off.
+   * Told to the host once per episode. A thread that meets it again after a retry stays in the
+   * same episode.
+   */
+  private storageFailed(thread: LiveThread, error: unknown): void {
+    if (this.closed || thread.stopped) return
+    thread.park()
+    const episode = this.parkedThreads.get(thread.id)
+    if (episode?.timer) return
+    const attempts = (episode?.attempts ?? 0) + 1
+    if (attempts === 1) {
+      const parked = threadParked(thread.id, error, STORAGE_RETRY_MAX_MS)
+      // A disk on the edge of full lets a thread go on and stop again and again (a journal epoch
+      // deleted frees a little): the host hears of it once a minute, and sees each park as an event.
+      const now = this.clock.now()
+      const told = this.storageToldAt.get(thread.id)
+      if (told === undefined || now - told >= STORAGE_REPORT_EVERY_MS) {
+        this.storageToldAt.set(thread.id, now)
+        this.report(parked, thread.id)
+      }
+      this.emitLifecycle({ type: 'thread_parked', at: now, threadId: thread.id, error: { code: 'STORAGE_FAILED', message: parked.message } })
+    }
+    const delay = Math.min(STORAGE_RETRY_MAX_MS, STORAGE_RETRY_FIRST_MS * 2 ** (attempts - 1))
+    const timer = this.clock.setTimeout(() => this.retryParked(thread.id), delay)
+    this.parkedThreads.set(thread.id, {
+      timer,
+      attempts,
+      since: episode?.since ?? this.clock.now(),
+      errno: episode?.errno ?? String((error as { code?: unknown }).code ?? 'unknown'),
+    })
+  }
+
+  /**
+   * Tries a parked thread again. A note first, as a probe: it costs one line, where carrying the
+   * thread on would cost a model call whose reply might not be recordable either.
+   */
+  private retryParked(id: string): void {
+    const episode = this.parkedThreads.get(id)
+    if (!episode || this.closed) return
+    episode.timer = null
+    const thread = this.live.get(id)
+    if (!thread || thread.stopped || !thread.parked) {
+      this.parkedThreads.delete(id)
+      return
+    }
+    const at = this.clock.now()
+    try {
+      if (!thread.unpark(threadMachine, ['storage_resumed', { at, since: episode.since, attempts: episode.attempts, errno: episode.errno }])) return
+    } catch (error) {
+      // The probe failed: `storageFailed` has set the next attempt. Anything else is reported.
+      if (!isStorageFailure(error)) this.report(error, id)
+      return
+    }
+    this.parkedThreads.delete(id)
+    this.emitLifecycle({ type: 'thread_unparked', at, threadId: id, since: episode.since, attempts: episode.attempts })
+  }
 
   private scheduleRecovery(record: RecoveryRecord): void {
     const handle = this.clock.setTimeout(() => {
@@ -3094,6 +3239,12 @@ class RuntimeImpl implements Runtime {
           this.releaseLease(threadId)
           this.dropBudgetCaches(threadId)
           this.crashLoop.stopped(threadId)
+          this.storageToldAt.delete(threadId)
+          const episode = this.parkedThreads.get(threadId)
+          if (episode) {
+            if (episode.timer !== null) this.clock.clearTimeout(episode.timer)
+            this.parkedThreads.delete(threadId)
+          }
         }
         this.threadHooks.delete(threadId)
       },
@@ -3104,6 +3255,7 @@ class RuntimeImpl implements Runtime {
       writtenAhead: () => {
         setImmediate(() => this.takeOrphans(Date.now()))
       },
+      storageFailed: (thread, error) => this.storageFailed(thread, error),
       ...(this.options.inspect ? { inspect: this.options.inspect } : {}),
     }
     const thread = new LiveThread(id, this.threadServices, options)

@@ -22,6 +22,7 @@ export const NOTE_TYPES: ReadonlySet<string> = new Set([
   'thread_recovered',
   'thread_crashed',
   'thread_restarted',
+  'storage_resumed',
   'thread_continued',
   'child_thread_failed',
   'child_budget_exhausted',

@@ -1,0 +1,145 @@
+/**
+ * Recovery matrix row "the disk fills up": a real file system (a 2 MB tmpfs) runs out of space
+ * while 20 threads run. Every write that fails (transcript lines, the journal, state.json, the
+ * registry, the leases) must leave the host process running and lose nothing acknowledged; the
+ * threads wait, parked at their last recorded input, and go on by themselves once space is freed.
+ *
+ * Mounting needs root (or CAP_SYS_ADMIN): where it is refused, the test says so and is skipped.
+ * test/crash/fileSizeLimit.test.ts covers the same faults without privileges (RLIMIT_FSIZE).
+ */
+import { execFileSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { createRuntime, defineTool, readThreadFiles, scriptedModel, verifyReplay } from '../../src/index.js'
+import type { LifecycleEvent, Problem, SpindleError, ThreadHandle } from '../../src/index.js'
+import { tempDir } from '../helpers/dirs.js'
+
+const mountPoint = tempDir('spindle-tmpfs')
+const mounted = (() => {
+  try {
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', mountPoint], { stdio: 'pipe' })
+    return true
+  } catch (error) {
+    console.warn(`diskFull.test.ts skipped: cannot mount a tmpfs here (${String((error as Error).message).split('\n')[0]}); it needs root`)
+    return false
+  }
+})()
+
+afterAll(() => {
+  if (mounted) execFileSync('umount', ['-l', mountPoint], { stdio: 'pipe' })
+})
+
+const THREADS = 20
+const TURNS = 40
+
+describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
+  it('should park the threads that cannot write, keep the host running, and carry every thread on once space is freed', async () => {
+    const dir = path.join(mountPoint, 'data')
+    // Outside the full disk: what the non-idempotent tool did, to count its runs.
+    const chargeLog = path.join(tempDir('spindle-charges'), 'charges.log')
+    const pad = 'x'.repeat(2000)
+    const echo = defineTool({
+      name: 'echo',
+      description: 'echo',
+      input: z.object({ n: z.number() }),
+      idempotent: true,
+      execute: ({ n }) => ({ n, pad }),
+    })
+    const charge = defineTool({
+      name: 'charge',
+      description: 'not idempotent',
+      input: z.object({ n: z.number() }),
+      execute: ({ n }, { idempotencyKey }) => {
+        fs.appendFileSync(chargeLog, `${idempotencyKey}\n`)
+        return { charged: n }
+      },
+    })
+    const model = scriptedModel((r) =>
+      r.turn < TURNS ? { toolCalls: [{ name: r.turn % 3 === 2 ? 'charge' : 'echo', input: { n: r.turn } }] } : { text: `done after ${r.turn}` },
+    )
+    const problems: Problem[] = []
+    const events: LifecycleEvent[] = []
+    let freed = false
+    const rt = await createRuntime({
+      dir,
+      model,
+      tools: [echo, charge],
+      durability: 'fsync',
+      userConfig: null,
+      // Heartbeats every second, so leases whose renewal failed are renewed soon after.
+      config: { orphans: { thresholdMs: 3000 } },
+      onProblem: (p) => problems.push(p),
+      onLifecycle: (e) => events.push(e),
+    })
+    try {
+      const handles = await Promise.all(Array.from({ length: THREADS }, (_, i) => rt.spawn({ directive: { name: `full${i}`, prompt: 'go' } })))
+
+      // The fault: the disk fills. Threads park; none ends, and the process goes on.
+      await until(() => events.some((e) => e.type === 'thread_parked'), 20_000)
+      await new Promise((resolve) => setTimeout(resolve, 1500))
+      expect(handles.filter((h) => h.status === 'error' || h.status === 'cancelled')).toEqual([])
+      const parked = problems.find((p) => p.code === 'STORAGE_FAILED' && p.threadId)
+      expect(parked?.message).toMatch(/could not write its files \((ENOSPC|SQLITE_FULL)/)
+      expect(parked?.message).toContain('parked at its last durable step and tried again by itself')
+      // Told once per thread per episode, not at every retry.
+      const perThread = new Map<string, number>()
+      for (const p of problems) if (p.code === 'STORAGE_FAILED' && p.threadId) perThread.set(p.threadId, (perThread.get(p.threadId) ?? 0) + 1)
+      expect(Math.max(...perThread.values()), JSON.stringify(problems.filter((p) => p.code === 'STORAGE_FAILED').map((p) => [p.threadId, p.message.slice(0, 200)]), null, 1)).toBe(1)
+
+      // A spawn on the full disk is refused, naming why, and leaves nothing running; should the
+      // disk have found room for it after all, it runs to the end with the others.
+      let extra: ThreadHandle | null = null
+      try {
+        extra = await rt.spawn({ directive: { name: 'late', prompt: 'go' } })
+      } catch (error) {
+        expect((error as SpindleError).code).toBe('STORAGE_FAILED')
+        expect((error as SpindleError).message).toMatch(/^Thread late-\S+ was not created: .*spawn it again once the disk of the data directory takes writes\.$/s)
+        expect(rt.active().map((t) => t.id).filter((id) => id.startsWith('late-'))).toEqual([])
+      }
+      if (extra) handles.push(extra)
+
+      // Space is freed: the same runtime carries every thread on to the end by itself.
+      execFileSync('mount', ['-o', 'remount,size=64m', mountPoint], { stdio: 'pipe' })
+      freed = true
+      const done = await Promise.all(handles.map((h) => h.done))
+      expect(done.map((o) => o.status)).toEqual(handles.map(() => 'completed'))
+      expect(new Set(done.map((o) => o.cost.turns))).toEqual(new Set([TURNS]))
+      const unparked = events.filter((e) => e.type === 'thread_unparked').length
+      expect(unparked).toBe(events.filter((e) => e.type === 'thread_parked').length)
+    } finally {
+      if (!freed) execFileSync('mount', ['-o', 'remount,size=64m', mountPoint], { stdio: 'pipe' })
+      await rt.close()
+    }
+
+    // What must hold: no non-idempotent call ran twice; every thread's files agree with its
+    // transcript, which verifies, and says where each parked thread went on.
+    const keys = fs.readFileSync(chargeLog, 'utf8').trim().split('\n')
+    expect(new Set(keys).size).toBe(keys.length)
+    const reopened = await createRuntime({ dir, model, tools: [echo, charge], userConfig: null })
+    try {
+      const rows = reopened.list()
+      expect(rows.filter((r) => r.id.startsWith('full'))).toHaveLength(THREADS)
+      let resumedNotes = 0
+      for (const row of rows) {
+        expect(row.status).toBe('completed')
+        const files = readThreadFiles(dir, row.id)
+        expect(files.torn, row.id).toBeNull()
+        expect(verifyReplay(dir, row.id).matches, `replay of ${row.id}`).toBe(true)
+        resumedNotes += files.entries.filter((e) => e.type === 'storage_resumed').length
+      }
+      expect(resumedNotes).toBeGreaterThan(0)
+    } finally {
+      await reopened.close()
+    }
+  }, 90_000)
+})
+
+async function until(check: () => boolean, timeoutMs: number): Promise<void> {
+  const end = Date.now() + timeoutMs
+  while (!check()) {
+    if (Date.now() > end) throw new Error('timed out waiting')
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+}
