@@ -81,7 +81,7 @@ class Rounds {
       this.waiting.push({ resolve, reject })
       // Enough waiters to be worth a round: start it now, so its fsyncs run on the pool while the
       // threads that are still busy finish their steps (they join a later round).
-      if (this.waiting.length >= this.eager && this.inFlight < this.concurrency) this.startNow()
+      if (this.waiting.length >= this.eager && this.inFlight < this.concurrency && this.failures === 0) this.startNow()
       else this.schedule()
     })
   }

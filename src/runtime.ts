@@ -2040,8 +2040,23 @@ class RuntimeImpl implements Runtime {
   }
 
   private deliverCancel(thread: LiveThread, reason: string, by: string): boolean {
-    const awaitChildren = this.openChildren(thread.id).length > 0 || this.spawning.has(thread.id)
-    return thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
+    if (!thread.parked) {
+      const awaitChildren = this.openChildren(thread.id).length > 0 || this.spawning.has(thread.id)
+      try {
+        return thread.deliver({ type: 'CANCEL', at: this.clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
+      } catch (error) {
+        // Not recorded for want of storage: the thread is parked now, and the cancel waits with it.
+        if (!thread.parked) throw error
+      }
+    }
+    // A cancel is an input like any other, recorded before it acts: kept with the episode and
+    // delivered as soon as the thread can write again, which is tried at once.
+    const episode = this.parkedThreads.get(thread.id)
+    if (!episode) return false
+    episode.cancel ??= { reason, by }
+    if (episode.timer !== null) this.clock.clearTimeout(episode.timer)
+    this.retryParked(thread.id)
+    return true
   }
 
   // ── recovery escalation and budget governance (design 003 §6–7) ───────────────────────────
@@ -2083,7 +2098,10 @@ class RuntimeImpl implements Runtime {
   private readonly storageToldAt = new Map<string, number>()
 
   /** Threads in a storage episode: the retry timer (null while unparked) and the attempts so far. */
-  private readonly parkedThreads = new Map<string, { timer: unknown; attempts: number; since: number; errno: string }>()
+  private readonly parkedThreads = new Map<
+    string,
+    { timer: unknown; attempts: number; since: number; errno: string; cancel?: { reason: string; by: string } }
+  >()
 
   /**
    * A write of the thread's failed for want of storage (a full disk, an I/O error, a file system
@@ -2112,6 +2130,7 @@ class RuntimeImpl implements Runtime {
     const delay = Math.min(STORAGE_RETRY_MAX_MS, STORAGE_RETRY_FIRST_MS * 2 ** (attempts - 1))
     const timer = this.clock.setTimeout(() => this.retryParked(thread.id), delay)
     this.parkedThreads.set(thread.id, {
+      ...episode,
       timer,
       attempts,
       since: episode?.since ?? this.clock.now(),
@@ -2142,6 +2161,7 @@ class RuntimeImpl implements Runtime {
     }
     this.parkedThreads.delete(id)
     this.emitLifecycle({ type: 'thread_unparked', at, threadId: id, since: episode.since, attempts: episode.attempts })
+    if (episode.cancel) this.deliverCancel(thread, episode.cancel.reason, episode.cancel.by)
   }
 
   private scheduleRecovery(record: RecoveryRecord): void {

@@ -62,6 +62,7 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
     const problems: Problem[] = []
     const events: LifecycleEvent[] = []
     let freed = false
+    let parkedId: string | undefined
     const rt = await createRuntime({
       dir,
       model,
@@ -88,6 +89,10 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
       for (const p of problems) if (p.code === 'STORAGE_FAILED' && p.threadId) perThread.set(p.threadId, (perThread.get(p.threadId) ?? 0) + 1)
       expect(Math.max(...perThread.values()), JSON.stringify(problems.filter((p) => p.code === 'STORAGE_FAILED').map((p) => [p.threadId, p.message.slice(0, 200)]), null, 1)).toBe(1)
 
+      // A cancel of a parked thread is recorded, and acts, once the disk takes writes again.
+      parkedId = (events.find((e) => e.type === 'thread_parked') as Extract<LifecycleEvent, { type: 'thread_parked' }>).threadId
+      const cancelling = rt.cancel(parkedId, 'no more facts')
+
       // A spawn on the full disk is refused, naming why, and leaves nothing running; should the
       // disk have found room for it after all, it runs to the end with the others.
       let extra: ThreadHandle | null = null
@@ -103,9 +108,12 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
       // Space is freed: the same runtime carries every thread on to the end by itself.
       execFileSync('mount', ['-o', 'remount,size=64m', mountPoint], { stdio: 'pipe' })
       freed = true
+      const cancelled = await cancelling
+      expect(cancelled.status).toBe('cancelled')
       const done = await Promise.all(handles.map((h) => h.done))
-      expect(done.map((o) => o.status)).toEqual(handles.map(() => 'completed'))
-      expect(new Set(done.map((o) => o.cost.turns))).toEqual(new Set([TURNS]))
+      expect(done.map((o) => o.status)).toEqual(handles.map((h) => (h.id === parkedId ? 'cancelled' : 'completed')))
+      expect(done.find((o) => o.status === 'cancelled')?.error?.message ?? '').toContain('no more facts')
+      expect(new Set(done.filter((o) => o.status === 'completed').map((o) => o.cost.turns))).toEqual(new Set([TURNS]))
       const unparked = events.filter((e) => e.type === 'thread_unparked').length
       expect(unparked).toBe(events.filter((e) => e.type === 'thread_parked').length)
     } finally {
@@ -123,7 +131,7 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
       expect(rows.filter((r) => r.id.startsWith('full'))).toHaveLength(THREADS)
       let resumedNotes = 0
       for (const row of rows) {
-        expect(row.status).toBe('completed')
+        expect(row.status).toBe(row.id === parkedId ? 'cancelled' : 'completed')
         const files = readThreadFiles(dir, row.id)
         expect(files.torn, row.id).toBeNull()
         expect(verifyReplay(dir, row.id).matches, `replay of ${row.id}`).toBe(true)
