@@ -1284,6 +1284,13 @@ class RuntimeImpl implements Runtime {
     let thread: LiveThread
     try {
       thread = await spawning
+    } catch (error) {
+      // The child could not be made durable for want of storage: not the model's to handle (an
+      // error result would cost it a turn, and be as hard to record). The parent is parked, which
+      // stops this call before its result is delivered; carried on, it runs spawn_thread again.
+      const parent = this.live.get(parentId)
+      if (parent && isStorageFailure(error)) this.storageFailed(parent, error)
+      throw error
     } finally {
       inFlight.delete(spawning)
       if (inFlight.size === 0 && this.spawning.get(parentId) === inFlight) this.spawning.delete(parentId)

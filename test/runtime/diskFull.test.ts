@@ -7,36 +7,44 @@
  * Mounting needs root (or CAP_SYS_ADMIN): where it is refused, the test says so and is skipped.
  * test/crash/fileSizeLimit.test.ts covers the same faults without privileges (RLIMIT_FSIZE).
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, readThreadFiles, scriptedModel, verifyReplay } from '../../src/index.js'
-import type { LifecycleEvent, Problem, SpindleError, ThreadHandle } from '../../src/index.js'
-import { tempDir } from '../helpers/dirs.js'
+import type { LifecycleEvent, Message, Problem, SpindleError, ThreadHandle } from '../../src/index.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
 
-const mountPoint = tempDir('spindle-tmpfs')
-const mounted = (() => {
+const mountPoints: string[] = []
+/** A fresh 2 MB tmpfs, or null where mounting is refused. */
+function smallDisk(): string | null {
+  const at = tempDir('spindle-tmpfs')
   try {
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', mountPoint], { stdio: 'pipe' })
-    return true
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=2m', 'tmpfs', at], { stdio: 'pipe' })
   } catch (error) {
     console.warn(`diskFull.test.ts skipped: cannot mount a tmpfs here (${String((error as Error).message).split('\n')[0]}); it needs root`)
-    return false
+    return null
   }
-})()
+  mountPoints.push(at)
+  return at
+}
+const mountPoint = smallDisk()
+const mounted = mountPoint !== null
 
 afterAll(() => {
-  if (mounted) execFileSync('umount', ['-l', mountPoint], { stdio: 'pipe' })
+  for (const at of mountPoints) execFileSync('umount', ['-l', at], { stdio: 'pipe' })
 })
+
+const freeSpace = (at: string): void => void execFileSync('mount', ['-o', 'remount,size=64m', at], { stdio: 'pipe' })
 
 const THREADS = 20
 const TURNS = 40
 
 describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
   it('should park the threads that cannot write, keep the host running, and carry every thread on once space is freed', async () => {
-    const dir = path.join(mountPoint, 'data')
+    const disk = mountPoint!
+    const dir = path.join(disk, 'data')
     // Outside the full disk: what the non-idempotent tool did, to count its runs.
     const chargeLog = path.join(tempDir('spindle-charges'), 'charges.log')
     const pad = 'x'.repeat(2000)
@@ -106,7 +114,7 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
       if (extra) handles.push(extra)
 
       // Space is freed: the same runtime carries every thread on to the end by itself.
-      execFileSync('mount', ['-o', 'remount,size=64m', mountPoint], { stdio: 'pipe' })
+      freeSpace(disk)
       freed = true
       const cancelled = await cancelling
       expect(cancelled.status).toBe('cancelled')
@@ -117,7 +125,7 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
       const unparked = events.filter((e) => e.type === 'thread_unparked').length
       expect(unparked).toBe(events.filter((e) => e.type === 'thread_parked').length)
     } finally {
-      if (!freed) execFileSync('mount', ['-o', 'remount,size=64m', mountPoint], { stdio: 'pipe' })
+      if (!freed) freeSpace(disk)
       await rt.close()
     }
 
@@ -141,6 +149,59 @@ describe.skipIf(!mounted)('a disk that fills up while threads run', () => {
     } finally {
       await reopened.close()
     }
+  }, 90_000)
+})
+
+describe.skipIf(!mounted)('a disk that fills up while threads spawn children', () => {
+  it('should park a parent whose child cannot be made durable, and spawn that child once space is freed', async () => {
+    const disk = smallDisk()!
+    const dir = path.join(disk, 'data')
+    const pad = 'x'.repeat(2000)
+    const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n, pad }) })
+    const spawned = (messages: readonly Message[]): string[] =>
+      messages.flatMap((m) => (m.role === 'tool' && m.toolName === 'spawn_thread' ? [JSON.parse(m.content).threadId as string] : [])).filter(Boolean)
+    // Each lead spawns three children at once, waits for them, then works on; each child works.
+    const model = scriptedModel((r) => {
+      if (r.directiveName.startsWith('lead')) {
+        if (r.turn === 1) return { toolCalls: [0, 1, 2].map((i) => ({ name: 'spawn_thread', input: { name: `kid${i}`, prompt: 'work' } })) }
+        if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: spawned(r.messages) } }] }
+        if (r.turn < 8) return { toolCalls: [{ name: 'echo', input: { n: r.turn } }] }
+        return { text: `children: ${spawned(r.messages).length}` }
+      }
+      return r.turn < 15 ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }] } : { text: 'kid done' }
+    })
+    let freeing: NodeJS.Timeout | null = null
+    const rt = await createRuntime({
+      dir,
+      model,
+      tools: [echo],
+      durability: 'fsync',
+      userConfig: null,
+      config: { orphans: { thresholdMs: 3000 } },
+      // Space is freed a while after writes begin to fail.
+      onProblem: (p) => {
+        if (p.code === 'STORAGE_FAILED') freeing ??= setTimeout(() => freeSpace(disk), 1500)
+      },
+    })
+    try {
+      const leads = await Promise.all(Array.from({ length: 10 }, (_, i) => rt.spawn({ directive: { name: `lead${i}`, prompt: 'go' } })))
+      const outcomes = await Promise.all(leads.map((h) => h.done))
+      expect(freeing, 'the disk never filled').not.toBeNull()
+      // No spawn_thread came back to the model as a failure: every lead got its three children.
+      expect(outcomes.map((o) => o.result)).toEqual(leads.map(() => 'children: 3'))
+      const rows = rt.list()
+      for (const lead of leads) {
+        const children = rows.filter((r) => r.parentId === lead.id)
+        expect(children.map((c) => c.status), lead.id).toEqual(['completed', 'completed', 'completed'])
+      }
+    } finally {
+      if (freeing) clearTimeout(freeing)
+      freeSpace(disk)
+      await rt.close()
+    }
+    const doctor = spawnSync(process.execPath, [compiled('src/cli.js'), 'doctor', '--dir', dir], { encoding: 'utf8' })
+    expect(doctor.status, doctor.stdout).toBe(0)
+    expect(doctor.stdout).toMatch(/40 threads checked: no damage\.$/m)
   }, 90_000)
 })
 
