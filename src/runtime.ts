@@ -606,7 +606,16 @@ class RuntimeImpl implements Runtime {
     const tools = new Map<string, Tool>()
     const builtin = options.builtinTools === false ? [] : childTools({
       spawnChild: (parentId, key, spec) => this.spawnChild(parentId, key, spec),
-      waitThreads: (parentId, ids, waitOptions) => this.childWait(parentId, ids, waitOptions),
+      // A wait that cannot be recorded for want of storage parks its caller, as spawn_thread does.
+      waitThreads: async (parentId, ids, waitOptions) => {
+        try {
+          return await this.childWait(parentId, ids, waitOptions)
+        } catch (error) {
+          const parent = this.live.get(parentId)
+          if (parent && isStorageFailure(error)) this.storageFailed(parent, error)
+          throw error
+        }
+      },
     })
     for (const tool of [...builtin, ...(options.tools ?? [])]) {
       if (tools.has(tool.name)) {
