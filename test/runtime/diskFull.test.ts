@@ -205,6 +205,55 @@ describe.skipIf(!mounted)('a disk that fills up while threads spawn children', (
   }, 90_000)
 })
 
+describe.skipIf(!mounted)('a disk that fills up while threads continue into successors', () => {
+  it('should keep each chain to one successor per hand-off, every chain ending completed with its whole cost', async () => {
+    const disk = smallDisk()!
+    const dir = path.join(disk, 'data')
+    const pad = 'x'.repeat(2000)
+    const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n, pad }) })
+    // Every 6th turn fills the window, so the next model call hands off: 4 hand-offs, 5 threads a chain.
+    const model = Object.assign(
+      scriptedModel((r) =>
+        r.turn < 30
+          ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }], usage: { inputTokens: r.turn % 6 === 0 ? 950 : 100, outputTokens: 10, cost: 0.001 } }
+          : { text: 'chain done', usage: { inputTokens: 100, outputTokens: 10, cost: 0.001 } },
+      ),
+      { contextWindow: 1000 },
+    )
+    let freeing: NodeJS.Timeout | null = null
+    const rt = await createRuntime({
+      dir,
+      model,
+      tools: [echo],
+      durability: 'fsync',
+      userConfig: null,
+      config: { orphans: { thresholdMs: 3000 } },
+      onProblem: (p) => {
+        if (p.code === 'STORAGE_FAILED') freeing ??= setTimeout(() => freeSpace(disk), 1500)
+      },
+    })
+    try {
+      const firsts = await Promise.all(Array.from({ length: 10 }, (_, i) => rt.spawn({ directive: { name: `long${i}`, prompt: 'go' } })))
+      const report = await rt.waitThreads(
+        firsts.map((h) => h.id),
+        { timeoutMs: 60_000 },
+      )
+      expect(freeing, 'the disk never filled').not.toBeNull()
+      expect(report.settled.map((t) => [t.status, t.result, t.cost.turns])).toEqual(firsts.map(() => ['completed', 'chain done', 30]))
+      for (const first of firsts) {
+        const chain = rt.chain(first.id)
+        expect(chain.map((r) => r.status), first.id).toEqual(['continued', 'continued', 'continued', 'continued', 'completed'])
+        for (const record of chain) expect(verifyReplay(dir, record.id).matches, `replay of ${record.id}`).toBe(true)
+      }
+      expect(rt.list()).toHaveLength(50)
+    } finally {
+      if (freeing) clearTimeout(freeing)
+      freeSpace(disk)
+      await rt.close()
+    }
+  }, 90_000)
+})
+
 async function until(check: () => boolean, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs
   while (!check()) {
