@@ -172,7 +172,7 @@ export class GroupCommit {
     private readonly onRegistryError: (threadId: string, error: unknown) => void = () => {},
     /**
      * Checkpoint rounds started failing (they are retried, backing off): told once, at the first
-     * failure of a run of them, with `recovered` called when a round succeeds again.
+     * failure of a run of them.
      */
     private readonly onBackgroundError: (error: unknown) => void = () => {},
     /**
@@ -217,9 +217,6 @@ export class GroupCommit {
 
   /** `close` has begun: a thread waiting for its last checkpoint stops waiting at a failure. */
   closing = false
-
-  /** Called when a checkpoint round succeeds after failures (see `onBackgroundError`). */
-  onRecovered: () => void = () => {}
 
   private closed = false
   /** Threads discarded (lost to another process) and not staged again since. */
@@ -312,7 +309,6 @@ export class GroupCommit {
       }
       this.stats.commits++
       this.stats.checkpointsWritten += staged.size
-      if (this.checkpoint.failures > 0) this.onRecovered()
     } catch (error) {
       // What was not applied goes back so the next round retries it, unless something newer replaced it.
       this.registrations.unshift(...registrations)

@@ -34,28 +34,36 @@ export function isStorageFailure(error: unknown): boolean {
   return storageFailureOf(error) !== null
 }
 
+/** The failure in words (`ENOSPC on <file>: <message>`) and as details, for the two errors below. */
+function described(error: unknown): { text: string; details: Record<string, unknown> } {
+  const failure = storageFailureOf(error)
+  if (!failure) return { text: `a write failed: ${String(error)}`, details: {} }
+  return {
+    text: `${failure.code}${failure.path ? ` on ${failure.path}` : ''}: ${failure.message}`,
+    details: { errno: failure.code, ...(failure.path ? { path: failure.path } : {}) },
+  }
+}
+
 /** What a host is told when a thread is parked for want of storage: what failed, where, what to do. */
 export function threadParked(threadId: string, error: unknown, retryMaxMs: number): SpindleError {
-  const failure = storageFailureOf(error)
-  const what = failure ? `${failure.code}${failure.path ? ` on ${failure.path}` : ''}` : 'a write failed'
+  const { text, details } = described(error)
   return new SpindleError(
     'STORAGE_FAILED',
-    `Thread ${threadId} could not write its files (${what}): ${failure?.message ?? String(error)}. ` +
+    `Thread ${threadId} could not write its files (${text}). ` +
       `It is parked at its last durable step and tried again by itself (at least every ${Math.round(retryMaxMs / 1000)} s) until writes succeed: ` +
       'free space on the disk of the data directory (or mend it). Nothing it acknowledged is lost.',
-    { cause: error, details: { threadId, ...(failure ? { errno: failure.code } : {}), ...(failure?.path ? { path: failure.path } : {}) } },
+    { cause: error, details: { threadId, ...details } },
   )
 }
 
 /** What a host is told when checkpoint rounds (state.json, registry) start failing for want of storage. */
 export function checkpointsFailing(dir: string, error: unknown, retryMaxMs: number): SpindleError {
-  const failure = storageFailureOf(error)
-  const what = failure ? `${failure.code}${failure.path ? ` on ${failure.path}` : ''}` : 'a write failed'
+  const { text, details } = described(error)
   return new SpindleError(
     'STORAGE_FAILED',
-    `Checkpoints in ${dir} could not be written (${what}): ${failure?.message ?? String(error)}. ` +
+    `Checkpoints in ${dir} could not be written (${text}). ` +
       `They are tried again by itself (at least every ${Math.round(retryMaxMs / 1000)} s) until writes succeed: free space on the disk (or mend it). ` +
       'Every thread keeps its transcript; nothing acknowledged is lost.',
-    { cause: error, details: { dir, ...(failure ? { errno: failure.code } : {}), ...(failure?.path ? { path: failure.path } : {}) } },
+    { cause: error, details: { dir, ...details } },
   )
 }

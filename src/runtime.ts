@@ -16,7 +16,7 @@ import { BellReader } from './requestBell.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { makeEnvelope } from '../persistence/envelope.js'
 import { FAILED_ROUND_BACKOFF_MAX_MS, GroupCommit } from '../persistence/groupCommit.js'
-import { checkpointsFailing, isStorageFailure, threadParked } from '../persistence/storageFailure.js'
+import { checkpointsFailing, isStorageFailure, storageFailureOf, threadParked } from '../persistence/storageFailure.js'
 import type { CommitStats } from '../persistence/groupCommit.js'
 import { anchorSetAside, createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { createMemoryCheckpointStore } from '../persistence/memoryCheckpointStore.js'
@@ -611,8 +611,7 @@ class RuntimeImpl implements Runtime {
         try {
           return await this.childWait(parentId, ids, waitOptions)
         } catch (error) {
-          const parent = this.live.get(parentId)
-          if (parent && isStorageFailure(error)) this.storageFailed(parent, error)
+          this.parkForStorage(parentId, error)
           throw error
         }
       },
@@ -664,9 +663,7 @@ class RuntimeImpl implements Runtime {
         try {
           this.crashed(id, error)
         } catch (failure) {
-          const thread = this.live.get(id)
-          if (thread && isStorageFailure(failure)) this.storageFailed(thread, failure)
-          else this.report(failure, id)
+          if (!this.parkForStorage(id, failure)) this.report(failure, id)
         }
       },
       beforeModelCall: (id, at) => this.beforeModelCall(id, at),
@@ -1297,8 +1294,7 @@ class RuntimeImpl implements Runtime {
       // The child could not be made durable for want of storage: not the model's to handle (an
       // error result would cost it a turn, and be as hard to record). The parent is parked, which
       // stops this call before its result is delivered; carried on, it runs spawn_thread again.
-      const parent = this.live.get(parentId)
-      if (parent && isStorageFailure(error)) this.storageFailed(parent, error)
+      this.parkForStorage(parentId, error)
       throw error
     } finally {
       inFlight.delete(spawning)
@@ -2129,7 +2125,7 @@ class RuntimeImpl implements Runtime {
     if (this.closed || thread.stopped) return
     thread.park()
     const episode = this.parkedThreads.get(thread.id)
-    if (episode?.timer) return
+    if (episode && episode.timer !== null) return
     const attempts = (episode?.attempts ?? 0) + 1
     if (attempts === 1) {
       const parked = threadParked(thread.id, error, STORAGE_RETRY_MAX_MS)
@@ -2150,8 +2146,16 @@ class RuntimeImpl implements Runtime {
       timer,
       attempts,
       since: episode?.since ?? this.clock.now(),
-      errno: episode?.errno ?? String((error as { code?: unknown }).code ?? 'unknown'),
+      errno: episode?.errno ?? storageFailureOf(error)?.code ?? 'unknown',
     })
+  }
+
+  /** Parks live thread `id` if `error` is a storage failure; true if it did. */
+  private parkForStorage(id: string, error: unknown): boolean {
+    const thread = this.live.get(id)
+    if (!thread || !isStorageFailure(error)) return false
+    this.storageFailed(thread, error)
+    return true
   }
 
   /**

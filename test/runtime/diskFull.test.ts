@@ -13,7 +13,7 @@ import path from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, readThreadFiles, scriptedModel, verifyReplay } from '../../src/index.js'
-import type { LifecycleEvent, Message, Problem, SpindleError, ThreadHandle } from '../../src/index.js'
+import type { LifecycleEvent, Message, ModelAdapter, Problem, SpindleError, ThreadHandle, Tool } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 const mountPoints: string[] = []
@@ -156,8 +156,6 @@ describe.skipIf(!mounted)('a disk that fills up while threads spawn children', (
   it('should park a parent whose child cannot be made durable, and spawn that child once space is freed', async () => {
     const disk = smallDisk()!
     const dir = path.join(disk, 'data')
-    const pad = 'x'.repeat(2000)
-    const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n, pad }) })
     const spawned = (messages: readonly Message[]): string[] =>
       messages.flatMap((m) => (m.role === 'tool' && m.toolName === 'spawn_thread' ? [JSON.parse(m.content).threadId as string] : [])).filter(Boolean)
     // Each lead spawns three children at once, waits for them, then works on; each child works.
@@ -170,23 +168,11 @@ describe.skipIf(!mounted)('a disk that fills up while threads spawn children', (
       }
       return r.turn < 15 ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }] } : { text: 'kid done' }
     })
-    let freeing: NodeJS.Timeout | null = null
-    const rt = await createRuntime({
-      dir,
-      model,
-      tools: [echo],
-      durability: 'fsync',
-      userConfig: null,
-      config: { orphans: { thresholdMs: 3000 } },
-      // Space is freed a while after writes begin to fail.
-      onProblem: (p) => {
-        if (p.code === 'STORAGE_FAILED') freeing ??= setTimeout(() => freeSpace(disk), 1500)
-      },
-    })
+    const { rt, filled, close } = await freeingLater(disk, dir, model, [paddedEcho()])
     try {
       const leads = await Promise.all(Array.from({ length: 10 }, (_, i) => rt.spawn({ directive: { name: `lead${i}`, prompt: 'go' } })))
       const outcomes = await Promise.all(leads.map((h) => h.done))
-      expect(freeing, 'the disk never filled').not.toBeNull()
+      expect(filled(), 'the disk never filled').toBe(true)
       // No spawn_thread came back to the model as a failure: every lead got its three children.
       expect(outcomes.map((o) => o.result)).toEqual(leads.map(() => 'children: 3'))
       const rows = rt.list()
@@ -195,9 +181,7 @@ describe.skipIf(!mounted)('a disk that fills up while threads spawn children', (
         expect(children.map((c) => c.status), lead.id).toEqual(['completed', 'completed', 'completed'])
       }
     } finally {
-      if (freeing) clearTimeout(freeing)
-      freeSpace(disk)
-      await rt.close()
+      await close()
     }
     const doctor = spawnSync(process.execPath, [compiled('src/cli.js'), 'doctor', '--dir', dir], { encoding: 'utf8' })
     expect(doctor.status, doctor.stdout).toBe(0)
@@ -209,8 +193,6 @@ describe.skipIf(!mounted)('a disk that fills up while threads continue into succ
   it('should keep each chain to one successor per hand-off, every chain ending completed with its whole cost', async () => {
     const disk = smallDisk()!
     const dir = path.join(disk, 'data')
-    const pad = 'x'.repeat(2000)
-    const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n, pad }) })
     // Every 6th turn fills the window, so the next model call hands off: 4 hand-offs, 5 threads a chain.
     const model = Object.assign(
       scriptedModel((r) =>
@@ -220,25 +202,14 @@ describe.skipIf(!mounted)('a disk that fills up while threads continue into succ
       ),
       { contextWindow: 1000 },
     )
-    let freeing: NodeJS.Timeout | null = null
-    const rt = await createRuntime({
-      dir,
-      model,
-      tools: [echo],
-      durability: 'fsync',
-      userConfig: null,
-      config: { orphans: { thresholdMs: 3000 } },
-      onProblem: (p) => {
-        if (p.code === 'STORAGE_FAILED') freeing ??= setTimeout(() => freeSpace(disk), 1500)
-      },
-    })
+    const { rt, filled, close } = await freeingLater(disk, dir, model, [paddedEcho()])
     try {
       const firsts = await Promise.all(Array.from({ length: 10 }, (_, i) => rt.spawn({ directive: { name: `long${i}`, prompt: 'go' } })))
       const report = await rt.waitThreads(
         firsts.map((h) => h.id),
         { timeoutMs: 60_000 },
       )
-      expect(freeing, 'the disk never filled').not.toBeNull()
+      expect(filled(), 'the disk never filled').toBe(true)
       expect(report.settled.map((t) => [t.status, t.result, t.cost.turns])).toEqual(firsts.map(() => ['completed', 'chain done', 30]))
       for (const first of firsts) {
         const chain = rt.chain(first.id)
@@ -247,12 +218,42 @@ describe.skipIf(!mounted)('a disk that fills up while threads continue into succ
       }
       expect(rt.list()).toHaveLength(50)
     } finally {
-      if (freeing) clearTimeout(freeing)
-      freeSpace(disk)
-      await rt.close()
+      await close()
     }
   }, 90_000)
 })
+
+/** An idempotent tool whose 2 KB results fill a 2 MB disk within a run. */
+function paddedEcho() {
+  const pad = 'x'.repeat(2000)
+  return defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n, pad }) })
+}
+
+/** A runtime on `disk` whose space is freed 1.5 s after writes begin to fail; `close` frees it anyway. */
+async function freeingLater(disk: string, dir: string, model: ModelAdapter, tools: Tool[]) {
+  let freeing: NodeJS.Timeout | null = null
+  const rt = await createRuntime({
+    dir,
+    model,
+    tools,
+    durability: 'fsync',
+    userConfig: null,
+    // Heartbeats every second, so leases whose renewal failed are renewed soon after.
+    config: { orphans: { thresholdMs: 3000 } },
+    onProblem: (p) => {
+      if (p.code === 'STORAGE_FAILED') freeing ??= setTimeout(() => freeSpace(disk), 1500)
+    },
+  })
+  return {
+    rt,
+    filled: () => freeing !== null,
+    close: async () => {
+      if (freeing) clearTimeout(freeing)
+      freeSpace(disk)
+      await rt.close()
+    },
+  }
+}
 
 async function until(check: () => boolean, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs
