@@ -1,7 +1,7 @@
 /**
  * The built-in deterministic model: drives the demo and the tests, and injects faults.
  */
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import type { ModelAdapter, ModelRequest, ModelResponse } from './model.js'
 import { ModelHttpError } from './model.js'
 

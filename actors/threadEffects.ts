@@ -21,26 +21,14 @@ import type {
   WaitUntilInput,
 } from '../machines/thread.machine.js'
 import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
-import { atDeadline } from './deadline.js'
+import { atDeadline } from '../src/base/clock.js'
+import type { Clock } from '../src/base/clock.js'
 import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
 import type { Tool, ToolOutcome } from './tools.js'
 import { executeToolCall } from './tools.js'
-import type { Permissions } from '../src/policies/permissions.js'
-import { deniedCapability, describePermissions } from '../src/policies/permissions.js'
-import { SpindleError } from '../src/errors.js'
-
-/** The clock effects use. `now()` stamps events; timers wait for deadlines. */
-export interface Clock {
-  now(): number
-  setTimeout(fn: () => void, ms: number): unknown
-  clearTimeout(handle: unknown): void
-}
-
-export const systemClock: Clock = {
-  now: () => Date.now(),
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
-  clearTimeout: (handle) => clearTimeout(handle as NodeJS.Timeout),
-}
+import type { Permissions } from '../src/base/permissions.js'
+import { deniedCapability, describePermissions } from '../src/base/permissions.js'
+import { SpindleError } from '../src/base/errors.js'
 
 /** What the runtime lends to effects. Effects never touch persistence or the machine directly. */
 export interface EffectHost {

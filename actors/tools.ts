@@ -4,11 +4,11 @@
  */
 import { z } from 'zod'
 import type { ToolCall } from '../machines/thread.machine.js'
-import { describeError, isToolRefusal } from '../src/errors.js'
-import { CAPABILITY } from '../src/policies/permissions.js'
-import { atDeadline } from './deadline.js'
+import { describeError, isToolRefusal } from '../src/base/errors.js'
+import { CAPABILITY } from '../src/base/permissions.js'
+import { atDeadline } from '../src/base/clock.js'
 import type { ToolDefinition } from './model.js'
-import type { Clock } from './threadEffects.js'
+import type { Clock } from '../src/base/clock.js'
 
 export interface ToolContext {
   /** Aborted on cancel, on timeout and when the runtime closes. */

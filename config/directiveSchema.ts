@@ -4,7 +4,7 @@
  */
 import { z } from 'zod'
 import { ConfigLayerSchema } from './schema.js'
-import { PermissionsSchema } from '../src/policies/permissions.js'
+import { PermissionsSchema } from '../src/base/permissions.js'
 
 export const DirectiveInputSchema = z.strictObject({
   type: z.enum(['string', 'number', 'boolean']).default('string'),

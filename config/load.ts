@@ -8,7 +8,7 @@ import type { Document } from 'yaml'
 import { parseDocument } from 'yaml'
 import { z } from 'zod'
 import { FileTooLarge, NotRegularFile, readSmallRegular } from '../persistence/fdio.js'
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import type { Config, ConfigLayer } from './schema.js'
 import { ConfigLayerSchema, ConfigSchema, closestKey, knownKeys, trustingShippedPatterns } from './schema.js'
 

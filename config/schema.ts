@@ -6,6 +6,7 @@ import { createRequire } from 'node:module'
 import { RegExpParser, visitRegExpAST } from '@eslint-community/regexpp'
 import type { analyse as Analyse } from 'scslre'
 import { z } from 'zod'
+import type { EscalationPolicy, EscalationRule, Limits, RetryPolicy } from '../machines/thread.machine.js'
 import { HookSpecSchema } from './hookSchema.js'
 
 const limit = z.number().nonnegative().nullable()
@@ -311,8 +312,13 @@ export type RecoveryPolicy = z.infer<typeof RecoverySchema>
 export type GovernancePolicy = z.infer<typeof GovernanceSchema>
 export type GovernanceAction = z.infer<typeof GovernanceActionSchema>
 export type ErrorPattern = z.infer<typeof ErrorPatternSchema>
-export type EscalationRule = z.infer<typeof EscalationRuleSchema>
-export type EscalationPolicy = z.infer<typeof EscalationSchema>
+export type { EscalationPolicy, EscalationRule }
+
+// The thread machine owns the policy types a thread carries; the schema must produce them.
+LimitsSchema satisfies z.ZodType<Limits>
+RetrySchema satisfies z.ZodType<RetryPolicy>
+EscalationRuleSchema satisfies z.ZodType<EscalationRule>
+EscalationSchema satisfies z.ZodType<EscalationPolicy>
 
 /**
  * What one layer (a file, a directive, a spawn) may set: any subset of the full shape. Error

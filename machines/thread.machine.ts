@@ -12,7 +12,6 @@
  */
 import { and, setup } from 'xstate'
 import { assign } from './assign.js'
-import type { Config } from '../config/schema.js'
 
 /** A limit that is null is unlimited (JSON has no Infinity). */
 export interface Limits {
@@ -32,12 +31,45 @@ export interface Limits {
 export type LimitName = 'turns' | 'tokens' | 'spend' | 'durationMs'
 
 /**
+ * How model failures are retried (config `retry`): attempts after the first, exponential backoff
+ * from `baseMs` up to `capMs` with `jitter`, and the waits for a 429 without Retry-After and for
+ * an exhausted quota. The configuration schema produces values of this type.
+ */
+export interface RetryPolicy {
+  maxRetries: number
+  baseMs: number
+  capMs: number
+  /** 0 to 1: the share of a delay drawn at random. */
+  jitter: number
+  rateLimitDefaultMs: number
+  quotaWaitMs: number
+}
+
+/** How a limit's proposed new value is computed when a thread hits it. */
+export interface EscalationRule {
+  policy: 'double' | 'add' | 'ceiling' | 'deny_only'
+  /** For `add`: how much to add. */
+  amount?: number | undefined
+  /** For `ceiling`: the value to propose; for `double` and `add`: a value never proposed past. */
+  ceiling?: number | undefined
+}
+
+/** What is proposed when a thread hits each limit (config `escalation`), and how long a request stays open. */
+export interface EscalationPolicy {
+  turns: EscalationRule
+  tokens: EscalationRule
+  spend: EscalationRule
+  durationMs: EscalationRule
+  requestTimeoutSeconds: number
+}
+
+/**
  * The policies a thread was spawned with, resolved from every configuration layer and kept with
  * the thread: a thread resumed next week runs under the policy it started with.
  */
 export interface ThreadPolicy {
-  retry: Config['retry']
-  escalation: Config['escalation']
+  retry: RetryPolicy
+  escalation: EscalationPolicy
   /** Hooks from the thread's directive and spawn call, as data (runtime-wide hooks are not copied here). */
   hooks: Array<Record<string, unknown>>
   /** The tools this thread may use (its directive's `tools`); absent: every tool of its runtime. */

@@ -1,6 +1,6 @@
 import type { StateValue } from 'xstate'
 import { threadMachine } from '../machines/thread.machine.js'
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import { upgradeContextV1toV2, upgradeSnapshotV2toV3 } from './upgrade.js'
 import type { StateEnvelope, ThreadStatus, TranscriptPosition } from './types.js'
 

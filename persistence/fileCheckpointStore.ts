@@ -10,8 +10,8 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { SpindleError, isSpindleError } from '../src/errors.js'
-import { isThreadId } from '../src/ids.js'
+import { SpindleError, isSpindleError } from '../src/base/errors.js'
+import { isThreadId } from '../src/base/ids.js'
 import { fsyncDir } from './atomicFile.js'
 import { linkTarget, NotRegularFile, notRegularReason, openRegular } from './fdio.js'
 import { upgradeEnvelope } from './envelope.js'

@@ -18,7 +18,7 @@
  * ahead of state.json and state.json never ahead of the transcript. Anything the transcript holds
  * beyond state.json is replayed on recovery.
  */
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
 /** A registry change for one thread; the newest value of each field wins within a commit. */

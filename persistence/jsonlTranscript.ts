@@ -7,7 +7,7 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
 import { assertThreadDir, forgetThreadDir, TRANSCRIPT_FILE, threadFile } from './paths.js'

@@ -2,7 +2,7 @@
  * In-memory checkpoints: the reference implementation of CheckpointStore, for tests and as
  * executable documentation of the contract the file backend keeps. Nothing survives the process.
  */
-import { assertThreadId } from '../src/ids.js'
+import { assertThreadId } from '../src/base/ids.js'
 import type { CheckpointStore, StagedEnvelope, StateEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 

@@ -3,8 +3,8 @@
  * persistence-off benchmark. Same hashes, same positions (byte counts of the lines the file backend
  * would write) and the same error codes as the file backend; nothing survives the process.
  */
-import { SpindleError } from '../src/errors.js'
-import { assertThreadId } from '../src/ids.js'
+import { SpindleError } from '../src/base/errors.js'
+import { assertThreadId } from '../src/base/ids.js'
 import { encodeEntry } from './transcriptLines.js'
 import type { TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'

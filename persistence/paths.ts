@@ -1,7 +1,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
-import { assertThreadId } from '../src/ids.js'
-import { SpindleError } from '../src/errors.js'
+import { assertThreadId } from '../src/base/ids.js'
+import { SpindleError } from '../src/base/errors.js'
 import { linkTarget } from './fdio.js'
 
 /** Where a data directory keeps its files. Every thread path goes through `threadDir`. */

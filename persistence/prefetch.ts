@@ -17,7 +17,7 @@
 import fs from 'node:fs'
 import { MessageChannel, receiveMessageOnPort, Worker } from 'node:worker_threads'
 import type { MessagePort } from 'node:worker_threads'
-import { isThreadId } from '../src/ids.js'
+import { isThreadId } from '../src/base/ids.js'
 import { STATE_FILE, TRANSCRIPT_FILE } from './paths.js'
 
 /**

@@ -6,8 +6,8 @@
  */
 import fs from 'node:fs'
 import Database from 'better-sqlite3'
-import { SpindleError } from '../src/errors.js'
-import type { SpindleErrorCode } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
+import type { SpindleErrorCode } from '../src/base/errors.js'
 import { linkTarget } from './fdio.js'
 
 /** How long a statement waits for another connection's lock before failing with SQLITE_BUSY. */

@@ -6,7 +6,7 @@
  */
 import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
 import type { SqliteStore } from './sqliteFile.js'
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import type { BudgetAmounts, BudgetUsage, Durability, Ledger, LedgerAccount, LedgerProblem } from './types.js'
 
 const MIGRATIONS: readonly string[] = [

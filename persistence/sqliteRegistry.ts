@@ -3,7 +3,7 @@
  * per thread. Side effects. Knows nothing about machines.
  */
 import Database from 'better-sqlite3'
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import { openSqliteFile, sqliteFailure } from './sqliteFile.js'
 import type { Cost, Durability, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 

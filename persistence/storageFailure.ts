@@ -5,7 +5,7 @@
  * tried again, rather than failed, or restarted against its supervisor's intensity.
  */
 import Database from 'better-sqlite3'
-import { SpindleError, isSpindleError } from '../src/errors.js'
+import { SpindleError, isSpindleError } from '../src/base/errors.js'
 
 const ERRNO = new Set(['ENOSPC', 'EDQUOT', 'EIO', 'EROFS', 'EFBIG', 'EMFILE', 'ENFILE'])
 const SQLITE = /^SQLITE_(FULL|IOERR|READONLY)/

@@ -1,7 +1,7 @@
 /**
  * Parsing and verifying transcript lines: shared by the file backend and offline readers.
  */
-import { SpindleError } from '../src/errors.js'
+import { SpindleError } from '../src/base/errors.js'
 import { entryHash, hashText } from './transcriptHash.js'
 import type { TranscriptEntry, TranscriptPosition } from './types.js'
 

@@ -3,16 +3,27 @@
  * Applied when a state.json or a transcript's `thread_spawned` input is read, never written back
  * until the thread's next checkpoint.
  */
-import { systemDefaults } from '../config/load.js'
-
 type Json = Record<string, unknown>
+
+/**
+ * The retry and escalation policies a version 1 thread ran under: the shipped defaults of the
+ * release that introduced version 2, frozen here. Today's defaults may differ; an upgraded thread
+ * keeps the policy it was started with.
+ */
+const V1_RETRY = Object.freeze({ maxRetries: 3, baseMs: 2000, capMs: 120_000, jitter: 0.2, rateLimitDefaultMs: 30_000, quotaWaitMs: 60_000 })
+const V1_ESCALATION = Object.freeze({
+  turns: { policy: 'double' },
+  tokens: { policy: 'double' },
+  spend: { policy: 'double' },
+  durationMs: { policy: 'double' },
+  requestTimeoutSeconds: 3600,
+})
 
 /**
  * Version 1 kept `maxRetries` in the context and knew four limits. Version 2 keeps the thread's
  * whole policy, its tree depth and the last prompt size, and six limits.
  */
 export function upgradeContextV1toV2(context: Json): Json {
-  const defaults = systemDefaults()
   const { maxRetries, ...rest } = context
   const limits = (rest.limits ?? {}) as Json
   const limitHit = rest.limitHit as Json | null | undefined
@@ -20,8 +31,8 @@ export function upgradeContextV1toV2(context: Json): Json {
     ...rest,
     limits: { spawns: null, depth: null, ...limits },
     policy: rest.policy ?? {
-      retry: { ...defaults.retry, ...(typeof maxRetries === 'number' ? { maxRetries } : {}) },
-      escalation: defaults.escalation,
+      retry: { ...V1_RETRY, ...(typeof maxRetries === 'number' ? { maxRetries } : {}) },
+      escalation: structuredClone(V1_ESCALATION),
       hooks: [],
     },
     depth: rest.depth ?? 0,

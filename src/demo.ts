@@ -13,7 +13,7 @@ import type { ThreadView } from './liveThread.js'
 import type { Durability } from '../persistence/types.js'
 import type { RuntimeOptions } from './runtime.js'
 import { createRuntime } from './runtime.js'
-import { SpindleError } from './errors.js'
+import { SpindleError } from './base/errors.js'
 import { showRecovery, statusLine } from './progress.js'
 
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']

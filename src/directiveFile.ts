@@ -11,7 +11,7 @@ import type { DirectiveFrontMatter } from '../config/directiveSchema.js'
 import { DirectiveFrontMatterSchema } from '../config/directiveSchema.js'
 import { readConfigText, userConfigFile, yamlToJs } from '../config/load.js'
 import { closestKey, knownKeys } from '../config/schema.js'
-import { SpindleError } from './errors.js'
+import { SpindleError } from './base/errors.js'
 import type { DirectiveSpec } from './runtime.js'
 
 export interface DirectiveFile {

@@ -34,8 +34,8 @@ export { defineTool } from '../actors/tools.js'
 export type { Tool, ToolContext, ToolSpec } from '../actors/tools.js'
 export { runProcess, commandTool } from '../actors/processTool.js'
 export type { ProcessResult, RunProcessOptions, CommandInvocation, CommandToolSpec } from '../actors/processTool.js'
-export { systemClock } from '../actors/threadEffects.js'
-export type { Clock } from '../actors/threadEffects.js'
+export { systemClock } from './base/clock.js'
+export type { Clock } from './base/clock.js'
 
 export { threadMachine } from '../machines/thread.machine.js'
 export type {
@@ -66,9 +66,9 @@ export { loadDirectiveFile, findDirective, renderDirective, directiveDirs } from
 export type { DirectiveFile } from './directiveFile.js'
 export type { DirectiveFrontMatter } from '../config/directiveSchema.js'
 
-export { SpindleError, isSpindleError } from './errors.js'
+export { SpindleError, isSpindleError } from './base/errors.js'
 export { showRecovery } from './progress.js'
 export type { ProgressOut } from './progress.js'
-export type { SpindleErrorCode } from './errors.js'
+export type { SpindleErrorCode } from './base/errors.js'
 
 export type { ThreadStatus, ThreadRecord, Cost, StateEnvelope, TranscriptEntry, Durability } from '../persistence/types.js'

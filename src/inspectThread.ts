@@ -7,7 +7,7 @@ import { isDeepStrictEqual } from 'node:util'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
 import { dataPaths, threadDir } from '../persistence/paths.js'
-import { SpindleError } from './errors.js'
+import { SpindleError } from './base/errors.js'
 import type { StateEnvelope, TranscriptEntry } from '../persistence/types.js'
 import { replayTranscript } from './replay.js'
 

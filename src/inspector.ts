@@ -8,7 +8,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { describeError, isSpindleError } from './errors.js'
+import { describeError, isSpindleError } from './base/errors.js'
 import { threadLog } from './operator.js'
 import type { ThreadContext } from '../machines/thread.machine.js'
 import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'

@@ -3,7 +3,8 @@
  * reclaiming those — never a live one younger than its TTL unless forced — with an audit log.
  */
 import fs from 'node:fs'
-import { SpindleError } from './errors.js'
+import { SpindleError } from './base/errors.js'
+import { pidAlive } from './base/processes.js'
 import os from 'node:os'
 import path from 'node:path'
 import { dataPaths } from '../persistence/paths.js'
@@ -30,27 +31,6 @@ export interface LocksReport {
   reclaimed: LockView[]
   /** Live locks left alone because they were not forced. */
   kept: LockView[]
-}
-
-/**
- * Whether process `pid` on this host still runs. A zombie — killed, but not yet reaped by a parent
- * that never waits (a container's PID 1 often) — answers signal 0 like a live one; on Linux its
- * /proc state says it is dead.
- */
-export function pidAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-  } catch (error) {
-    // ESRCH: no such process. EPERM: it exists (another user's), so it is alive.
-    return (error as NodeJS.ErrnoException).code !== 'ESRCH'
-  }
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1')
-    // The state follows the command name in parentheses, which may itself hold ')'.
-    return stat[stat.lastIndexOf(')') + 2] !== 'Z'
-  } catch {
-    return true
-  }
 }
 
 export function lockState(lease: Lease, now: number, host = os.hostname()): LockState {

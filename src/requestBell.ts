@@ -10,7 +10,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { appendRegular, notRegularReason, openRegular } from '../persistence/fdio.js'
-import { SpindleError } from './errors.js'
+import { SpindleError } from './base/errors.js'
 
 export const BELL_FILE = 'requests.bell'
 

@@ -5,7 +5,7 @@
 import type { Writable } from 'node:stream'
 import { scriptedModel } from '../actors/scriptedModel.js'
 import { findDirective, renderDirective } from './directiveFile.js'
-import { SpindleError } from './errors.js'
+import { SpindleError } from './base/errors.js'
 import { createRuntime } from './runtime.js'
 import type { RuntimeOptions } from './runtime.js'
 import { showRecovery } from './progress.js'

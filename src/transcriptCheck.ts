@@ -4,7 +4,7 @@
  * accept where they stand, and entries that name threads the registry does not have.
  */
 import type { TranscriptEntry } from '../persistence/types.js'
-import { describeError, isSpindleError } from './errors.js'
+import { describeError, isSpindleError } from './base/errors.js'
 import { TOOL_CALLS_REPAIRED } from './messages.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
 

@@ -2,9 +2,8 @@
  * The one place that reads HTTP statuses, headers, error codes and messages of failures.
  * Everything else branches on the category it returns.
  */
-import type { ErrorCategory, FailureInfo } from '../../machines/thread.machine.js'
-import { isSpindleError } from '../errors.js'
-import type { Config } from '../../config/schema.js'
+import type { ErrorCategory, FailureInfo, RetryPolicy } from '../../machines/thread.machine.js'
+import { isSpindleError } from '../base/errors.js'
 import { systemDefaults } from '../../config/load.js'
 
 export interface Classified {
@@ -264,7 +263,7 @@ export function classifyError(error: unknown, now = Date.now(), patterns: readon
 }
 
 /** The `retry` section of the configuration (config/defaults.yaml). `jitter` 0.2 means ±20 %. */
-export type RetryPolicy = Config['retry']
+export type { RetryPolicy }
 
 /** How long to wait before attempt `attempt + 1`. The result is recorded, so replay needs no randomness. */
 export function retryDelayMs(classified: Classified, attempt: number, policy: RetryPolicy, random = Math.random): number {

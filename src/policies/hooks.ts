@@ -27,8 +27,8 @@ import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, HookLimitsSchema, HookSpec
 import { regexCompileError, regexHazard } from '../../config/schema.js'
 import type { HookAction, HookEvent, HookSpec } from '../../config/hookSchema.js'
 import type { Limits } from '../../machines/thread.machine.js'
-import type { SpindleErrorCode } from '../errors.js'
-import { SpindleError, describeError } from '../errors.js'
+import type { SpindleErrorCode } from '../base/errors.js'
+import { SpindleError, describeError } from '../base/errors.js'
 
 export type { HookAction, HookEvent, HookSpec }
 export { HOOK_ACTIONS, HOOK_EVENTS }

@@ -10,7 +10,7 @@ import { z } from 'zod'
 import { commandTool, runProcess } from '../../actors/processTool.js'
 import { executeToolCall } from '../../actors/tools.js'
 import type { Tool } from '../../actors/tools.js'
-import { isSpindleError } from '../../src/errors.js'
+import { isSpindleError } from '../../src/base/errors.js'
 import { tempDir } from '../helpers/dirs.js'
 import { alive } from '../helpers/processes.js'
 

@@ -8,7 +8,7 @@ import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { commandTool, runProcess } from '../../actors/processTool.js'
-import { isSpindleError } from '../../src/errors.js'
+import { isSpindleError } from '../../src/base/errors.js'
 
 const posix = process.platform !== 'win32'
 const never = () => new AbortController().signal

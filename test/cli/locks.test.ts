@@ -8,7 +8,7 @@ import path from 'node:path'
 import Database from 'better-sqlite3'
 import { describe, expect, it, onTestFinished } from 'vitest'
 import { compiled, tempDir } from '../helpers/dirs.js'
-import { pidAlive } from '../../src/locks.js'
+import { pidAlive } from '../../src/base/processes.js'
 import { createRuntime, scriptedModel } from '../../src/index.js'
 
 function spindle(...args: string[]): { code: number | null; stdout: string; stderr: string } {

@@ -6,7 +6,7 @@
  * and tested in test/persistence/jsonlTranscript.test.ts.)
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { isSpindleError } from '../../src/errors.js'
+import { isSpindleError } from '../../src/base/errors.js'
 import { entryHash } from '../../persistence/transcriptHash.js'
 import type { TranscriptStore } from '../../persistence/types.js'
 import { EMPTY_POSITION } from '../../persistence/types.js'

@@ -14,7 +14,7 @@ import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js
 import { dataPaths } from '../../persistence/paths.js'
 import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
-import { SpindleError } from '../../src/errors.js'
+import { SpindleError } from '../../src/base/errors.js'
 import { envelope } from '../contract/checkpoints.contract.js'
 import { tempDir } from '../helpers/dirs.js'
 
