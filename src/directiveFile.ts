@@ -12,7 +12,7 @@ import { DirectiveFrontMatterSchema } from '../config/directiveSchema.js'
 import { readConfigText, userConfigFile, yamlToJs } from '../config/load.js'
 import { closestKey, knownKeys } from '../config/schema.js'
 import { SpindleError } from './base/errors.js'
-import type { DirectiveSpec } from './runtime.js'
+import type { DirectiveSpec } from './runtime/api.js'
 
 export interface DirectiveFile {
   file: string

@@ -2,7 +2,7 @@
  * spindle's public API. Everything not exported here is internal.
  */
 import './threadpool.js'
-export { createRuntime } from './runtime.js'
+export { createRuntime } from './runtime/createRuntime.js'
 export type {
   Runtime,
   RuntimeOptions,
@@ -15,7 +15,7 @@ export type {
   Problem,
   LifecycleEvent,
   LifecycleEventType,
-} from './runtime.js'
+} from './runtime/api.js'
 export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'
 export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'

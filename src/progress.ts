@@ -2,7 +2,7 @@
  * Live progress for long commands (demo, run, recovery): one line rewritten in place on a
  * terminal, plain lines — at most one a second, and the last — anywhere else (logs, CI, pipes).
  */
-import type { LifecycleEvent } from './runtime.js'
+import type { LifecycleEvent } from './runtime/api.js'
 import type { ThreadStatus } from '../persistence/types.js'
 
 export interface ProgressOut {

@@ -21,8 +21,8 @@ import { verifyReplay } from './inspectThread.js'
 import type { ReplayCheck } from './inspectThread.js'
 import { replayTranscript } from './replay.js'
 import type { ReplayResult } from './replay.js'
-import { createRuntime } from './runtime.js'
-import type { Runtime, RuntimeOptions } from './runtime.js'
+import { createRuntime } from './runtime/createRuntime.js'
+import type { Runtime, RuntimeOptions } from './runtime/api.js'
 
 export interface TestRuntime extends Runtime {
   /** The simulated clock every thread of this runtime waits on. */

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import type { ThreadContext } from '../../machines/thread.machine.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { Registry } from '../../persistence/types.js'
-import { CrashLoopGuard, MODEL_SUSPECTS_ALONE } from '../../src/crashLoop.js'
+import { CrashLoopGuard, MODEL_SUSPECTS_ALONE } from '../../src/runtime/crashLoop.js'
 import { tempDir } from '../helpers/dirs.js'
 
 const SEQ = 5

@@ -10,6 +10,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { commandTool, createRuntime, defineTool, requestCancel, scriptedModel } from '../../src/index.js'
 import type { ModelAdapter, Runtime, RuntimeOptions } from '../../src/index.js'
+import { introspect } from '../../src/runtime/introspect.js'
 
 const open: Array<{ rt: Runtime; dir: string }> = []
 afterEach(async () => {
@@ -28,27 +29,11 @@ async function runtime(options: Omit<RuntimeOptions, 'dir'>): Promise<Runtime> {
 }
 
 /**
- * Every entry of the runtime's Maps, Sets and arrays that names one of `ids` (as a key, or as a
- * string value), by field: what a finished thread left behind.
+ * Every entry of the runtime's parts' Maps, Sets and arrays that names one of `ids` (as a key, or
+ * as a string value), by part and field: what a finished thread left behind.
  */
 function heldFor(rt: Runtime, ids: readonly string[]): Record<string, string[]> {
-  const wanted = new Set(ids)
-  const held: Record<string, string[]> = {}
-  const note = (field: string, id: unknown): void => {
-    if (typeof id === 'string' && wanted.has(id)) (held[field] ??= []).push(id)
-  }
-  for (const [field, value] of Object.entries(rt as unknown as Record<string, unknown>)) {
-    if (value instanceof Map) {
-      for (const [key, v] of value) {
-        note(field, key)
-        note(field, v)
-      }
-    } else if (value instanceof Set || Array.isArray(value)) {
-      if (field === 'lastRecovery') continue
-      for (const v of value) note(field, v)
-    }
-  }
-  return held
+  return introspect(rt).retained(ids)
 }
 
 function fdCount(): number {
@@ -56,7 +41,7 @@ function fdCount(): number {
 }
 
 async function durable(rt: Runtime): Promise<void> {
-  await (rt as unknown as { commit: { whenDurable(): Promise<void> } }).commit.whenDurable()
+  await introspect(rt).whenDurable()
 }
 
 const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n }) })

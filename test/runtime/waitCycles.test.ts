@@ -18,6 +18,7 @@ import type { ModelAdapter, ModelRequest, Runtime, ScriptedTurn } from '../../sr
 import { findWaitCycle } from '../../src/waits.js'
 import type { WaitGraph, WaitInProgress } from '../../src/waits.js'
 import { recordedToolResults, sawOfWait, toolResultsOf } from '../helpers/waits.js'
+import { introspect } from '../../src/runtime/introspect.js'
 
 const opened: Runtime[] = []
 const dirs: string[] = []
@@ -79,8 +80,7 @@ async function runtime(model: ModelAdapter, gate: ReturnType<typeof gates>, dir 
 
 /** The runtime's wait-for graph: waiting thread → the threads it still waits for. */
 function graph(rt: Runtime): Record<string, string[]> {
-  const waits = (rt as unknown as { waitingFor: Map<string, Set<WaitInProgress>> }).waitingFor
-  return Object.fromEntries([...waits].map(([id, set]) => [id, [...set].flatMap((w) => [...w.open]).sort()]))
+  return introspect(rt).waitGraph()
 }
 
 /** Polls `condition` for up to `ms` of wall-clock time (a bound for a stuck test, not a speed check). */

@@ -16,13 +16,13 @@
  * a process that dies while the poison runs alone counts against the poison, and not against the
  * threads it held back.
  */
-import type { Clock } from './base/clock.js'
-import { systemClock } from './base/clock.js'
-import type { ThreadContext } from '../machines/thread.machine.js'
-import type { RecoveryCount, Registry, TranscriptEntry } from '../persistence/types.js'
-import { SpindleError } from './base/errors.js'
-import { isMachineEventEntry } from './replay.js'
-import { isStateValue } from './threadStatus.js'
+import type { Clock } from '../base/clock.js'
+import { systemClock } from '../base/clock.js'
+import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { RecoveryCount, Registry, TranscriptEntry } from '../../persistence/types.js'
+import { SpindleError } from '../base/errors.js'
+import { isMachineEventEntry } from '../replay.js'
+import { isStateValue } from '../threadStatus.js'
 
 /** What recovery does with one unfinished thread. */
 export type RecoveryVerdict =

@@ -1,0 +1,235 @@
+/**
+ * The runtime's public types: the options it opens with, the calls a host makes, and what it
+ * reports back. Types only; `createRuntime` (createRuntime.ts) implements them.
+ */
+import type { Clock } from '../base/clock.js'
+import type { ModelAdapter } from '../../actors/model.js'
+import type { Tool } from '../../actors/tools.js'
+import type { Limits, RetryPolicy, ThreadOutcome } from '../../machines/thread.machine.js'
+import type { RestartType, SupervisionStrategy } from '../../machines/orchestrator.machine.js'
+import type { Config, ConfigLayer } from '../../config/schema.js'
+import type { CommitStats } from '../../persistence/groupCommit.js'
+import type { Durability, ThreadRecord, ThreadStatus } from '../../persistence/types.js'
+import type { CodeHook, HookSpec } from '../policies/hooks.js'
+import type { RecoveryDecision } from '../policies/recovery.js'
+import type { ThreadHandle } from '../liveThread.js'
+import type { WaitOptions, WaitReport } from '../waits.js'
+import type { InspectionEvent } from 'xstate'
+
+export interface RuntimeOptions {
+  /** Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. */
+  dir: string
+  model: ModelAdapter
+  tools?: Tool<any>[]
+  /**
+   * 'fsync' (default): an acknowledged step survives power loss — every effect waits until the
+   * checkpoint that starts it has been fsynced. 'process': it survives a crash of this process
+   * (the OS has the bytes), not a power loss or kernel crash.
+   */
+  durability?: Durability
+  /** 'file' (default) or 'memory': nothing on disk, for tests and benchmarks. */
+  store?: 'file' | 'memory'
+  /** Carry unfinished threads on when the runtime opens (default true). */
+  recover?: boolean
+  /** Limits for threads that do not set their own, over config/defaults.yaml's `limits`. null is unlimited. */
+  defaultLimits?: Partial<Limits>
+  /** Over config/defaults.yaml's `retry`. */
+  retry?: Partial<RetryPolicy>
+  /** Over config/defaults.yaml's `timeouts`: `modelMs` abandons a model call (classified transient), `toolMs` is the default tool timeout. */
+  timeouts?: Partial<Config['timeouts']>
+  clock?: Clock
+  /** Problems that did not stop the runtime: a thread that failed, a file that could not be read. */
+  onProblem?: (problem: Problem) => void
+  /**
+   * The user's configuration file. Default: $XDG_CONFIG_HOME/spindle/config.yaml, else
+   * ~/.config/spindle/config.yaml. null skips the user layer. `<dir>/config.yaml` is the project layer.
+   */
+  userConfig?: string | null
+  /** A whole configuration layer given in code, over the user and project files. */
+  config?: ConfigLayer
+  /** Hooks in code (with handlers) or as data; they sit in the project layer. */
+  hooks?: Array<HookSpec | CodeHook>
+  /**
+   * Told about every lifecycle event, from the first: runtime_ready and thread_recovered happen
+   * inside createRuntime, before `rt.on` could be called.
+   */
+  onLifecycle?: (event: LifecycleEvent) => void
+  /** Give every thread the built-in `spawn_thread` and `wait_threads` tools (default true). */
+  builtinTools?: boolean
+  /**
+   * XState inspection of every thread actor and the orchestrator — pass `inspector.inspect` of
+   * @statelyai/inspect to watch them live in the Stately inspector (`spindle demo --inspect`).
+   */
+  inspect?: (event: InspectionEvent) => void
+}
+
+/** What the orchestrator tells host code, so a UI never shows a dead thread as alive. */
+export type LifecycleEvent =
+  | { type: 'runtime_ready'; at: number; recovery: RecoveryReport }
+  | { type: 'thread_recovered'; at: number; threadId: string; state: unknown }
+  | { type: 'thread_crashed'; at: number; threadId: string; error: { code: string; message: string } }
+  | { type: 'thread_restarted'; at: number; threadId: string; crashed: string; restartsInWindow: number }
+  /**
+   * A write of the thread's failed for want of storage (a full disk, an I/O error): it is parked at
+   * its last recorded input and tried again by itself, backing off (`thread_unparked` when it goes on).
+   */
+  | { type: 'thread_parked'; at: number; threadId: string; error: { code: 'STORAGE_FAILED'; message: string } }
+  /** A parked thread's disk took writes again: it goes on from where it was parked. */
+  | { type: 'thread_unparked'; at: number; threadId: string; since: number; attempts: number }
+  | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }
+  /**
+   * Recovery found the thread at the same point `recoveries` times in a row, each time after the
+   * process running it died: it is suspended (CRASH_LOOP) instead of run again. `seq`: where it stuck.
+   */
+  | { type: 'thread_quarantined'; at: number; threadId: string; recoveries: number; seq: number; error: { code: 'CRASH_LOOP'; message: string } }
+  | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' | 'reduced_context' }
+  | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }
+  /** A thread's share of its tree's budget ran out: it suspended (reason `budget`). */
+  | { type: 'budget_exhausted'; at: number; threadId: string; parentId: string | null; amount: 'spend' | 'tokens' | 'wallTimeMs' | 'retries'; used: number; max: number }
+  /** Recovery escalation decided what follows a failed thread. */
+  | { type: 'recovery_decided'; at: number; threadId: string; taskKey: string; decision: RecoveryDecision; message: string }
+  /** A thread recovery escalation started to try a failed task again. */
+  | { type: 'recovery_started'; at: number; threadId: string; taskKey: string; handler: string; attempt: number; retryOf: string }
+  /**
+   * Recovery at open (or `rt.recover()`) is under way: `done` of `total` unfinished threads looked
+   * at, by outcome, and what the recovered ones had spent. Sent first with done 0, then at most
+   * every 100 ms, and last with done = total.
+   */
+  | { type: 'recovery_progress'; at: number; done: number; total: number; resumed: number; settled: number; rebuilt: number; failed: number; elsewhere: number; spend: number }
+  /** Budget governance acted on a thread. */
+  | { type: 'governance_applied'; at: number; threadId: string; exceededKeys: string[]; action: string; degradeStep: number }
+
+export type LifecycleEventType = LifecycleEvent['type']
+
+export interface Problem {
+  threadId?: string
+  code: string
+  message: string
+}
+
+/** What a thread is told to do, and the configuration that travels with it (the directive layer). */
+export interface DirectiveSpec {
+  name: string
+  prompt: string
+  /** The tools the thread may use, by name (each must be a tool of the runtime); absent: all of them. */
+  tools?: string[]
+  /**
+   * What its tools may do: capability → granted, `*` for every capability not named (default:
+   * granted). A tool that needs a capability the thread lacks is hidden from the model and a call
+   * to it gets PERMISSION_DENIED. A child's are capped by its parent's.
+   */
+  permissions?: Record<string, boolean>
+  limits?: Partial<Limits>
+  retry?: Partial<RetryPolicy>
+  escalation?: ConfigLayer['escalation']
+  hooks?: HookSpec[]
+}
+
+export interface SpawnOptions {
+  directive: DirectiveSpec
+  /** Per-spawn overrides, over the directive's. A child's limits are also capped by its parent's. */
+  limits?: Partial<Limits>
+  retry?: Partial<RetryPolicy>
+  escalation?: ConfigLayer['escalation']
+  hooks?: HookSpec[]
+  parentId?: string
+  /** How the supervisor treats this thread after a crash (default: config `supervision.restart`). */
+  restart?: RestartType
+  /** The restart strategy for this thread's own children (default: config `supervision.strategy`). */
+  childStrategy?: SupervisionStrategy
+}
+
+export interface ApproveOptions {
+  /** New limits; default: the proposal of the approval request. */
+  limits?: Partial<Limits>
+  /** Who approved, recorded in the transcript (default 'api'). */
+  by?: string
+  message?: string
+}
+
+export type CancelResult =
+  | { status: 'cancelled'; outcome: ThreadOutcome }
+  /** The thread runs in another process: its cancel file was written with the thread's nonce. */
+  | { status: 'requested'; file: string }
+
+export interface RequestsReport {
+  honoured: Array<{ threadId: string; kind: 'cancel' | 'approval' | 'resume'; file: string }>
+  refused: Array<{ threadId: string | null; kind: 'cancel' | 'approval' | 'resume'; file: string; reason: string }>
+}
+
+export interface RecoveryReport {
+  /** Threads carried on by a live actor. */
+  resumed: string[]
+  /** Threads whose checkpoint showed them stopped (terminal or suspended); the registry was brought in line. */
+  settled: string[]
+  /** Threads rebuilt from their transcript because state.json was missing or damaged. */
+  rebuilt: string[]
+  /** Threads that could not be recovered, with the reason; each was marked `error`. */
+  failed: Array<{ threadId: string; code: string; message: string }>
+  /** Unfinished threads another live runtime process holds the lease of: left to it. */
+  elsewhere: string[]
+  /**
+   * Threads whose transcript had lost its newest lines (a power loss before the file's own
+   * fdatasync), written back from the transcript journal before they were carried on.
+   */
+  restored: string[]
+  /**
+   * Threads found at the same point more than `supervision.maxRecoveries` times in a row, each
+   * after the process running them died: suspended (CRASH_LOOP) instead of run again.
+   */
+  quarantined: string[]
+}
+
+export interface Runtime {
+  readonly dir: string
+  readonly durability: Durability
+  /** The report of the last recovery (the one at open, unless `recover()` ran since). */
+  readonly lastRecovery: RecoveryReport
+  spawn(options: SpawnOptions): Promise<ThreadHandle>
+  /** A thread by id: live if this runtime runs it, otherwise a view of its stored state. */
+  get(id: string): ThreadHandle
+  list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[]
+  /** Rehydrates every created or running thread that this runtime does not already run. */
+  recover(): Promise<RecoveryReport>
+  /** Live threads of this runtime. */
+  active(): ThreadHandle[]
+  /** Counters for benchmarks and diagnostics. */
+  stats(): CommitStats & { live: number }
+  /**
+   * Cancels a thread: a live one at once (its model call, tool and retry wait are aborted), a
+   * suspended one from disk; one running in another process gets a cancel request file.
+   */
+  cancel(id: string, reason?: string): Promise<CancelResult>
+  /** Approves a limit escalation: raises the limits and carries the same thread on. */
+  approve(id: string, options?: ApproveOptions): Promise<ThreadHandle>
+  /** Denies a suspended thread: it ends `cancelled` with its partial result. */
+  deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome>
+  /** Carries on a thread suspended for a reason other than a limit (an error that outlasted its retries). */
+  resume(id: string, options?: { by?: string }): Promise<ThreadHandle>
+  /** Acts on cancel and approval-response files now (the runtime also polls for them). */
+  checkRequests(options?: { sweep?: boolean }): Promise<RequestsReport>
+  /**
+   * Waits for threads to settle (following continuations), from completion events. With
+   * `failFast` it ends at the first failure; with `cancelSiblingsOnFailure` the others are then
+   * cancelled, each naming the one that failed.
+   */
+  waitThreads(ids: string[], options?: WaitOptions): Promise<WaitReport>
+  /** The continuation chain `id` belongs to, oldest first. */
+  chain(id: string): ThreadRecord[]
+  /** Listens for one lifecycle event type (or '*' for all); returns the unsubscribe function. */
+  on<T extends LifecycleEventType | '*'>(type: T, listener: (event: T extends '*' ? LifecycleEvent : Extract<LifecycleEvent, { type: T }>) => void): () => void
+  /**
+   * Ends an orphan — a created or running thread no live process holds — without running it:
+   * `error` (ORPHAN_MARKED) or `cancelled`. Takes its lease first; a thread a live process holds is refused.
+   */
+  settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason?: string): Promise<ThreadOutcome>
+  /** The merged configuration this runtime runs with. */
+  readonly config: Config
+  /** Stops every live thread where it is (its checkpoint stays) and closes the stores. */
+  close(): Promise<void>
+}
+
+/** A recovery report with nothing in it yet. */
+export function emptyRecoveryReport(): RecoveryReport {
+  return { resumed: [], settled: [], rebuilt: [], failed: [], elsewhere: [], restored: [], quarantined: [] }
+}

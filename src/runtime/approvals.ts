@@ -1,0 +1,148 @@
+/**
+ * Approvals: the suspended threads this runtime watches for requests, and the approval requests
+ * and decisions it writes for them — a request once the suspension it describes is durable, a
+ * decision once the thread was woken by one.
+ */
+import fs from 'node:fs'
+import path from 'node:path'
+import type { Clock } from '../base/clock.js'
+import type { ThreadContext } from '../../machines/thread.machine.js'
+import { writeFileAtomicSync } from '../../persistence/atomicFile.js'
+import type { GroupCommit } from '../../persistence/groupCommit.js'
+import { assertRealDirectories, dataPaths } from '../../persistence/paths.js'
+import type { Durability } from '../../persistence/types.js'
+import { escalationMessage } from '../policies/escalation.js'
+import type { ApprovalRequest } from '../requests.js'
+import { approvalFiles } from '../requests.js'
+import type { Lifecycle, Reporter } from './events.js'
+
+export interface ApprovalsDeps {
+  dir: string
+  durability: Durability
+  memory: boolean
+  commit: Pick<GroupCommit, 'whenDurable'>
+  clock: Clock
+  bus: Reporter
+  life: Lifecycle
+}
+
+export class Approvals {
+  /** Suspended threads this runtime watches for requests: id → pending approval request id. */
+  private readonly suspended = new Map<string, string | null>()
+
+  constructor(private readonly deps: ApprovalsDeps) {}
+
+  get size(): number {
+    return this.suspended.size
+  }
+
+  isWatched(id: string): boolean {
+    return this.suspended.has(id)
+  }
+
+  /** The open approval request of watched thread `id` (null: none, or it is not watched). */
+  requestOf(id: string): string | null {
+    return this.suspended.get(id) ?? null
+  }
+
+  ids(): IterableIterator<string> {
+    return this.suspended.keys()
+  }
+
+  entries(): IterableIterator<[string, string | null]> {
+    return this.suspended.entries()
+  }
+
+  unwatch(id: string): void {
+    this.suspended.delete(id)
+  }
+
+  /**
+   * Thread `id` suspended (here, or found suspended on disk): watched for requests from now on,
+   * and its approval request written once the suspension is durable.
+   */
+  suspendedNow(id: string, context: ThreadContext): void {
+    this.suspended.set(id, context.limitHit?.requestId ?? null)
+    if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
+      const request = this.approvalRequest(id, context)
+      // Write-ahead: the request goes out once the suspension it describes is durable.
+      this.deps.commit.whenDurable().then(
+        () => this.writeRequest(id, request),
+        () => {},
+      )
+    }
+  }
+
+  /** A suspended thread on disk, watched here for request files from now on. */
+  watch(id: string, context: ThreadContext): void {
+    this.suspended.set(id, context.limitHit?.requestId ?? null)
+    this.ensureRequest(id, context)
+  }
+
+  private approvalRequest(id: string, context: ThreadContext): ApprovalRequest {
+    const { dir, memory, clock } = this.deps
+    const hit = context.limitHit!
+    const cost = { ...context.usage }
+    const files = memory ? null : approvalFiles(dataPaths(dir), id, hit.requestId!)
+    return {
+      id: hit.requestId!,
+      threadId: id,
+      directive: context.directive.name,
+      kind: 'limit_escalation',
+      limit: hit.limit,
+      used: hit.used,
+      max: hit.max,
+      proposed: hit.proposed,
+      cost,
+      message: escalationMessage(context.directive.name, hit, cost),
+      // When the thread suspended (its last input's time), also for a request written after a
+      // restart: the stated timeout runs from the request, not from the process that wrote it.
+      createdAt: new Date(context.lastAt ?? clock.now()).toISOString(),
+      timeoutSeconds: context.policy.escalation.requestTimeoutSeconds,
+      respond: {
+        file: files ? path.relative(dir, files.response) : '(memory store: use rt.approve / rt.deny)',
+        approve: { approved: true, ...(hit.proposed !== null ? { limits: { [hit.limit]: hit.proposed } } : {}), message: 'optional note' },
+        deny: { approved: false, message: 'why' },
+      },
+    }
+  }
+
+  /**
+   * Writes a suspended thread's missing approval request (a process killed between a suspension
+   * and its request file). Looks for the files first: building a request costs more than that,
+   * and opening a directory of 10,000 suspended threads does this for each.
+   */
+  private ensureRequest(id: string, context: ThreadContext): void {
+    const requestId = context.limitHit?.requestId
+    if (context.suspendReason !== 'limit' || !requestId || this.deps.memory) return
+    const files = approvalFiles(dataPaths(this.deps.dir), id, requestId)
+    if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
+    this.writeRequest(id, this.approvalRequest(id, context))
+  }
+
+  private writeRequest(id: string, request: ApprovalRequest): void {
+    if (this.deps.memory || this.deps.life.closed) return
+    try {
+      const files = approvalFiles(dataPaths(this.deps.dir), id, request.id)
+      if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
+      // Not mkdir -p: it would follow a linked thread folder and make the folder wherever it points.
+      const root = dataPaths(this.deps.dir).root
+      assertRealDirectories(root, files.dir, { create: true })
+      writeFileAtomicSync(files.request, `${JSON.stringify(request, null, 2)}\n`, { fsync: this.deps.durability === 'fsync', under: root })
+    } catch (error) {
+      this.deps.bus.report(error, id)
+    }
+  }
+
+  /** Records how a request was decided, next to it. */
+  writeDecision(id: string, requestId: string | null, decision: Record<string, unknown>): void {
+    if (this.deps.memory || requestId === null) return
+    try {
+      const files = approvalFiles(dataPaths(this.deps.dir), id, requestId)
+      if (!fs.existsSync(files.dir)) return
+      writeFileAtomicSync(files.decision, `${JSON.stringify(decision, null, 2)}\n`, { fsync: this.deps.durability === 'fsync', under: dataPaths(this.deps.dir).root })
+    } catch (error) {
+      this.deps.bus.report(error, id)
+    }
+  }
+}

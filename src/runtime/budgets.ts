@@ -1,0 +1,209 @@
+/**
+ * Budgets across a thread tree, kept in the ledger: a root's account opens with its spend and
+ * token limits, a child's budget is reserved from its parent's remainder, usage is recorded as
+ * replies arrive, and a thread's reservation returns to its parent when it ends. A continuation
+ * spends from its chain's first account.
+ */
+import type { Clock } from '../base/clock.js'
+import type { Config } from '../../config/schema.js'
+import type { Limits, ThreadContext } from '../../machines/thread.machine.js'
+import type { BudgetAmounts, LeaseStore, Ledger, Registry } from '../../persistence/types.js'
+import type { Reporter } from './events.js'
+import type { Leases } from './leases.js'
+import type { ThreadTable } from './threadTable.js'
+
+export interface BudgetDeps {
+  ledger: Ledger
+  registry: Registry
+  table: ThreadTable
+  leases: Pick<Leases, 'isStale'>
+  leaseStore: Pick<LeaseStore, 'get'>
+  clock: Clock
+  config: Config
+  bus: Reporter
+}
+
+export type BudgetHit = { amount: 'spend' | 'tokens'; used: number; max: number }
+
+export class Budgets {
+  /** Ledger keys known to have (or not have) an account: most threads never touch the ledger. */
+  private readonly accountKnown = new Map<string, boolean>()
+  /** Turns whose usage the ledger has, per thread: usage changes only with a reply. */
+  private readonly recordedTurns = new Map<string, number>()
+  /** Thread id → the ledger account it spends from: the first thread of its continuation chain. */
+  private readonly keys = new Map<string, string>()
+
+  constructor(private readonly deps: BudgetDeps) {}
+
+  /** The ledger account thread `id` spends from: its continuation chain's first thread. */
+  keyOf(id: string, continuation = true): string {
+    const cached = this.keys.get(id)
+    if (cached) return cached
+    let key = id
+    try {
+      // Most threads have their own account; only a continuation looks up its chain.
+      if (continuation && !this.hasAccount(id)) key = this.deps.registry.chain(id)[0]?.id ?? id
+    } catch (error) {
+      this.deps.bus.report(error, id)
+    }
+    this.keys.set(id, key)
+    return key
+  }
+
+  /** A successor spends from the same account as the thread it continues. */
+  continueAccount(nextId: string, fromId: string): void {
+    this.keys.set(nextId, this.keyOf(fromId))
+  }
+
+  private hasAccount(key: string): boolean {
+    let known = this.accountKnown.get(key)
+    if (known === undefined) {
+      known = this.deps.ledger.get(key) !== null
+      this.accountKnown.set(key, known)
+    }
+    return known
+  }
+
+  /**
+   * Opens a root's account, or reserves a child's budget from its parent's remainder: the child's
+   * own spend and token limits when it names them, else `children.budgetShare` of what the parent
+   * has left. Returns the limits the thread runs under (a child's are its reservation).
+   */
+  reserve(id: string, parentId: string | null, limits: Limits, explicit: { spend: boolean; tokens: boolean }): Limits {
+    const { ledger, clock, table } = this.deps
+    const at = clock.now()
+    if (parentId === null) {
+      // An unlimited root needs no account until it has children (they open it then).
+      if (limits.spend !== null || limits.tokens !== null) {
+        ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
+        this.accountKnown.set(id, true)
+      } else this.accountKnown.set(id, false)
+      return limits
+    }
+    const parentKey = this.keyOf(parentId)
+    let parent = ledger.get(parentKey)
+    if (!parent) {
+      // A parent from before the ledger (or whose account was lost): its limits open one now.
+      const ctx = table.contextOf(parentId)
+      parent = ledger.openRoot(parentKey, { spend: ctx?.limits.spend ?? null, tokens: ctx?.limits.tokens ?? null }, at)
+      this.accountKnown.set(parentKey, true)
+    }
+    const share = this.deps.config.children.budgetShare
+    const ask = (key: 'spend' | 'tokens'): number | null => {
+      if (explicit[key]) return limits[key]
+      const available = parent!.available[key]
+      if (available === null) return limits[key]
+      const part = available * share
+      return key === 'tokens' ? Math.floor(part) : part
+    }
+    const account = ledger.reserve(id, parentKey, { spend: ask('spend'), tokens: ask('tokens') }, at)
+    this.keys.set(id, id)
+    this.accountKnown.set(id, true)
+    return { ...limits, spend: account.limit.spend, tokens: account.limit.tokens }
+  }
+
+  /**
+   * Returns to their parents the budgets of spawns that never returned: a process killed between
+   * a child's reservation (write-ahead) and its registry row left an account no thread will ever
+   * release. An account still being spawned by a live process (its lease is live) is left alone.
+   */
+  dropUnborn(): void {
+    const { ledger, registry, table, leases } = this.deps
+    try {
+      const now = Date.now()
+      for (const id of ledger.untouched()) {
+        if (table.has(id) || registry.get(id)) continue
+        const lease = this.deps.leaseStore.get(id)
+        if (lease && !leases.isStale(lease, now)) continue
+        if (ledger.dropUnborn(id)) this.accountKnown.delete(id)
+      }
+    } catch (error) {
+      this.deps.bus.report(error)
+    }
+  }
+
+  /** Raises the ledger account with new spend or token limits; `onRefusal` runs before a refusal is thrown. */
+  raise(id: string, limits: Partial<Limits>, onRefusal?: () => void): void {
+    const raise: Partial<BudgetAmounts> = {}
+    if (limits.spend !== undefined) raise.spend = limits.spend
+    if (limits.tokens !== undefined) raise.tokens = limits.tokens
+    if (Object.keys(raise).length === 0) return
+    try {
+      if (this.hasAccount(this.keyOf(id))) this.deps.ledger.raise(this.keyOf(id), raise, this.deps.clock.now())
+    } catch (error) {
+      onRefusal?.()
+      throw error
+    }
+  }
+
+  /** The thread ended: its outstanding reservation returns to its parent. */
+  release(id: string, continuation = true): void {
+    this.recordedTurns.delete(id)
+    try {
+      const key = this.keyOf(id, continuation)
+      if (this.hasAccount(key)) this.deps.ledger.release(key, this.deps.clock.now())
+    } catch (error) {
+      this.deps.bus.report(error, id)
+    }
+  }
+
+  /**
+   * Brings the ledger up to the thread's recorded usage. The delta is computed from the ledger
+   * itself, so running it twice (or after a crash between the transcript and the ledger) counts
+   * nothing twice and loses nothing.
+   */
+  recordUsage(id: string, usage: ThreadContext['usage'], continuation = true): void {
+    if (this.recordedTurns.get(id) === usage.turns) return
+    // Nothing spent yet (a thread recovered before its first reply): nothing the ledger could lack,
+    // and no need to look its account up.
+    if (usage.spend === 0 && usage.inputTokens === 0 && usage.outputTokens === 0) return
+    try {
+      const key = this.keyOf(id, continuation)
+      if (!this.hasAccount(key)) return
+      this.recordedTurns.set(id, usage.turns)
+      const account = this.deps.ledger.get(key)
+      if (!account) return
+      const spend = usage.spend - account.ownSpent.spend
+      const tokens = usage.inputTokens + usage.outputTokens - account.ownSpent.tokens
+      if (spend > 1e-12 || tokens > 0) this.deps.ledger.record(key, { spend: Math.max(0, spend), tokens: Math.max(0, tokens) }, this.deps.clock.now())
+    } catch (error) {
+      this.deps.bus.report(error, id)
+    }
+  }
+
+  /** The tree's budget, checked before each model call: a thread whose share is gone suspends. */
+  exhausted(id: string): BudgetHit | null {
+    let account
+    try {
+      const key = this.keyOf(id)
+      if (!this.hasAccount(key)) return null
+      account = this.deps.ledger.get(key)
+    } catch (error) {
+      this.deps.bus.report(error, id)
+      return null
+    }
+    if (!account) return null
+    for (const amount of ['spend', 'tokens'] as const) {
+      const max = account.limit[amount]
+      const available = account.available[amount]
+      if (max !== null && available !== null && available <= 1e-9) {
+        return { amount, used: account.spent[amount] + account.reserved[amount], max }
+      }
+    }
+    return null
+  }
+
+  /**
+   * Forgets the ledger caches of a thread that is no longer live here (rebuilt from the stores if
+   * it is loaded again), and the account key it spent from when that is another thread's — a
+   * continuation's chain head, stopped before it — so a host running for months holds nothing for
+   * threads that ended.
+   */
+  forget(id: string): void {
+    const key = this.keys.get(id)
+    this.keys.delete(id)
+    this.accountKnown.delete(id)
+    this.recordedTurns.delete(id)
+    if (key !== undefined && key !== id && !this.deps.table.has(key)) this.accountKnown.delete(key)
+  }
+}

@@ -1,0 +1,481 @@
+/**
+ * The composition root: opens the stores, builds the runtime's parts and wires the ports between
+ * them — the only place that knows them all — then recovers, starts the parts' timers, and hands
+ * host code the `Runtime` facade. `close()` stops the parts in reverse.
+ */
+import { systemClock } from '../base/clock.js'
+import { SpindleError } from '../base/errors.js'
+import { assertThreadId } from '../base/ids.js'
+import type { ModelAdapter } from '../../actors/model.js'
+import type { ThreadEffects } from '../../actors/threadEffects.js'
+import { createThreadEffects } from '../../actors/threadEffects.js'
+import type { Config } from '../../config/schema.js'
+import { outcomeOf } from '../../machines/thread.machine.js'
+import type { ThreadContext, ThreadOutcome } from '../../machines/thread.machine.js'
+import { FAILED_ROUND_BACKOFF_MAX_MS, GroupCommit } from '../../persistence/groupCommit.js'
+import type { CommitStats } from '../../persistence/groupCommit.js'
+import { checkpointsFailing, isStorageFailure } from '../../persistence/storageFailure.js'
+import type { Durability, StateEnvelope, ThreadRecord, ThreadStatus } from '../../persistence/types.js'
+import { childTools } from '../childTools.js'
+import type { ThreadHandle } from '../liveThread.js'
+import { viewOf } from '../liveThread.js'
+import { isActive } from '../threadStatus.js'
+import type { WaitOptions, WaitReport } from '../waits.js'
+import type {
+  ApproveOptions,
+  CancelResult,
+  LifecycleEventType,
+  RecoveryReport,
+  RequestsReport,
+  Runtime,
+  RuntimeOptions,
+  SpawnOptions,
+} from './api.js'
+import { Approvals } from './approvals.js'
+import { Budgets } from './budgets.js'
+import { CrashLoopGuard } from './crashLoop.js'
+import { Decisions } from './decisions.js'
+import { createEffectHost } from './effectHost.js'
+import { EventBus, Lifecycle } from './events.js'
+import { Family } from './family.js'
+import { InboxPoller } from './inboxPoller.js'
+import { registerIntrospection } from './introspect.js'
+import { Leases } from './leases.js'
+import { ThreadLoader } from './loadThread.js'
+import { ModelGate } from './modelGate.js'
+import { openStores } from './openStores.js'
+import type { Stores } from './openStores.js'
+import { Parking } from './parking.js'
+import { PolicyDesk } from './policyDesk.js'
+import { Reactions } from './reactions.js'
+import { Recovery } from './recovery.js'
+import { resolveSettings, toolTable } from './settings.js'
+import { Spawner, validateSpawn } from './spawner.js'
+import { StoredThread, storedOutcome } from './storedThread.js'
+import { Supervisor } from './supervisor.js'
+import { TaskRecovery } from './taskRecovery.js'
+import { ThreadStarter } from './threadStarter.js'
+import { ThreadTable } from './threadTable.js'
+import { Waiting } from './waiting.js'
+
+function validateOptions(options: RuntimeOptions): Durability {
+  if (!options || typeof options.dir !== 'string' || options.dir === '') {
+    throw new SpindleError('INVALID_OPTIONS', 'createRuntime needs `dir`, the data directory (e.g. ".spindle").', {
+      details: { field: 'dir' },
+    })
+  }
+  if (!options.model || typeof (options.model as ModelAdapter).generate !== 'function') {
+    throw new SpindleError('INVALID_OPTIONS', 'createRuntime needs `model`, a model adapter such as scriptedModel(script).', {
+      details: { field: 'model' },
+    })
+  }
+  const durability: Durability = options.durability ?? 'fsync'
+  if (durability !== 'fsync' && durability !== 'process') {
+    throw new SpindleError('INVALID_OPTIONS', `durability must be 'fsync' or 'process' (got ${JSON.stringify(durability)}).`, {
+      details: { field: 'durability' },
+    })
+  }
+  return durability
+}
+
+/**
+ * Opens a runtime on a data directory and, unless `recover: false`, carries on every thread that
+ * was created or running when the last process stopped.
+ *
+ * @example
+ * const rt = await createRuntime({ dir: '.spindle', model: scriptedModel(script), tools: [lookup] })
+ * const thread = await rt.spawn({ directive: { name: 'research', prompt: 'Find X' }, limits: { turns: 20 } })
+ * const outcome = await thread.done
+ */
+export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
+  const durability = validateOptions(options)
+  const bus = new EventBus(options.onLifecycle, options.onProblem)
+  // Stores report through ports bound to parts built below: called only once the runtime runs.
+  let parts: Parts | undefined
+  const stores = openStores(
+    { dir: options.dir, durability, ...(options.store ? { store: options.store } : {}) },
+    {
+      problem: (error, threadId) => bus.report(error, threadId),
+      folderInvalid: (threadId, error) => parts?.reactions.folderInvalid(threadId, error),
+    },
+  )
+  try {
+    parts = buildParts(options, durability, stores, bus)
+  } catch (error) {
+    stores.close()
+    throw error
+  }
+  const runtime = new SpindleRuntime(parts)
+  registerIntrospection(runtime, parts)
+  if (options.recover !== false) {
+    // Before any recovered thread can re-run the spawn_thread call that made one of them.
+    parts.budgets.dropUnborn()
+    await parts.recovery.recover()
+    // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
+    parts.leases.dropUnborn()
+  }
+  await parts.inbox.check({ sweep: true })
+  parts.inbox.start()
+  parts.leases.start()
+  parts.taskRecovery.resumePending()
+  parts.life.opened = true
+  parts.supervisor.ready()
+  bus.emit({ type: 'runtime_ready', at: parts.clock.now(), recovery: parts.recovery.last })
+  return runtime
+}
+
+/** Every part of a runtime, as the composition root wired them. */
+export interface Parts {
+  dir: string
+  durability: Durability
+  config: Config
+  clock: ReturnType<typeof clockOf>
+  bus: EventBus
+  life: Lifecycle
+  stores: Stores
+  commit: GroupCommit
+  table: ThreadTable
+  effects: ThreadEffects
+  leases: Leases
+  budgets: Budgets
+  family: Family
+  parking: Parking
+  supervisor: Supervisor
+  waiting: Waiting
+  policies: PolicyDesk
+  crashLoop: CrashLoopGuard
+  starter: ThreadStarter
+  spawner: Spawner
+  gate: ModelGate
+  taskRecovery: TaskRecovery
+  approvals: Approvals
+  reactions: Reactions
+  loader: ThreadLoader
+  recovery: Recovery
+  decisions: Decisions
+  inbox: InboxPoller
+}
+
+function clockOf(options: RuntimeOptions) {
+  return options.clock ?? systemClock
+}
+
+function buildParts(options: RuntimeOptions, durability: Durability, stores: Stores, bus: EventBus): Parts {
+  const dir = stores.root
+  const memory = stores.memory
+  const clock = clockOf(options)
+  const life = new Lifecycle()
+  const { config, hooks } = resolveSettings(options, dir, bus)
+  const { transcripts, checkpoints, registry } = stores
+  const crashLoop = new CrashLoopGuard(registry, config.supervision.maxRecoveries, (error, threadId) => bus.report(error, threadId), {
+    ms: config.supervision.aloneMs,
+    clock,
+  })
+  const commit = new GroupCommit(
+    { transcripts, checkpoints, registry },
+    (threadId, error) => bus.report(error, threadId),
+    (error) => bus.report(isStorageFailure(error) ? checkpointsFailing(dir, error, FAILED_ROUND_BACKOFF_MAX_MS) : error),
+    // Until this process has held a lease, what it publishes (registry rows of settled threads
+    // it found) is no thread's that another process runs.
+    () => (leases.held ? leases.fenced() : null),
+    (threadId) => leases.tokenOf(threadId),
+  )
+  const table: ThreadTable = new ThreadTable(checkpoints, () => ({
+    effects,
+    transcripts,
+    checkpoints,
+    commit,
+    now: () => clock.now(),
+    report: (error, threadId) => bus.report(error, threadId),
+    observe: (live, snapshot, previous) => reactions.observe(live, snapshot, previous),
+    fenced: () => leases.fenced(),
+    // Forgetting the thread gave its lease up if it was still this process's: then it is an
+    // orphan now (the lines ahead are a stopped process's), taken over on the next turn.
+    writtenAhead: () => {
+      setImmediate(() => leases.takeOrphans(Date.now()))
+    },
+    storageFailed: (thread, error) => parking.storageFailed(thread, error),
+    ...(options.inspect ? { inspect: options.inspect } : {}),
+  }))
+  const leases: Leases = new Leases({
+    store: stores.leases,
+    registry,
+    table,
+    config,
+    bus,
+    life,
+    shared: !memory,
+    takeOver: () => recovery.recover(),
+  })
+  const budgets = new Budgets({ ledger: stores.ledger, registry, table, leases, leaseStore: stores.leases, clock, config, bus })
+  const family = new Family(registry)
+  const parking: Parking = new Parking({ table, clock, bus, life, hasChildrenToSettle: (id) => family.hasChildrenToSettle(id) })
+  const supervisor = new Supervisor({ table, clock, config, bus, inspect: options.inspect, stop: (id, reason, by) => decisions.cancelAs(id, reason, by) })
+  const waiting: Waiting = new Waiting({
+    dir,
+    table,
+    registry,
+    leaseStore: stores.leases,
+    ownerId: leases.owner.id,
+    clock,
+    config,
+    bus,
+    life,
+    cancel: (id, reason, by) => decisions.cancelAs(id, reason, by),
+  })
+  const policies = new PolicyDesk({ hooks, table, registry, budgets, clock, config, bus, cancel: (thread, reason, by) => parking.cancel(thread, reason, by) })
+  const starter = new ThreadStarter({ table, transcripts, commit, leases, policies, supervisor, clock })
+  const builtin =
+    options.builtinTools === false
+      ? []
+      : childTools({
+          spawnChild: (parentId, key, spec) => spawner.spawnChild(parentId, key, spec),
+          // A wait that cannot be recorded for want of storage parks its caller, as spawn_thread does.
+          waitThreads: async (parentId, ids, waitOptions) => {
+            try {
+              return await waiting.childWait(parentId, ids, waitOptions)
+            } catch (error) {
+              parking.parkForStorage(parentId, error)
+              throw error
+            }
+          },
+        })
+  const tools = toolTable(builtin, options.tools ?? [])
+  const spawner: Spawner = new Spawner({ dir, config, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
+  const gate = new ModelGate({ model: options.model, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
+  const taskRecovery = new TaskRecovery({ dir, durability, memory, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
+  const approvals = new Approvals({ dir, durability, memory, commit, clock, bus, life })
+  const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
+  const loader = new ThreadLoader({ dir, memory, checkpoints, transcripts, bus })
+  const recovery: Recovery = new Recovery({
+    dir,
+    memory,
+    table,
+    registry,
+    checkpoints,
+    transcripts,
+    commit,
+    leases,
+    budgets,
+    loader,
+    crashLoop,
+    approvals,
+    supervisor,
+    waiting,
+    clock,
+    bus,
+    life,
+  })
+  const decisions: Decisions = new Decisions({
+    dir,
+    memory,
+    table,
+    registry,
+    transcripts,
+    commit,
+    leases,
+    loader,
+    approvals,
+    budgets,
+    family,
+    parking,
+    crashLoop,
+    supervisor,
+    waiting,
+    clock,
+    bus,
+    life,
+  })
+  const inbox = new InboxPoller({
+    dir,
+    memory,
+    table,
+    registry,
+    approvals,
+    decisions,
+    takeNoCancelFile: () => recovery.takeNoCancelFile(),
+    clock,
+    config,
+    bus,
+    life,
+  })
+  const effects: ThreadEffects = createThreadEffects(
+    createEffectHost({ clock, model: options.model, tools, config, table, commit, crashLoop, policies, gate, decisions, parking, reactions, supervisor, bus }),
+  )
+  // What each part keeps for a live thread goes when the thread stops here.
+  table.onForget((id, current) => {
+    if (current) {
+      supervisor.forget(id)
+      leases.release(id)
+      budgets.forget(id)
+      crashLoop.stopped(id)
+      parking.forget(id)
+    }
+    policies.forget(id)
+  })
+  return {
+    dir,
+    durability,
+    config,
+    clock,
+    bus,
+    life,
+    stores,
+    commit,
+    table,
+    effects,
+    leases,
+    budgets,
+    family,
+    parking,
+    supervisor,
+    waiting,
+    policies,
+    crashLoop,
+    starter,
+    spawner,
+    gate,
+    taskRecovery,
+    approvals,
+    reactions,
+    loader,
+    recovery,
+    decisions,
+    inbox,
+  }
+}
+
+/** The runtime host code holds: each call checked, then handed to the part that does it. */
+class SpindleRuntime implements Runtime {
+  constructor(private readonly parts: Parts) {}
+
+  get dir(): string {
+    return this.parts.dir
+  }
+
+  get durability(): Durability {
+    return this.parts.durability
+  }
+
+  get config(): Config {
+    return this.parts.config
+  }
+
+  get lastRecovery(): RecoveryReport {
+    return this.parts.recovery.last
+  }
+
+  async spawn(options: SpawnOptions): Promise<ThreadHandle> {
+    this.parts.life.assertOpen()
+    validateSpawn(options)
+    return this.parts.spawner.spawn(options)
+  }
+
+  get(id: string): ThreadHandle {
+    const { table, stores, dir, bus } = this.parts
+    assertThreadId(id)
+    const live = table.get(id)
+    if (live) return live
+    const record = stores.registry.get(id)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dir}. List threads with rt.list() or \`spindle ls\`.`, {
+        details: { threadId: id },
+      })
+    }
+    let envelope: StateEnvelope | null = null
+    try {
+      envelope = stores.checkpoints.load(id)
+    } catch (error) {
+      bus.report(error, id)
+    }
+    const context = (envelope?.snapshot as { context?: ThreadContext } | undefined)?.context
+    const value = (envelope?.snapshot as { value?: unknown } | undefined)?.value
+    const view = context && value !== undefined ? viewOf(id, { value: value as never, context }) : null
+    const stopped = !isActive(record.status)
+    let outcome: ThreadOutcome | null = null
+    if (stopped && context) outcome = outcomeOf(record.status as ThreadOutcome['status'], context)
+    else if (stopped) outcome = storedOutcome(record, null)
+    return new StoredThread(id, record.status, view, outcome)
+  }
+
+  list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[] {
+    this.parts.life.assertOpen()
+    return this.parts.stores.registry.list(filter)
+  }
+
+  active(): ThreadHandle[] {
+    return this.parts.table.threads()
+  }
+
+  stats(): CommitStats & { live: number } {
+    return { ...this.parts.commit.stats, live: this.parts.table.size }
+  }
+
+  recover(): Promise<RecoveryReport> {
+    return this.parts.recovery.recover()
+  }
+
+  cancel(id: string, reason?: string): Promise<CancelResult> {
+    return this.parts.decisions.cancel(id, reason)
+  }
+
+  approve(id: string, options?: ApproveOptions): Promise<ThreadHandle> {
+    return this.parts.decisions.approve(id, options)
+  }
+
+  deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome> {
+    return this.parts.decisions.deny(id, reason, options)
+  }
+
+  resume(id: string, options?: { by?: string }): Promise<ThreadHandle> {
+    return this.parts.decisions.resume(id, options)
+  }
+
+  settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason?: string): Promise<ThreadOutcome> {
+    return this.parts.decisions.settleOrphan(id, action, reason)
+  }
+
+  checkRequests(options?: { sweep?: boolean }): Promise<RequestsReport> {
+    return this.parts.inbox.check(options)
+  }
+
+  waitThreads(ids: string[], options: WaitOptions = {}): Promise<WaitReport> {
+    return this.parts.waiting.waitFor(ids, options)
+  }
+
+  chain(id: string): ThreadRecord[] {
+    this.parts.life.assertOpen()
+    assertThreadId(id)
+    const chain = this.parts.stores.registry.chain(id)
+    if (chain.length === 0) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.parts.dir}.`, { details: { threadId: id } })
+    return chain
+  }
+
+  on<T extends LifecycleEventType | '*'>(type: T, listener: (event: any) => void): () => void {
+    return this.parts.bus.on(type, listener)
+  }
+
+  /** Stops the parts in reverse: timers first, then every live thread where it stands, then the stores. */
+  async close(): Promise<void> {
+    const { life, inbox, leases, taskRecovery, parking, waiting, supervisor, crashLoop, table, commit, stores } = this.parts
+    if (life.closed) return
+    life.closed = true
+    const polled = inbox.close()
+    leases.close()
+    taskRecovery.close()
+    parking.close()
+    waiting.close()
+    supervisor.close()
+    await polled
+    const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
+    crashLoop.close(table.ids())
+    for (const thread of table.threads()) thread.detach(reason)
+    // Detaching aborted every wait; none of them may outlive the runtime in its graph.
+    waiting.endWaits()
+    try {
+      await commit.close()
+    } finally {
+      stores.close()
+    }
+  }
+}

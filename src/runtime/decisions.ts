@@ -1,0 +1,360 @@
+/**
+ * Decisions on threads: approve, deny, resume and cancel — each wakes a suspended thread (loaded
+ * from its checkpoint into a live actor) or reaches a live one with an event, recorded before it
+ * acts — and settling an orphan without running it. Also the cancel cascade to a thread's children.
+ */
+import type { Clock } from '../base/clock.js'
+import { SpindleError, isSpindleError, midSentence } from '../base/errors.js'
+import { assertThreadId } from '../base/ids.js'
+import { LimitsSchema } from '../../config/schema.js'
+import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome } from '../../machines/thread.machine.js'
+import { exceeded, threadMachine } from '../../machines/thread.machine.js'
+import type { GroupCommit } from '../../persistence/groupCommit.js'
+import type { Registry, TranscriptStore } from '../../persistence/types.js'
+import type { LiveThread, ThreadHandle } from '../liveThread.js'
+import { proposeLimit } from '../policies/escalation.js'
+import { requestCancel } from '../requests.js'
+import { isActive, statusOfValue } from '../threadStatus.js'
+import type { ApproveOptions, CancelResult } from './api.js'
+import type { Approvals } from './approvals.js'
+import type { Budgets } from './budgets.js'
+import type { CrashLoopGuard } from './crashLoop.js'
+import type { Lifecycle, Reporter } from './events.js'
+import type { Family } from './family.js'
+import type { Leases } from './leases.js'
+import { intentsOf } from './loadThread.js'
+import type { ThreadLoader } from './loadThread.js'
+import type { Parking } from './parking.js'
+import type { Supervisor } from './supervisor.js'
+import type { ThreadTable } from './threadTable.js'
+import type { Waiting } from './waiting.js'
+
+/**
+ * A reason, message or `by` given to a decision: recorded in the transcript, so it must be text of
+ * a sensible length.
+ */
+export function assertText(value: unknown, field: string): void {
+  if (value === undefined) return
+  if (typeof value !== 'string' || value.length > 10_000) {
+    throw new SpindleError('INVALID_OPTIONS', `${field} must be a string of at most 10,000 characters (got ${typeof value === 'string' ? `${value.length} characters` : typeof value}).`, {
+      details: { field },
+    })
+  }
+}
+
+export interface DecisionsDeps {
+  dir: string
+  memory: boolean
+  table: ThreadTable
+  registry: Registry
+  transcripts: Pick<TranscriptStore, 'close'>
+  commit: Pick<GroupCommit, 'whenLogged'>
+  leases: Pick<Leases, 'take' | 'release'>
+  loader: ThreadLoader
+  approvals: Pick<Approvals, 'unwatch' | 'writeDecision'>
+  budgets: Pick<Budgets, 'raise'>
+  family: Pick<Family, 'openChildren' | 'spawnsSettled'>
+  parking: Pick<Parking, 'cancel'>
+  crashLoop: Pick<CrashLoopGuard, 'reset'>
+  supervisor: Pick<Supervisor, 'supervise'>
+  waiting: Pick<Waiting, 'wake' | 'settled'>
+  clock: Clock
+  bus: Reporter
+  life: Lifecycle
+}
+
+type Suspended = { snapshot: unknown; context: ThreadContext; intents: string[] }
+
+export class Decisions {
+  constructor(private readonly deps: DecisionsDeps) {}
+
+  /** A suspended thread's stored state, read (not yet loaded) so that a request can be checked first. */
+  private async readSuspended(id: string): Promise<Suspended> {
+    const { table, registry, dir } = this.deps
+    this.deps.life.assertOpen()
+    assertThreadId(id)
+    const live = table.get(id)
+    if (live && !live.stopped) {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${live.status}, not suspended.`, { details: { threadId: id, status: live.status } })
+    }
+    // A thread that just suspended here is live until its checkpoint is durable.
+    if (live) await live.done.catch(() => {})
+    const record = registry.get(id)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dir}. List threads with rt.list() or \`spindle ls\`.`, {
+        details: { threadId: id },
+      })
+    }
+    if (table.has(id)) {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} was just loaded by another request.`, { details: { threadId: id } })
+    }
+    const restored = this.deps.loader.load(id, record.status)
+    const status = statusOfValue((restored.snapshot as { value: never }).value)
+    if (status !== 'suspended') {
+      this.deps.transcripts.close(id)
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${status}, not suspended.`, { details: { threadId: id, status } })
+    }
+    return {
+      snapshot: restored.snapshot,
+      context: (restored.snapshot as { context: ThreadContext }).context,
+      intents: intentsOf(restored.tail),
+    }
+  }
+
+  /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
+  private wake(id: string, stored: { snapshot: unknown; intents: string[] }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+    const { table, registry } = this.deps
+    try {
+      this.deps.leases.take(id)
+    } catch (error) {
+      this.deps.transcripts.close(id)
+      throw error
+    }
+    this.deps.approvals.unwatch(id)
+    const thread = table.adopt(id, { intents: stored.intents })
+    thread.start(threadMachine, { snapshot: stored.snapshot })
+    this.deps.supervisor.supervise(id, registry.get(id)?.parentId ?? null)
+    this.deps.waiting.wake(id)
+    if (note) thread.note(note[0], note[1])
+    if (!thread.deliver(event)) {
+      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} did not accept ${event.type}.`, { details: { threadId: id } })
+    }
+    return thread
+  }
+
+  async approve(id: string, options: ApproveOptions = {}): Promise<ThreadHandle> {
+    const { clock } = this.deps
+    assertText(options.by, 'by')
+    assertText(options.message, 'message')
+    const stored = await this.readSuspended(id)
+    const { context } = stored
+    if (context.suspendReason === 'budget' && context.budgetHit) {
+      if (context.budgetHit.amount === 'spend' || context.budgetHit.amount === 'tokens') return this.approveBudget(id, stored, options)
+      // A governance budget (wall time, retries): approving carries the thread on; the next time
+      // the budget is exceeded the next step of the degrade policy applies.
+      const by = options.by ?? 'api'
+      const at = clock.now()
+      return this.wake(id, stored, ['approval_decided', { at, requestId: null, decision: 'approved', by, governance: context.budgetHit }], {
+        type: 'RESUME',
+        at,
+        decision: 'approved',
+        by,
+      })
+    }
+    const hit = context.limitHit
+    if (context.suspendReason !== 'limit' || !hit) {
+      throw new SpindleError(
+        'THREAD_NOT_SUSPENDED',
+        `Thread ${id} is suspended for ${context.suspendReason ?? 'an unknown reason'}, not at a limit: carry it on with rt.resume(id), or deny it.`,
+        { details: { threadId: id, suspendReason: context.suspendReason } },
+      )
+    }
+    let limits: Partial<Limits>
+    if (options.limits !== undefined) {
+      const checked = LimitsSchema.partial().safeParse(options.limits)
+      if (!checked.success) {
+        const issue = checked.error.issues[0]!
+        throw new SpindleError('INVALID_OPTIONS', `approve: limits.${issue.path.join('.')} ${midSentence(issue.message)}.`, {
+          details: { field: `limits.${issue.path.join('.')}` },
+        })
+      }
+      limits = checked.data
+    } else if (hit.proposed !== null) {
+      limits = { [hit.limit]: hit.proposed }
+    } else {
+      throw new SpindleError(
+        'APPROVAL_NEEDS_LIMITS',
+        `Thread ${id} hit its ${hit.limit} limit and its escalation policy proposes no new one: approve with explicit limits, e.g. { limits: { ${hit.limit}: ${hit.max * 2} } }.`,
+        { details: { threadId: id, limit: hit.limit } },
+      )
+    }
+    const still = exceeded({ ...context, limits: { ...context.limits, ...limits } })
+    if (still) {
+      throw new SpindleError(
+        'LIMIT_STILL_EXCEEDED',
+        `Approving thread ${id} with these limits would suspend it again at once: it has used ${still.used} of ${still.limit}, and the limit would be ${still.max}. Raise ${still.limit} above ${still.used}.`,
+        { details: { threadId: id, ...still } },
+      )
+    }
+    // The ledger keeps the same spend and token limits: raised first, so a refusal changes nothing.
+    this.deps.budgets.raise(id, limits, () => this.deps.transcripts.close(id))
+    const by = options.by ?? 'api'
+    const at = clock.now()
+    const thread = this.wake(
+      id,
+      stored,
+      ['approval_decided', { at, requestId: hit.requestId, decision: 'approved', by, limits, ...(options.message ? { message: options.message } : {}) }],
+      { type: 'RESUME', at, limits, decision: 'approved', by, ...(hit.requestId ? { requestId: hit.requestId } : {}) },
+    )
+    await this.deps.commit.whenLogged()
+    this.deps.approvals.writeDecision(id, hit.requestId, { decision: 'approved', by, limits, at: new Date(at).toISOString(), message: options.message ?? null })
+    return thread
+  }
+
+  /**
+   * Approves more budget for a thread suspended for it: the ledger raises its account (a child's
+   * raise is reserved from its parent, BUDGET_EXCEEDED when the parent cannot cover it), then the
+   * same thread carries on.
+   */
+  private async approveBudget(id: string, stored: Suspended, options: ApproveOptions): Promise<ThreadHandle> {
+    const { context } = stored
+    const hit = context.budgetHit! as { amount: 'spend' | 'tokens'; used: number; max: number }
+    const requested = options.limits?.[hit.amount]
+    const proposed = requested !== undefined ? requested : proposeLimit(hit.max, context.policy.escalation[hit.amount])
+    if (proposed === null || proposed === undefined || proposed <= hit.used) {
+      throw new SpindleError(
+        'APPROVAL_NEEDS_LIMITS',
+        `Thread ${id} ran out of its ${hit.amount} budget (${hit.used} used of ${hit.max}): approve with a larger one, e.g. { limits: { ${hit.amount}: ${hit.max * 2} } }.`,
+        { details: { threadId: id, amount: hit.amount } },
+      )
+    }
+    const limits: Partial<Limits> = { ...options.limits, [hit.amount]: proposed }
+    this.deps.budgets.raise(id, limits, () => this.deps.transcripts.close(id))
+    const by = options.by ?? 'api'
+    const at = this.deps.clock.now()
+    const thread = this.wake(
+      id,
+      stored,
+      ['approval_decided', { at, requestId: null, decision: 'approved', by, limits, budget: true, ...(options.message ? { message: options.message } : {}) }],
+      { type: 'RESUME', at, limits, decision: 'approved', by },
+    )
+    await this.deps.commit.whenLogged()
+    return thread
+  }
+
+  async deny(id: string, reason?: string, options: { by?: string } = {}): Promise<ThreadOutcome> {
+    assertText(reason, 'reason')
+    assertText(options.by, 'by')
+    const stored = await this.readSuspended(id)
+    const requestId = stored.context.limitHit?.requestId ?? null
+    const by = options.by ?? 'api'
+    const at = this.deps.clock.now()
+    const thread = this.wake(
+      id,
+      stored,
+      ['approval_decided', { at, requestId, decision: 'denied', by, ...(reason ? { message: reason } : {}) }],
+      { type: 'CANCEL', at, reason: reason ? `denied: ${reason}` : 'denied', by, ...(this.deps.family.openChildren(id).length > 0 ? { awaitChildren: true } : {}) },
+    )
+    const outcome = await thread.done
+    this.deps.approvals.writeDecision(id, requestId, { decision: 'denied', by, at: new Date(at).toISOString(), message: reason ?? null })
+    return outcome
+  }
+
+  async settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason = 'settled by an operator as an orphan'): Promise<ThreadOutcome> {
+    const { table, registry, dir, clock } = this.deps
+    this.deps.life.assertOpen()
+    assertThreadId(id)
+    if (table.has(id)) {
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} runs in this runtime: it is no orphan. Cancel it with rt.cancel.`, { details: { threadId: id } })
+    }
+    const record = registry.get(id)
+    if (!record) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dir}.`, { details: { threadId: id } })
+    if (!isActive(record.status)) {
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is ${record.status}: only a created or running thread can be an orphan.`, { details: { threadId: id, status: record.status } })
+    }
+    this.deps.leases.take(id)
+    let snapshot: unknown
+    let intents: string[]
+    try {
+      const read = this.deps.loader.load(id, record.status)
+      snapshot = read.snapshot
+      intents = intentsOf(read.tail)
+    } catch (error) {
+      this.deps.leases.release(id)
+      throw error
+    }
+    const thread = table.adopt(id, { intents })
+    thread.noteBeforeNext('orphan_settled', { at: clock.now(), action, reason, pid: process.pid })
+    thread.start(threadMachine, { snapshot })
+    // Decided before any effect of the restored state can act: effects wait for the checkpoint.
+    const at = clock.now()
+    const event: ThreadEvent =
+      action === 'mark_error'
+        ? { type: 'FAIL', at, error: { code: 'ORPHAN_MARKED', message: `${reason}.` } }
+        : { type: 'CANCEL', at, reason, by: 'operator', ...(this.deps.family.openChildren(id).length > 0 ? { awaitChildren: true } : {}) }
+    if (!thread.deliver(event)) {
+      thread.detach(new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} did not accept ${event.type}.`))
+      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} could not be settled from its state.`, { details: { threadId: id } })
+    }
+    return thread.done
+  }
+
+  async resume(id: string, options: { by?: string } = {}): Promise<ThreadHandle> {
+    assertText(options.by, 'by')
+    const stored = await this.readSuspended(id)
+    if (stored.context.suspendReason === 'limit') {
+      const hit = stored.context.limitHit
+      throw new SpindleError(
+        'APPROVAL_NEEDS_LIMITS',
+        `Thread ${id} is suspended at its ${hit?.limit ?? ''} limit: approve it (rt.approve / spindle approve) to raise the limit, or deny it.`,
+        { details: { threadId: id } },
+      )
+    }
+    const by = options.by ?? 'api'
+    // A person decided to try again: a thread quarantined for a crash loop starts a new count.
+    this.deps.crashLoop.reset(id)
+    return this.wake(id, stored, null, { type: 'RESUME', at: this.deps.clock.now(), decision: 'resumed', by })
+  }
+
+  /** `rt.cancel`: checked, then cancelled as the host. */
+  async cancel(id: string, reason = 'cancelled by operator'): Promise<CancelResult> {
+    this.deps.life.assertOpen()
+    assertThreadId(id)
+    assertText(reason, 'reason')
+    return this.cancelAs(id, reason, 'api')
+  }
+
+  /**
+   * Cancels a thread: a live one at once, a suspended one loaded from disk; one running in another
+   * process gets a cancel request file.
+   */
+  async cancelAs(id: string, reason: string, by: string): Promise<CancelResult> {
+    const { table, registry, dir, clock } = this.deps
+    const live = table.get(id)
+    if (live && !live.stopped) {
+      this.deps.parking.cancel(live, reason, by)
+      return { status: 'cancelled', outcome: await live.done }
+    }
+    if (live) await live.done.catch(() => {})
+    const record = registry.get(id)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dir}. List threads with rt.list() or \`spindle ls\`.`, {
+        details: { threadId: id },
+      })
+    }
+    if (record.status === 'suspended') {
+      const stored = await this.readSuspended(id)
+      const awaitChildren = this.deps.family.openChildren(id).length > 0
+      const thread = this.wake(id, stored, null, { type: 'CANCEL', at: clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
+      return { status: 'cancelled', outcome: await thread.done }
+    }
+    if (isActive(record.status) && !this.deps.memory) {
+      return { status: 'requested', file: requestCancel(dir, id, { reason, by }) }
+    }
+    throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is ${record.status}; only a running or suspended thread can be cancelled.`, {
+      details: { threadId: id, status: record.status },
+    })
+  }
+
+  /** The `settleChildren` effect of a cancelled thread: cancel every open child, wait for each. */
+  async settleChildren(id: string, reason: string, signal: AbortSignal): Promise<string[]> {
+    // Children whose spawn_thread call was under way when the cancel came are registered once it
+    // returns: wait for them, else they would run on under a cancelled parent.
+    await this.deps.family.spawnsSettled(id, signal)
+    const children = this.deps.family.openChildren(id)
+    const cause = `parent ${id} was cancelled: ${reason}`
+    await Promise.all(
+      children.map(async (child) => {
+        try {
+          await this.cancelAs(child.id, cause, `parent ${id}`)
+        } catch (error) {
+          // Settled in the meantime (completed, or cancelled by someone else): nothing to cancel.
+          if (!isSpindleError(error) || error.code !== 'THREAD_NOT_ACTIVE') this.deps.bus.report(error, child.id)
+        }
+        if (signal.aborted) return
+        await this.deps.waiting.settled(child.id).promise.catch(() => {})
+      }),
+    )
+    return children.map((c) => c.id)
+  }
+}

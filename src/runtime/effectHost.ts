@@ -1,0 +1,115 @@
+/**
+ * The `EffectHost` that the thread effects (actors/threadEffects.ts) run against: what they may
+ * read of a thread, where their results go, and where a crash inside one is sorted — a storage
+ * failure parks the thread, damaged files end it, anything else goes to its supervisor.
+ */
+import type { Clock } from '../base/clock.js'
+import { isSpindleError } from '../base/errors.js'
+import type { ModelAdapter } from '../../actors/model.js'
+import type { EffectHost } from '../../actors/threadEffects.js'
+import type { Tool } from '../../actors/tools.js'
+import { toolDefinition } from '../../actors/tools.js'
+import type { Config } from '../../config/schema.js'
+import type { GroupCommit } from '../../persistence/groupCommit.js'
+import { isStorageFailure } from '../../persistence/storageFailure.js'
+import type { CrashLoopGuard } from './crashLoop.js'
+import type { Decisions } from './decisions.js'
+import type { Reporter } from './events.js'
+import type { ModelGate } from './modelGate.js'
+import type { Parking } from './parking.js'
+import type { PolicyDesk } from './policyDesk.js'
+import type { Reactions } from './reactions.js'
+import type { Supervisor } from './supervisor.js'
+import type { ThreadTable } from './threadTable.js'
+
+/** Errors that say a thread's own files are damaged: the thread cannot go on from them, and they are left as they are. */
+const DAMAGED_FILES = new Set<string>(['TRANSCRIPT_CHAIN_BROKEN', 'TRANSCRIPT_CORRUPT', 'STATE_CORRUPT'])
+
+export interface EffectHostDeps {
+  clock: Clock
+  model: ModelAdapter
+  tools: ReadonlyMap<string, Tool>
+  config: Config
+  table: ThreadTable
+  commit: Pick<GroupCommit, 'whenLogged'>
+  crashLoop: Pick<CrashLoopGuard, 'waitTurn' | 'starting'>
+  policies: Pick<PolicyDesk, 'judgeModelFailure' | 'decideLimit'>
+  gate: Pick<ModelGate, 'beforeModelCall' | 'handOffOnContextLength'>
+  decisions: Pick<Decisions, 'settleChildren'>
+  parking: Pick<Parking, 'storageFailed' | 'parkForStorage'>
+  reactions: Pick<Reactions, 'endDamaged'>
+  supervisor: Pick<Supervisor, 'crashed'>
+  bus: Reporter
+}
+
+export function createEffectHost(deps: EffectHostDeps): EffectHost {
+  const { table, commit, crashLoop, bus } = deps
+
+  /** An exception escaped an effect of thread `id`: sorted by what it says. */
+  const crashed = (id: string, error: unknown): void => {
+    const thread = table.get(id)
+    if (!thread || thread.stopped) {
+      bus.report(error, id)
+      return
+    }
+    // Parked, or failing for want of storage: not the thread's fault, so not a crash for its
+    // supervisor (whose restarts would count against it) and no FAIL (which could not be written).
+    if (thread.parked) return
+    if (isStorageFailure(error)) {
+      deps.parking.storageFailed(thread, error)
+      return
+    }
+    if (isSpindleError(error) && DAMAGED_FILES.has(error.code)) {
+      // Not a crash to restart: the same damage would be read again, and each restart would count
+      // against its group's restart intensity.
+      bus.report(error, id)
+      deps.reactions.endDamaged(id, thread, error)
+      return
+    }
+    deps.supervisor.crashed(id, error)
+  }
+
+  return {
+    clock: deps.clock,
+    model: deps.model,
+    tools: deps.tools,
+    toolDefinitions: [...deps.tools.values()].map(toolDefinition),
+    allowedTools: (id) => {
+      const allowed = table.get(id)?.context().policy.tools
+      return allowed ? new Set(allowed) : null
+    },
+    permissions: (id) => table.get(id)?.context().policy.permissions,
+    modelTimeoutMs: deps.config.timeouts.modelMs,
+    toolTimeoutMs: deps.config.timeouts.toolMs,
+    // A suspect of a crash loop runs nothing before its turn comes (crashLoop.ts).
+    checkpointed: (id) => {
+      const turn = crashLoop.waitTurn(id)
+      if (!turn) return commit.whenLogged()
+      return turn.then(() => commit.whenLogged()).then(() => crashLoop.starting(id))
+    },
+    deliver: (id, event) => table.get(id)?.deliver(event) ?? false,
+    messages: (id) => table.running(id).messages(),
+    directiveName: (id) => table.running(id).directiveName(),
+    judgeModelFailure: (id, error, at) => deps.policies.judgeModelFailure(id, error, at),
+    decideLimit: (id, hit) => deps.policies.decideLimit(id, hit),
+    hasToolIntent: (id, key) => table.get(id)?.hasToolIntent(key) ?? false,
+    recordToolIntent: async (id, key, call) => {
+      await crashLoop.waitTurn(id)
+      table.running(id).recordToolIntent(key, call)
+      await commit.whenLogged()
+      crashLoop.starting(id)
+    },
+    crash: (id, error) => {
+      // Called from an effect's catch: whatever happens here must not escape as an unhandled
+      // rejection, which would end the host process for one thread's trouble.
+      try {
+        crashed(id, error)
+      } catch (failure) {
+        if (!deps.parking.parkForStorage(id, failure)) bus.report(failure, id)
+      }
+    },
+    beforeModelCall: (id, at) => deps.gate.beforeModelCall(id, at),
+    handOffOnContextLength: (id) => deps.gate.handOffOnContextLength(id),
+    settleChildren: (id, reason, signal) => deps.decisions.settleChildren(id, reason, signal),
+  }
+}

@@ -1,0 +1,48 @@
+/**
+ * A thread's children as its parent sees them: the ones not settled yet (with those of the threads
+ * it continues), and the `spawn_thread` calls still under way, which a cancel of the parent must
+ * wait for because their children are not registered yet.
+ */
+import type { Registry, ThreadRecord } from '../../persistence/types.js'
+import { isActive } from '../threadStatus.js'
+
+export class Family {
+  /** spawn_thread calls under way, by parent: emptied as each returns. */
+  private readonly spawning = new Map<string, Set<Promise<unknown>>>()
+
+  constructor(private readonly registry: Registry) {}
+
+  /**
+   * Children (and their descendants) of `id` that are not settled yet — with those of the threads
+   * `id` continues: a continuation is the same task, and its predecessors' children are its own.
+   */
+  openChildren(id: string): ThreadRecord[] {
+    const chain = this.registry.chain(id)
+    const upTo = chain.findIndex((r) => r.id === id)
+    const ids = upTo < 0 ? [id] : chain.slice(0, upTo + 1).map((r) => r.id)
+    return ids.flatMap((t) => this.registry.listChildren(t)).filter((child) => isActive(child.status) || child.status === 'suspended')
+  }
+
+  /** Whether a cancel of `id` must wait for children: open ones, or spawns still under way. */
+  hasChildrenToSettle(id: string): boolean {
+    return this.openChildren(id).length > 0 || this.spawning.has(id)
+  }
+
+  /** Tracks a spawn_thread call of `parentId` until it settles. */
+  async track<T>(parentId: string, spawning: Promise<T>): Promise<T> {
+    let inFlight = this.spawning.get(parentId)
+    if (!inFlight) this.spawning.set(parentId, (inFlight = new Set()))
+    inFlight.add(spawning)
+    try {
+      return await spawning
+    } finally {
+      inFlight.delete(spawning)
+      if (inFlight.size === 0 && this.spawning.get(parentId) === inFlight) this.spawning.delete(parentId)
+    }
+  }
+
+  /** Resolves once no spawn_thread call of `id` is under way (or `signal` aborts). */
+  async spawnsSettled(id: string, signal: AbortSignal): Promise<void> {
+    while (this.spawning.has(id) && !signal.aborted) await Promise.allSettled([...this.spawning.get(id)!])
+  }
+}

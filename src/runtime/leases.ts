@@ -1,0 +1,275 @@
+/**
+ * Leases: one process runs a thread. Takes, renews, fences and gives up this process's leases,
+ * claims their tokens in the registry, and looks for orphans — unfinished threads no live process
+ * holds — at every heartbeat. Owns the heartbeat timer.
+ */
+import os from 'node:os'
+import { nanoid } from 'nanoid'
+import { SpindleError } from '../base/errors.js'
+import { pidAlive } from '../base/processes.js'
+import type { Config } from '../../config/schema.js'
+import { isStorageFailure } from '../../persistence/storageFailure.js'
+import type { Lease, LeaseStore, Registry } from '../../persistence/types.js'
+import { isActive } from '../threadStatus.js'
+import type { Reporter } from './events.js'
+import type { Lifecycle } from './events.js'
+import type { ThreadTable } from './threadTable.js'
+
+export interface LeaseDeps {
+  store: LeaseStore
+  registry: Registry
+  table: ThreadTable
+  config: Config
+  bus: Reporter
+  life: Lifecycle
+  /**
+   * Whether other processes can take this runtime's threads (a shared data directory): only then
+   * does it renew its leases, fence itself when it could not, and look for orphans.
+   */
+  shared: boolean
+  /** Carries on the orphans found (recovery): how takeover happens. */
+  takeOver(): Promise<{ resumed: string[] }>
+}
+
+export class Leases {
+  /** This process as a lease owner. */
+  readonly owner = { id: `${os.hostname()}:${process.pid}:${nanoid(8)}`, pid: process.pid, host: os.hostname() }
+  /** Wall-clock time until which this process's leases are certainly its own (self-fencing). */
+  private validUntil = 0
+  /** The token of each lease this process holds (leases.db): what its registry writes are fenced with. */
+  private readonly tokens = new Map<string, number>()
+  /** Leases whose release failed (a full disk), tried again at each heartbeat. */
+  private readonly unreleased = new Set<string>()
+  /** Why the last heartbeat could not renew the leases; null once one did. */
+  private renewFailure: unknown = null
+  private heartbeat: NodeJS.Timeout | null = null
+
+  constructor(private readonly deps: LeaseDeps) {}
+
+  private get ttlMs(): number {
+    return this.deps.config.orphans.thresholdMs
+  }
+
+  private get heartbeatMs(): number {
+    return this.deps.config.orphans.heartbeatMs ?? Math.max(1, Math.floor(this.deps.config.orphans.thresholdMs / 3))
+  }
+
+  /** Whether this process has held a lease yet: until then, what it publishes is no thread's another process runs. */
+  get held(): boolean {
+    return this.validUntil !== 0
+  }
+
+  /** The token this process holds thread `id` with, if it does. */
+  tokenOf(id: string): number | undefined {
+    return this.tokens.get(id)
+  }
+
+  /** Whether `lease` belongs to a process that is gone: expired, or a dead pid on this host. */
+  isStale(lease: Lease, now: number): boolean {
+    if (lease.owner === this.owner.id) return false
+    if (lease.expiresAt <= now) return true
+    if (lease.host !== this.owner.host) return false
+    return !pidAlive(lease.pid)
+  }
+
+  /** Takes a thread's lease, or says which live process holds it. */
+  private tryTake(id: string): boolean {
+    const { store } = this.deps
+    const now = Date.now()
+    let taken = store.acquire(id, this.owner, this.ttlMs, now)
+    if (!taken.acquired && this.isStale(taken.lease, now)) {
+      // The holder died on this host before its lease ran out: no need to wait for the expiry.
+      // Only that lease is removed: another process may have taken the thread since we read it.
+      if (store.removeIf(taken.lease)) taken = store.acquire(id, this.owner, this.ttlMs, now)
+    }
+    if (taken.acquired && this.validUntil < now + this.ttlMs - this.heartbeatMs) this.validUntil = now + this.ttlMs - this.heartbeatMs
+    if (taken.acquired && this.claimTokens(new Map([[id, taken.lease.token]])).has(id)) return false
+    return taken.acquired
+  }
+
+  /** Takes a thread's lease, or throws THREAD_LEASED naming the live process that holds it. */
+  take(id: string): void {
+    if (this.tryTake(id)) return
+    const lease = this.deps.store.get(id)
+    throw new SpindleError(
+      'THREAD_LEASED',
+      `Thread ${id} is run by another runtime process (${lease?.owner ?? 'unknown'}, pid ${lease?.pid ?? '?'}, lease until ` +
+        `${lease ? new Date(lease.expiresAt).toISOString() : '?'}). Act on it there, or wait until that process stops and its lease expires.`,
+      { details: { threadId: id, owner: lease?.owner, pid: lease?.pid } },
+    )
+  }
+
+  /** Takes the leases of many threads in one transaction; a lease held by a dead local process is taken too. */
+  takeMany(ids: string[]): Set<string> {
+    if (ids.length === 0) return new Set()
+    const now = Date.now()
+    // One liveness check per owner, not per thread: a dead process held all of its threads.
+    const verdicts = new Map<string, boolean>()
+    const stale = (lease: Lease): boolean => {
+      let verdict = verdicts.get(lease.owner)
+      if (verdict === undefined) verdicts.set(lease.owner, (verdict = this.isStale({ ...lease, expiresAt: Number.MAX_SAFE_INTEGER }, now)))
+      return verdict
+    }
+    const { acquired, tokens } = this.deps.store.acquireMany(ids, this.owner, this.ttlMs, now, stale)
+    const taken = new Set(acquired)
+    if (taken.size > 0) this.validUntil = Math.max(this.validUntil, now + this.ttlMs - this.heartbeatMs)
+    for (const id of this.claimTokens(tokens)) taken.delete(id)
+    return taken
+  }
+
+  /**
+   * Remembers the lease tokens this process holds threads with, and claims the threads that
+   * changed hands in the registry with them, before anything of theirs is read or run: a process
+   * that held one before and stopped between its lease check and its registry write publishes with
+   * an older token from then on, and is refused (see GroupCommit).
+   *
+   * A thread already claimed with the token leases.db gave, or a larger one, is one of two cases.
+   * leases.db handed the token out again (it is not fsynced, so a power loss can take its last
+   * commits; or it was deleted): this process still holds the lease, raises its token past the
+   * claim and claims that. Or this process was stopped between taking the lease and claiming it,
+   * and another took the thread since: it no longer holds the lease. Returns those threads: lost.
+   */
+  private claimTokens(tokens: ReadonlyMap<string, number>): Set<string> {
+    const lost = new Set<string>()
+    const claims: Array<{ id: string; token: number }> = []
+    for (const [id, token] of tokens) {
+      if (this.tokens.get(id) === token) continue
+      this.tokens.set(id, token)
+      claims.push({ id, token })
+    }
+    try {
+      const raised: Array<{ id: string; token: number }> = []
+      for (const ahead of this.deps.registry.claim(claims)) {
+        const token = ahead.token + 1
+        if (this.deps.store.raiseToken(ahead.id, this.owner.id, token)) {
+          this.tokens.set(ahead.id, token)
+          raised.push({ id: ahead.id, token })
+        } else {
+          this.tokens.delete(ahead.id)
+          lost.add(ahead.id)
+        }
+      }
+      this.deps.registry.claim(raised)
+    } catch (error) {
+      // Only the fence is lost: the threads still run, and are claimed at their next change of hands.
+      this.deps.bus.report(error)
+    }
+    return lost
+  }
+
+  release(id: string): void {
+    // What it staged while it held the lease keeps that token (GroupCommit.stageRegistry).
+    this.tokens.delete(id)
+    try {
+      this.deps.store.release(id, this.owner.id)
+      this.unreleased.delete(id)
+    } catch (error) {
+      // Given up again at the next heartbeat that renews: a lease left behind would make the
+      // thread look held by this process until it exits.
+      if (!this.unreleased.has(id)) this.deps.bus.report(error, id)
+      this.unreleased.add(id)
+    }
+  }
+
+  /** Why this process may not write for its threads any more: its leases ran out unrenewed. */
+  fenced(): SpindleError | null {
+    if (!this.deps.shared || this.deps.life.closed) return null
+    if (Date.now() < this.validUntil) return null
+    return new SpindleError(
+      'LEASE_LOST',
+      `This runtime could not renew its thread leases in time (valid until ${new Date(this.validUntil).toISOString()}); ` +
+        'another process may have taken its threads over, so it stops writing them. Check the data directory with `spindle doctor`.',
+      // Renewals that failed for want of storage: its threads are parked, not let go (liveThread.ts).
+      this.renewFailure !== null && isStorageFailure(this.renewFailure) ? { cause: this.renewFailure } : {},
+    )
+  }
+
+  /** Renews this process's leases and takes over orphans, every heartbeat (on a shared directory). */
+  start(): void {
+    if (!this.deps.shared) return
+    this.heartbeat = setInterval(() => this.beat(), this.heartbeatMs)
+    this.heartbeat.unref()
+  }
+
+  close(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat)
+    this.heartbeat = null
+  }
+
+  private beat(): void {
+    if (this.deps.life.closed) return
+    const { table, bus } = this.deps
+    const now = Date.now()
+    let lost: string[] = []
+    try {
+      lost = this.deps.store.renew(this.owner.id, [...table.ids()], this.ttlMs, now)
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewFailure = null
+      for (const id of this.unreleased) if (!table.has(id)) this.release(id)
+    } catch (error) {
+      // Told once per run of failures (a full disk fails every heartbeat until it is freed).
+      if (this.renewFailure === null) bus.report(error)
+      this.renewFailure = error
+      return
+    }
+    for (const id of lost) {
+      const thread = table.get(id)
+      if (!thread) continue
+      bus.report(new SpindleError('LEASE_LOST', `Thread ${id} was taken over by another runtime process; this one stops running it.`, { details: { threadId: id } }), id)
+      thread.detach(new SpindleError('LEASE_LOST', `Thread ${id} is now run by another runtime process.`, { details: { threadId: id } }))
+    }
+    // Orphans: unfinished threads no live process holds. Detection runs all the time, not only at start-up.
+    this.takeOrphans(now)
+  }
+
+  /** Takes over the unfinished threads no live process holds, if `orphans.autoTakeover`. */
+  takeOrphans(now: number): void {
+    if (!this.deps.config.orphans.autoTakeover || this.deps.life.closed) return
+    const orphans = this.orphans(now)
+    if (orphans.length > 0) {
+      this.deps.takeOver().then(
+        (report) => {
+          for (const id of report.resumed) this.deps.bus.report(new SpindleError('THREAD_LEASED', `Took over orphaned thread ${id}.`, { details: { threadId: id } }), id)
+        },
+        (error: unknown) => this.deps.bus.report(error),
+      )
+    }
+  }
+
+  /** Created or running threads not run here whose lease is missing, expired, or held by a dead process. */
+  private orphans(now: number): string[] {
+    const found: string[] = []
+    for (const record of this.deps.registry.activeStatuses()) {
+      if (this.deps.table.has(record.id)) continue
+      const lease = this.deps.store.get(record.id)
+      if (!lease || this.isStale(lease, now)) found.push(record.id)
+    }
+    return found
+  }
+
+  /**
+   * Removes the stale leases of threads that have no registry row, or a row of a thread that is
+   * not running: a process killed between taking a new thread's lease and committing its row, or
+   * one that could not release a finished thread's lease (a full disk), left a lease no runtime
+   * would ever take over or release. A lease still used by a live process is not stale and stays.
+   */
+  dropUnborn(): void {
+    const { store, registry, table } = this.deps
+    try {
+      const now = Date.now()
+      const verdicts = new Map<string, boolean>()
+      for (const lease of store.heldByOthers(this.owner.id)) {
+        // One pid check per owner: a dead process held all of its leases.
+        let dead = verdicts.get(lease.owner)
+        if (dead === undefined) verdicts.set(lease.owner, (dead = this.isStale({ ...lease, expiresAt: Number.MAX_SAFE_INTEGER }, now)))
+        if (!dead && lease.expiresAt > now) continue
+        if (table.has(lease.threadId)) continue
+        const row = registry.get(lease.threadId)
+        if (row && isActive(row.status)) continue
+        store.removeIf(lease)
+      }
+    } catch (error) {
+      this.deps.bus.report(error)
+    }
+  }
+}

@@ -1,0 +1,212 @@
+/**
+ * Spawning: a spawn's directive and options resolved into the thread's policy and limits (capped
+ * by its parent's), its lease taken and its budget reserved (write-ahead: a refusal leaves nothing
+ * behind), then started. Also `spawn_thread`, whose child's id comes from the call's idempotency
+ * key so a re-run finds it.
+ */
+import { SpindleError } from '../base/errors.js'
+import { assertThreadId, childThreadId, newThreadId } from '../base/ids.js'
+import { capPermissions, PermissionsSchema } from '../base/permissions.js'
+import { mergeConfig } from '../../config/load.js'
+import type { Config } from '../../config/schema.js'
+import type { Limits, TaskInfo, ThreadInput, ThreadPolicy } from '../../machines/thread.machine.js'
+import { isStorageFailure } from '../../persistence/storageFailure.js'
+import type { Registry } from '../../persistence/types.js'
+import type { z } from 'zod'
+import type { SpawnThreadInput } from '../childTools.js'
+import type { LiveThread } from '../liveThread.js'
+import type { SpawnOptions } from './api.js'
+import type { Budgets } from './budgets.js'
+import type { Family } from './family.js'
+import type { Leases } from './leases.js'
+import type { Parking } from './parking.js'
+import type { PolicyDesk } from './policyDesk.js'
+import { validateLayer } from './settings.js'
+import { notCreated } from './threadStarter.js'
+import type { ThreadStarter } from './threadStarter.js'
+import type { ThreadTable } from './threadTable.js'
+
+export interface SpawnerDeps {
+  dir: string
+  config: Config
+  toolNames: ReadonlySet<string>
+  table: ThreadTable
+  registry: Registry
+  leases: Pick<Leases, 'take' | 'release'>
+  budgets: Pick<Budgets, 'reserve' | 'release'>
+  policies: Pick<PolicyDesk, 'withDirective'>
+  family: Pick<Family, 'track'>
+  parking: Pick<Parking, 'parkForStorage'>
+  starter: ThreadStarter
+}
+
+export function validateSpawn(options: SpawnOptions): void {
+  const d = options?.directive
+  if (!d || typeof d.name !== 'string' || d.name.trim() === '' || typeof d.prompt !== 'string') {
+    throw new SpindleError(
+      'INVALID_OPTIONS',
+      'spawn needs a directive with a non-empty string `name` and a string `prompt`, e.g. { name: "research", prompt: "Find X" }.',
+      { details: { field: 'directive' } },
+    )
+  }
+}
+
+export class Spawner {
+  constructor(private readonly deps: SpawnerDeps) {}
+
+  /** Resolves, reserves and starts a thread; `id` and `task` are set by spawn_thread and recovery attempts. */
+  async spawn(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
+    const { toolNames, table, leases, budgets } = this.deps
+    const { name, prompt, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
+    if (allowedTools !== undefined) {
+      const unknown = allowedTools.filter((tool) => !toolNames.has(tool))
+      if (!Array.isArray(allowedTools) || unknown.length > 0) {
+        throw new SpindleError(
+          'INVALID_OPTIONS',
+          `directive "${name}": tools names ${unknown.map((t) => JSON.stringify(t)).join(', ')}, which this runtime does not have (it has ${[...toolNames].join(', ') || 'none'}).`,
+          { details: { field: 'directive.tools' } },
+        )
+      }
+    }
+    if (ownPermissions !== undefined) {
+      const checked = PermissionsSchema.safeParse(ownPermissions)
+      if (!checked.success) {
+        const issue = checked.error.issues[0]!
+        throw new SpindleError('INVALID_OPTIONS', `directive "${name}": permissions${issue.path.length ? `.${issue.path.join('.')}` : ''}: ${issue.message}.`, {
+          details: { field: 'directive.permissions' },
+        })
+      }
+    }
+    const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
+    const fromSpawn = validateLayer(
+      { limits: options.limits, retry: options.retry, escalation: options.escalation, hooks: options.hooks },
+      'spawn',
+    )
+    const resolved = mergeConfig(this.deps.config, fromDirective, fromSpawn)
+    const dataHooks = [...(fromDirective.hooks ?? []), ...(fromSpawn.hooks ?? [])]
+    const policy: ThreadPolicy = {
+      retry: resolved.retry,
+      escalation: resolved.escalation,
+      hooks: dataHooks as ThreadPolicy['hooks'],
+      ...(allowedTools !== undefined ? { tools: [...allowedTools] } : {}),
+      ...(ownPermissions !== undefined ? { permissions: { ...ownPermissions } } : {}),
+      supervision: {
+        restart: options.restart ?? resolved.supervision.restart,
+        childStrategy: options.childStrategy ?? resolved.supervision.strategy,
+      },
+    }
+    // Compiling now refuses a bad `when` before anything is written.
+    const hooks = this.deps.policies.withDirective(name, dataHooks)
+    let limits = resolved.limits
+    let depth = 0
+    if (options.parentId !== undefined) {
+      assertThreadId(options.parentId)
+      ;({ limits, depth } = this.capByParent(options.parentId, limits))
+      // A child never has a capability its parent lacks.
+      const parentPermissions = table.contextOf(options.parentId)?.policy.permissions
+      const capped = capPermissions(parentPermissions, policy.permissions)
+      if (capped) policy.permissions = { ...capped }
+    }
+    const directive = { name, prompt }
+    const threadId = id ?? newThreadId(directive.name)
+    // The lease comes first: a runtime opening the directory drops a reservation that has neither
+    // a registry row nor a live lease (a spawn killed before it returned), so this one must never
+    // be without both.
+    try {
+      leases.take(threadId)
+    } catch (error) {
+      throw isStorageFailure(error) ? notCreated(threadId, error) : error
+    }
+    // Write-ahead: the budget is reserved before anything of the thread exists; a refusal
+    // (BUDGET_EXCEEDED) leaves nothing behind.
+    const explicit = (key: 'spend' | 'tokens'): boolean => fromSpawn.limits?.[key] !== undefined || fromDirective.limits?.[key] !== undefined
+    try {
+      limits = budgets.reserve(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
+    } catch (error) {
+      leases.release(threadId)
+      throw isStorageFailure(error) ? notCreated(threadId, error) : error
+    }
+    const input: ThreadInput = { threadId, directive, limits, policy, depth, ...(task ? { task } : {}) }
+    try {
+      return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
+    } catch (error) {
+      budgets.release(threadId, false)
+      // Failed before its actor was adopted (its spawn entry could not be written): nothing else
+      // gives its lease up.
+      if (!table.has(threadId)) leases.release(threadId)
+      throw isStorageFailure(error) ? notCreated(threadId, error) : error
+    }
+  }
+
+  /** `spawn_thread`: a child whose id comes from the call's idempotency key, so a re-run finds it. */
+  async spawnChild(
+    parentId: string,
+    key: string,
+    spec: z.infer<typeof SpawnThreadInput>,
+  ): Promise<{ threadId: string; status: string; limits: unknown; existing: boolean }> {
+    const { table, registry } = this.deps
+    const id = childThreadId(spec.name, key)
+    const existing = registry.get(id)
+    if (existing) {
+      const limits = table.contextOf(id)?.limits ?? null
+      return { threadId: id, status: existing.status, limits, existing: true }
+    }
+    // A child may use no tool its parent may not.
+    const parentTools = table.get(parentId)?.context().policy.tools
+    const spawning = this.spawn(
+      {
+        directive: { name: spec.name, prompt: spec.prompt, ...(parentTools ? { tools: parentTools } : {}) },
+        ...(spec.limits ? { limits: spec.limits } : {}),
+        parentId,
+      },
+      id,
+    ).catch((error: unknown) => {
+      // The child could not be made durable for want of storage: not the model's to handle (an
+      // error result would cost it a turn, and be as hard to record). The parent is parked, which
+      // stops this call before its result is delivered; carried on, it runs spawn_thread again.
+      this.deps.parking.parkForStorage(parentId, error)
+      throw error
+    })
+    // A cancel of the parent that arrives now must wait for this child: it is not registered yet.
+    const thread = await this.deps.family.track(parentId, spawning)
+    return { threadId: id, status: thread.status, limits: thread.context().limits, existing: false }
+  }
+
+  /** A child's limits: each the min of its own and its parent's; depth one less; the parent's spawns counted. */
+  private capByParent(parentId: string, own: Limits): { limits: Limits; depth: number } {
+    const { registry, table, dir } = this.deps
+    const record = registry.get(parentId)
+    if (!record) {
+      throw new SpindleError('THREAD_NOT_FOUND', `Parent thread ${parentId} is not in ${dir}.`, { details: { threadId: parentId } })
+    }
+    const parent = table.contextOf(parentId)
+    if (!parent) {
+      throw new SpindleError('SPAWN_REFUSED', `Parent thread ${parentId} has no readable state; a child cannot be capped by it.`, {
+        details: { threadId: parentId },
+      })
+    }
+    const min = (a: number | null, b: number | null): number | null => (a === null ? b : b === null ? a : Math.min(a, b))
+    const limits = { ...own }
+    for (const key of ['turns', 'tokens', 'spend', 'durationMs', 'spawns'] as const) limits[key] = min(own[key], parent.limits[key])
+    const parentDepth = parent.limits.depth
+    if (parentDepth !== null) {
+      const remaining = parentDepth - 1
+      if (remaining < 0) {
+        throw new SpindleError('SPAWN_REFUSED', `Thread ${parentId} may not start children: its depth limit is ${parentDepth}.`, {
+          details: { threadId: parentId, limit: 'depth' },
+        })
+      }
+      limits.depth = min(own.depth, remaining)
+    }
+    const maxSpawns = parent.limits.spawns
+    if (maxSpawns !== null) {
+      const children = registry.listChildren(parentId).length
+      if (children >= maxSpawns) {
+        throw new SpindleError('SPAWN_REFUSED', `Thread ${parentId} has started ${children} children, its spawns limit is ${maxSpawns}.`, {
+          details: { threadId: parentId, limit: 'spawns' },
+        })
+      }
+    }
+    return { limits, depth: parent.depth + 1 }
+  }
+}

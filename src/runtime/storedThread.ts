@@ -1,0 +1,51 @@
+/**
+ * Threads this runtime does not run, as host code sees them: a handle over their stored state,
+ * and the outcome their registry row and last checkpoint say they ended with.
+ */
+import { SpindleError } from '../base/errors.js'
+import type { ThreadContext, ThreadOutcome } from '../../machines/thread.machine.js'
+import { outcomeOf } from '../../machines/thread.machine.js'
+import type { ThreadRecord, ThreadStatus } from '../../persistence/types.js'
+import type { ThreadHandle, ThreadView } from '../liveThread.js'
+
+/** How a stopped thread ended, from its last checkpoint's context, else from its registry row. */
+export function storedOutcome(record: ThreadRecord, context: ThreadContext | null | undefined): ThreadOutcome {
+  const status = record.status as ThreadOutcome['status']
+  if (context) return outcomeOf(status, context)
+  return {
+    status,
+    cost: record.cost ?? { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
+    ...(typeof record.result === 'string' ? { result: record.result } : {}),
+    ...(record.error ? { error: record.error } : {}),
+  }
+}
+
+/** A handle of a thread this runtime does not run: its stored state, read once. */
+export class StoredThread implements ThreadHandle {
+  readonly done: Promise<ThreadOutcome>
+  constructor(
+    readonly id: string,
+    readonly status: ThreadStatus,
+    private readonly view: ThreadView | null,
+    outcome: ThreadOutcome | null,
+  ) {
+    this.done = outcome
+      ? Promise.resolve(outcome)
+      : Promise.reject(
+          new SpindleError(
+            'THREAD_NOT_ACTIVE',
+            `Thread ${id} is ${status} but no actor runs it in this process. Call rt.recover() to carry it on here.`,
+            { details: { threadId: id, status } },
+          ),
+        )
+    this.done.catch(() => {})
+  }
+  subscribe(listener: (view: ThreadView) => void): () => void {
+    if (this.view) listener(this.view)
+    return () => {}
+  }
+  getSnapshot(): ThreadView {
+    if (!this.view) throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${this.id} has no stored snapshot.`)
+    return this.view
+  }
+}

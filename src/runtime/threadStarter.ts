@@ -1,0 +1,106 @@
+/**
+ * Starting a new thread once its policy, limits and budget are settled: its lease, its first
+ * transcript entry, its actor, its registry row — resolving once all of that is durable. Spawns,
+ * hand-offs and recovery attempts all start threads here.
+ */
+import type { Clock } from '../base/clock.js'
+import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
+import { newNonce } from '../base/ids.js'
+import type { Message } from '../../actors/model.js'
+import type { ThreadInput } from '../../machines/thread.machine.js'
+import { threadMachine } from '../../machines/thread.machine.js'
+import type { GroupCommit } from '../../persistence/groupCommit.js'
+import type { TranscriptStore } from '../../persistence/types.js'
+import type { LiveThread } from '../liveThread.js'
+import type { CompiledHooks } from '../policies/hooks.js'
+import { SPAWN_ENTRY } from '../replay.js'
+import type { Leases } from './leases.js'
+import type { PolicyDesk } from './policyDesk.js'
+import type { Supervisor } from './supervisor.js'
+import type { ThreadTable } from './threadTable.js'
+
+/** A spawn that failed for want of storage: nothing of the thread runs, and the caller may spawn again. */
+export function notCreated(id: string, error: unknown): SpindleError {
+  if (isSpindleError(error) && error.code === 'STORAGE_FAILED') return error
+  return new SpindleError(
+    'STORAGE_FAILED',
+    `Thread ${id} was not created: ${describeError(error).message.replace(/\.?$/, '.')} Nothing of it runs; spawn it again once the disk of the data directory takes writes.`,
+    { cause: error, details: { threadId: id } },
+  )
+}
+
+export interface StarterDeps {
+  table: ThreadTable
+  transcripts: TranscriptStore
+  commit: GroupCommit
+  leases: Pick<Leases, 'take'>
+  policies: Pick<PolicyDesk, 'remember'>
+  supervisor: Pick<Supervisor, 'supervise'>
+  clock: Clock
+}
+
+export interface ThreadStart {
+  input: ThreadInput
+  hooks: CompiledHooks
+  parentId: string | null
+  previousThreadId: string | null
+  /** A continuation's rebuilt history (recorded in its spawn entry); null: the directive prompt. */
+  messages: Message[] | null
+}
+
+export class ThreadStarter {
+  constructor(private readonly deps: StarterDeps) {}
+
+  /**
+   * Writes a new thread's first transcript entry, starts its actor and registers it; resolves once
+   * all of that is durable. START follows on the next turn of the event loop.
+   */
+  async start(init: ThreadStart): Promise<LiveThread> {
+    const { table, transcripts, commit, clock } = this.deps
+    const { input } = init
+    const id = input.threadId
+    this.deps.leases.take(id)
+    this.deps.policies.remember(id, init.hooks)
+    transcripts.open(id)
+    transcripts.append(id, SPAWN_ENTRY, {
+      input,
+      parentId: init.parentId,
+      ...(init.previousThreadId ? { previousThreadId: init.previousThreadId } : {}),
+      ...(init.messages ? { messages: init.messages } : {}),
+    })
+    const thread = table.adopt(id, {
+      messages: init.messages ? [...init.messages] : [{ role: 'user', content: input.directive.prompt }],
+      seeded: init.messages !== null,
+    })
+    thread.start(threadMachine, { input })
+    this.deps.supervisor.supervise(id, init.parentId)
+    // The row commits in the round that makes the first state.json durable: a thread exists once
+    // it is registered, and a registered thread always has files. Files without a row are a spawn
+    // that never returned; recovery leaves them alone.
+    commit.stageRegistration({
+      id,
+      directiveName: input.directive.name,
+      directive: input.directive,
+      parentId: init.parentId,
+      previousThreadId: init.previousThreadId,
+      nonce: newNonce(),
+      createdAt: clock.now(),
+    })
+    try {
+      await commit.whenDurable()
+    } catch (error) {
+      // Not created after all (a full disk, say): the caller is told so, so its row is withdrawn
+      // before a later round could write it, and it stops here. Files it left are a spawn that
+      // never returned, which recovery leaves alone and `spindle doctor` lists.
+      commit.withdrawRegistration(id)
+      commit.discard(id)
+      thread.detach(isSpindleError(error) ? error : notCreated(id, error))
+      throw error
+    }
+    // START comes on the next turn of the event loop, after the caller's `await spawn(...)`
+    // continuation has run: a subscriber attached right away sees every transition. A crash before
+    // it leaves a durable `created` thread, which recovery starts.
+    setImmediate(() => thread.deliver({ type: 'START', at: clock.now() }))
+    return thread
+  }
+}
