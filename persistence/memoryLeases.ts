@@ -38,8 +38,9 @@ function closedStore(): SpindleError {
  * `expiresAt > now`, a token grows at every change of hands and never goes back (the last one
  * handed out outlives its lease), a revoked lease stays under an owner no runtime has. Every
  * operation runs to its end before the next (one thread of JavaScript), which is what SQLite's
- * IMMEDIATE transactions give; `stale` and `check` are asked before anything is changed, so one
- * that throws leaves the store as it was.
+ * IMMEDIATE transactions give. `stale` is asked before anything changes, so one that throws
+ * leaves the store as it was; a `check` that throws records nothing (the waits found over are
+ * dropped all the same, as the SQLite transaction commits).
  *
  * Returned leases and waits are copies; what is passed in is copied too.
  *
