@@ -2,11 +2,19 @@
  * The lease store on a real SQLite file. A batch of thousands (a recovery) is written with one
  * statement per table; it must leave exactly what taking the leases one by one leaves.
  */
+import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import type { LeaseStore } from '../../persistence/types.js'
+import { leaseContract } from '../contract/leases.contract.js'
 import { tempDir } from '../helpers/dirs.js'
+
+leaseContract('sqlite :memory:', () => ({ leases: openSqliteLeases({ path: ':memory:', durability: 'process' }) }))
+leaseContract('sqlite file', () => {
+  const dir = tempDir('spindle-leases')
+  return { leases: openSqliteLeases({ path: path.join(dir, 'leases.db'), durability: 'fsync' }), destroy: () => fs.rmSync(dir, { recursive: true, force: true }) }
+})
 
 const dead = { id: 'owner-dead', pid: 999_999, host: 'h' }
 const me = { id: 'owner-me', pid: process.pid, host: 'h' }
