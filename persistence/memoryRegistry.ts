@@ -4,6 +4,7 @@
  * the process. Side effects (of the in-process kind only). Knows nothing about machines.
  */
 import { SpindleError } from '../src/base/errors.js'
+import { compareBinary } from './binaryOrder.js'
 import type { Cost, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 const STATUSES: ReadonlySet<string> = new Set<ThreadStatus>(['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued'])
@@ -35,28 +36,9 @@ interface Row {
 
 type Brief = { id: string; status: ThreadStatus; parentId: string | null }
 
-/**
- * Ids in the order SQLite's BINARY collation gives (UTF-8 bytes, that is code points): JavaScript's
- * `<` compares UTF-16 units, which puts U+E000…U+FFFF after astral characters.
- */
-function compareIds(a: string, b: string): number {
-  const length = Math.min(a.length, b.length)
-  for (let i = 0; i < length; i++) {
-    let x = a.charCodeAt(i)
-    let y = b.charCodeAt(i)
-    if (x === y) continue
-    if (x >= 0xd800 && y >= 0xd800) {
-      x = x >= 0xe000 ? x - 0x800 : x + 0x2000
-      y = y >= 0xe000 ? y - 0x800 : y + 0x2000
-    }
-    return x - y
-  }
-  return a.length - b.length
-}
-
 /** ORDER BY created_at, id. */
 function byCreation(a: Row, b: Row): number {
-  return a.createdAt - b.createdAt || compareIds(a.id, b.id)
+  return a.createdAt - b.createdAt || compareBinary(a.id, b.id)
 }
 
 /** JSON text of a value; text that parses, or null, like the SQLite backend's cells. */
