@@ -4,10 +4,11 @@
  * number of processes on one data directory are serialized and never oversubscribe a parent.
  * Side effects. Knows nothing about machines.
  */
+import { accountNotFound, checkRows, grantFrom, raisedLimit, reservedBy, toAccount as accountOf } from './ledgerBalance.js'
+import type { AccountRow } from './ledgerBalance.js'
 import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
 import type { SqliteStore } from './sqliteFile.js'
-import { SpindleError } from '../src/base/errors.js'
-import type { BudgetAmounts, BudgetUsage, Durability, Ledger, LedgerAccount, LedgerProblem } from './types.js'
+import type { BudgetAmounts, BudgetUsage, Durability, Ledger, LedgerAccount } from './types.js'
 
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE accounts (
@@ -26,53 +27,7 @@ const MIGRATIONS: readonly string[] = [
    CREATE INDEX accounts_parent ON accounts(parent_id);`,
 ]
 
-/** Dollars are floats: 10 × 0.1 must fit in 1.0. */
-const EPSILON = 1e-9
-
-interface Row {
-  thread_id: string
-  parent_id: string | null
-  limit_spend: number | null
-  limit_tokens: number | null
-  own_spend: number
-  own_tokens: number
-  spent_spend: number
-  spent_tokens: number
-  released: number
-  created_at: number
-  updated_at: number
-}
-
-type Amount = 'spend' | 'tokens'
-const AMOUNTS: readonly Amount[] = ['spend', 'tokens']
-
-function limitOf(row: Row, amount: Amount): number | null {
-  return amount === 'spend' ? row.limit_spend : row.limit_tokens
-}
-function spentOf(row: Row, amount: Amount): number {
-  return amount === 'spend' ? row.spent_spend : row.spent_tokens
-}
-
-/**
- * What a child still holds of its parent's budget. An open child: its limit minus what it has
- * spent. An ended (released) child: only what its own open descendants still hold — a child may
- * end before its children do, and their reservations must keep counting up the tree, or an
- * ancestor would grant the same money twice. `below` lists accounts by parent (see `heldBelow`).
- */
-function held(child: Row, amount: Amount, below: Map<string, Row[]>, seen: Set<string>): number {
-  const limit = limitOf(child, amount)
-  const unspent = limit === null ? Infinity : Math.max(0, limit - spentOf(child, amount))
-  if (!child.released) return limit === null ? 0 : unspent
-  if (seen.has(child.thread_id)) return 0 // a cycle in damaged data
-  seen.add(child.thread_id)
-  let sum = 0
-  for (const grandchild of below.get(child.thread_id) ?? []) sum += held(grandchild, amount, below, seen)
-  return Math.min(unspent, sum)
-}
-
-function money(amount: Amount, value: number): string {
-  return amount === 'spend' ? `$${value.toFixed(4).replace(/0+$/, '').replace(/\.$/, '')}` : `${value} tokens`
-}
+type Row = AccountRow
 
 export function openSqliteLedger(options: { path: string; durability: Durability }): Ledger {
   const store: SqliteStore = { code: 'LEDGER_FAILED', what: 'the budget ledger', file: options.path }
@@ -114,61 +69,12 @@ export function openSqliteLedger(options: { path: string; durability: Durability
      SELECT * FROM below`,
   )
 
-  const reservedBy = (threadId: string): BudgetUsage => {
-    const reserved = { spend: 0, tokens: 0 }
-    const below = new Map<string, Row[]>()
-    for (const row of heldBelow.all(threadId)) {
-      const siblings = below.get(row.parent_id!)
-      if (siblings) siblings.push(row)
-      else below.set(row.parent_id!, [row])
-    }
-    for (const child of below.get(threadId) ?? []) for (const a of AMOUNTS) reserved[a] += held(child, a, below, new Set([threadId]))
-    return reserved
-  }
-
-  const toAccount = (row: Row): LedgerAccount => {
-    const reserved = reservedBy(row.thread_id)
-    const available: BudgetAmounts = { spend: null, tokens: null }
-    for (const a of AMOUNTS) {
-      const limit = limitOf(row, a)
-      available[a] = limit === null ? null : limit - spentOf(row, a) - reserved[a]
-    }
-    return {
-      threadId: row.thread_id,
-      parentId: row.parent_id,
-      limit: { spend: row.limit_spend, tokens: row.limit_tokens },
-      spent: { spend: row.spent_spend, tokens: row.spent_tokens },
-      ownSpent: { spend: row.own_spend, tokens: row.own_tokens },
-      reserved,
-      available,
-      released: row.released === 1,
-      createdAt: row.created_at,
-      updatedAt: row.updated_at,
-    }
-  }
+  const toAccount = (row: Row): LedgerAccount => accountOf(row, reservedBy(row.thread_id, heldBelow.all(row.thread_id)))
 
   const mustGet = (threadId: string, role: string): Row => {
     const row = get.get(threadId)
-    if (!row) {
-      throw new SpindleError('THREAD_NOT_FOUND', `The budget ledger has no account for ${role} ${threadId}. It was spawned before budgets were kept, or ledger.db was lost; \`spindle doctor\` checks it.`, {
-        details: { threadId },
-      })
-    }
+    if (!row) throw accountNotFound(threadId, role)
     return row
-  }
-
-  /** Refuses `requested` when the parent's available amount cannot cover it (nothing left covers nothing). */
-  const assertCovered = (parent: LedgerAccount, amount: Amount, requested: number): void => {
-    const available = parent.available[amount]
-    if (available === null || (requested <= available + EPSILON && available > EPSILON)) return
-    const left = Math.max(0, available)
-    throw new SpindleError(
-      'BUDGET_EXCEEDED',
-      `Thread ${parent.threadId} has ${money(amount, left)} of its ${money(amount, parent.limit[amount]!)} ${amount} budget left ` +
-        `(${money(amount, parent.spent[amount])} spent, ${money(amount, parent.reserved[amount])} reserved by its open children); ` +
-        `ask for at most ${money(amount, left)}, or raise ${parent.threadId}'s ${amount} limit first.`,
-      { details: { parentId: parent.threadId, amount, requested, available: left } },
-    )
   }
 
   const openRootTx = db.transaction((threadId: string, limit: BudgetAmounts, at: number): LedgerAccount => {
@@ -182,16 +88,7 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     const existing = get.get(childId)
     if (existing) return toAccount(existing)
     const parent = toAccount(mustGet(parentId, 'parent'))
-    const granted: BudgetAmounts = { spend: null, tokens: null }
-    for (const a of AMOUNTS) {
-      const available = parent.available[a]
-      const asked = request[a]
-      // Asking for "unlimited" under a limited parent gets whatever the parent has left.
-      const want = asked === null ? available : asked
-      if (want === null) continue
-      assertCovered(parent, a, want)
-      granted[a] = a === 'tokens' ? Math.floor(want) : want
-    }
+    const granted = grantFrom(parent, request)
     insert.run({ threadId: childId, parentId, spend: granted.spend, tokens: granted.tokens, at })
     return toAccount(get.get(childId)!)
   })
@@ -216,28 +113,8 @@ export function openSqliteLedger(options: { path: string; durability: Durability
 
   const raiseTx = db.transaction((threadId: string, limit: Partial<BudgetAmounts>, at: number): LedgerAccount => {
     const row = mustGet(threadId, 'thread')
-    const next: BudgetAmounts = { spend: row.limit_spend, tokens: row.limit_tokens }
     const parent = row.parent_id ? toAccount(mustGet(row.parent_id, 'parent')) : null
-    for (const a of AMOUNTS) {
-      const wanted = limit[a]
-      if (wanted === undefined) continue
-      const current = limitOf(row, a)
-      if (parent && !row.released) {
-        if (wanted === null) {
-          if (parent.available[a] !== null) {
-            throw new SpindleError('BUDGET_EXCEEDED', `Thread ${threadId} cannot have an unlimited ${a} budget: its parent ${parent.threadId}'s is limited.`, {
-              details: { parentId: parent.threadId, amount: a },
-            })
-          }
-        } else if (current !== null) {
-          // Only the growth of what the child holds beyond its spend is reserved from the parent.
-          const spent = spentOf(row, a)
-          const more = Math.max(0, wanted - spent) - Math.max(0, current - spent)
-          if (more > EPSILON) assertCovered(parent, a, more)
-        }
-      }
-      next[a] = wanted
-    }
+    const next = raisedLimit(row, parent, limit)
     setLimit.run(next.spend, next.tokens, at, threadId)
     return toAccount(get.get(threadId)!)
   })
@@ -256,42 +133,7 @@ export function openSqliteLedger(options: { path: string; durability: Durability
         return row ? toAccount(row) : null
       }),
     children: (threadId) => guard(`list the children of ${threadId}`, () => children.all(threadId).map(toAccount)),
-    check: () =>
-      guard('check balances', () => {
-        const rows = all.all()
-        const byId = new Map(rows.map((r) => [r.thread_id, r]))
-        const problems: LedgerProblem[] = []
-        const expected = new Map<string, BudgetUsage>()
-        for (const row of rows) expected.set(row.thread_id, { spend: 0, tokens: 0 })
-        for (const row of rows) {
-          if (row.parent_id !== null && !byId.has(row.parent_id)) {
-            problems.push({ threadId: row.thread_id, kind: 'orphan_account', message: `account ${row.thread_id} names parent ${row.parent_id}, which has no account` })
-          }
-          // Each thread's own usage counts for it and every ancestor.
-          const seen = new Set<string>()
-          let id: string | null = row.thread_id
-          while (id !== null && byId.has(id) && !seen.has(id)) {
-            seen.add(id)
-            const e = expected.get(id)!
-            e.spend += row.own_spend
-            e.tokens += row.own_tokens
-            id = byId.get(id)!.parent_id
-          }
-        }
-        for (const row of rows) {
-          const e = expected.get(row.thread_id)!
-          if (Math.abs(e.spend - row.spent_spend) > 1e-6 || e.tokens !== row.spent_tokens) {
-            problems.push({
-              threadId: row.thread_id,
-              kind: 'spent_mismatch',
-              message: `account ${row.thread_id} records ${row.spent_spend} spent and ${row.spent_tokens} tokens, but its tree's usage adds up to ${e.spend} and ${e.tokens}`,
-            })
-          }
-          // A negative `available` is no damage: a thread's own replies may spend what its open
-          // children hold (limits are checked before calls); it then suspends for its budget.
-        }
-        return problems
-      }),
+    check: () => guard('check balances', () => checkRows(all.all())),
     untouched: () => guard('list untouched accounts', () => untouched.all().map((r) => r.thread_id)),
     dropUnborn: (threadId) =>
       guard(`drop the account of ${threadId}, which was never spawned`, () => db.transaction(() => dropUnborn.run(threadId, threadId).changes > 0).immediate()),

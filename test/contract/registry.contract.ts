@@ -73,6 +73,40 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         )
         expect(r.get(A)?.createdAt).toBe(1_000)
       }))
+
+      it('should refuse a registration without a directive, writing nothing', withRegistry((r) => {
+        expect(() => r.register(thread(A, { directive: undefined }))).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
+        expect(r.get(A)).toBeNull()
+      }))
+
+      it('should store what JSON carries: a Date as its ISO string, NaN as null, undefined members left out', withRegistry((r) => {
+        r.register(thread(A, { directive: { at: new Date(0), n: NaN, gone: undefined } }))
+        r.setResult(A, { result: { list: [undefined, 1] } })
+        expect(r.get(A)).toMatchObject({ directive: { at: '1970-01-01T00:00:00.000Z', n: null }, result: { list: [null, 1] } })
+        expect(r.get(A)?.directive).not.toHaveProperty('gone')
+      }))
+
+      it('should keep its rows as stored when a caller mutates what it passed in or read back', withRegistry((r) => {
+        const registration = thread(A)
+        r.register(registration)
+        ;(registration.directive as { prompt: string }).prompt = 'changed'
+        const cost = { ...COST }
+        r.updateCostSnapshot(A, cost)
+        cost.turns = 99
+        const outcome = { result: { answer: 1 } }
+        r.setResult(A, outcome)
+        outcome.result.answer = 2
+        const read = r.get(A)!
+        ;(read.directive as { prompt: string }).prompt = 'mutated'
+        read.cost!.spend = 99
+        read.status = 'error'
+        r.list()[0]!.directiveName = 'mutated'
+        r.listActive()[0]!.nonce = 'mutated'
+        r.activeStatuses()[0]!.status = 'error'
+        r.recoveryCount(A)!.count = 5
+        expect(r.get(A)).toMatchObject({ directiveName: 'a', directive: { prompt: 'p' }, status: 'created', nonce: `nonce-${A}`, cost: COST, result: { answer: 1 } })
+        expect(r.recoveryCount(A)).toEqual({ count: 0, seq: null })
+      }))
     })
 
     describe('updates', () => {
@@ -116,6 +150,12 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         r.register(thread(A))
         r.setResult(A, { result: undefined, error: null })
         expect(r.get(A)).toMatchObject({ result: null, error: null })
+      }))
+
+      it('should refuse a status that is not a thread status, leaving the row as it was', withRegistry((r) => {
+        r.register(thread(A))
+        expect(() => r.updateStatus(A, 'paused' as ThreadStatus, 2_000)).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
+        expect(r.get(A)).toMatchObject({ status: 'created', updatedAt: 1_000 })
       }))
 
       it('should replace the cost snapshot', withRegistry((r) => {
@@ -182,6 +222,17 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         onePerStatus(r)
         expect(ids(r.list({ limit: 2 }))).toEqual(['t0-aaaaaaaaaaaa', 't1-aaaaaaaaaaaa'])
         expect(ids(r.list({ status: ['completed', 'error', 'cancelled'], limit: 2 }))).toEqual(['t3-aaaaaaaaaaaa', 't4-aaaaaaaaaaaa'])
+      }))
+
+      it('should list nothing for a limit of 0 or an empty set of statuses, and everything for a negative limit', withRegistry((r) => {
+        onePerStatus(r)
+        expect(r.list({ limit: 0 })).toEqual([])
+        expect(r.list({ status: [] })).toEqual([])
+        expect(r.list({ limit: -1 })).toHaveLength(ALL.length)
+      }))
+
+      it('should refuse a limit that is not an integer', withRegistry((r) => {
+        expect(() => r.list({ limit: 1.5 })).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
       }))
 
       it('should list the children of a thread', withRegistry((r) => {
@@ -264,6 +315,87 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         expect(r.get(A)?.status).toBe('created')
         expect(r.get(B)).toBeNull()
       }))
+
+      it('should roll back every kind of write, and the indexes behind chains and children', withRegistry((r) => {
+        r.register(thread(A))
+        r.setRecoveryCounts([{ id: A, count: 2, seq: 4 }])
+        r.claim([{ id: A, token: 2 }])
+        const before = { record: r.get(A), counts: r.recoveryCounts(), token: r.leaseToken(A) }
+        expect(() =>
+          r.transaction(() => {
+            r.updateStatus(A, 'suspended', 5)
+            r.setResult(A, { result: 'x', error: { code: 'E', message: 'm' } })
+            r.updateCostSnapshot(A, COST)
+            r.resetRecoveryCounts([A])
+            r.setRecoveryCounts([{ id: A, count: 7, seq: 9 }])
+            r.claim([{ id: A, token: 5 }, { id: GHOST, token: 3 }])
+            r.register(thread(B, { parentId: A, previousThreadId: A }))
+            throw new Error('abort')
+          }),
+        ).toThrow('abort')
+        expect({ record: r.get(A), counts: r.recoveryCounts(), token: r.leaseToken(A) }).toEqual(before)
+        expect(r.leaseToken(GHOST)).toBeNull()
+        expect([r.get(B), r.successorOf(A), r.listChildren(A), ids(r.chain(A))]).toEqual([null, null, [], [A]])
+      }))
+
+      it('should see its own writes inside fn', withRegistry((r) => {
+        r.transaction(() => {
+          r.register(thread(A))
+          r.updateStatus(A, 'running', 2)
+          expect(r.get(A)?.status).toBe('running')
+          expect(ids(r.listActive())).toEqual([A])
+        })
+      }))
+
+      it('should keep the other writes when one write fails inside fn and fn carries on', withRegistry((r) => {
+        r.register(thread(A))
+        r.transaction(() => {
+          r.register(thread(B))
+          expect(() => r.register(thread(A))).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
+          expect(() => r.updateStatus(GHOST, 'running', 2)).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
+          r.updateStatus(A, 'running', 3)
+        })
+        expect(r.get(A)).toMatchObject({ status: 'running', createdAt: 1_000 })
+        expect(r.get(B)?.status).toBe('created')
+      }))
+
+      it('should roll back only a nested transaction that throws when the outer one catches it', withRegistry((r) => {
+        r.register(thread(A))
+        r.transaction(() => {
+          r.updateStatus(A, 'running', 2)
+          expect(() =>
+            r.transaction(() => {
+              r.updateStatus(A, 'error', 3)
+              r.register(thread(B))
+              throw new Error('inner')
+            }),
+          ).toThrow('inner')
+          expect(r.get(A)?.status).toBe('running')
+        })
+        expect(r.get(A)).toMatchObject({ status: 'running', updatedAt: 2 })
+        expect(r.get(B)).toBeNull()
+      }))
+
+      it('should roll back a committed nested transaction when the outer one throws', withRegistry((r) => {
+        expect(() =>
+          r.transaction(() => {
+            r.transaction(() => r.register(thread(A)))
+            throw new Error('outer')
+          }),
+        ).toThrow('outer')
+        expect(r.get(A)).toBeNull()
+      }))
+
+      it('should refuse a fn that returns a promise, and roll back what it wrote', withRegistry((r) => {
+        r.register(thread(A))
+        expect(() =>
+          r.transaction(() => {
+            r.updateStatus(A, 'running', 2)
+            return Promise.resolve()
+          }),
+        ).toThrow(TypeError)
+        expect(r.get(A)?.status).toBe('created')
+      }))
     })
 
     describe('recovery counts', () => {
@@ -285,6 +417,28 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         expect(r.recoveryCount(B)).toEqual({ count: 1, seq: 3 })
         // Not part of the thread's record: listing and reading rows is unchanged.
         expect(r.get(A)).not.toHaveProperty('recoveries')
+      }))
+
+      it('should read in one map every recovery count that is not the initial one, including a count reset to 0 that keeps its seq', withRegistry((r) => {
+        for (const name of ['a', 'b', 'c', 'd']) r.register(thread(`${name}-aaaaaaaaaaaa`))
+        r.setRecoveryCounts([
+          { id: 'a-aaaaaaaaaaaa', count: 2, seq: 9 },
+          { id: 'b-aaaaaaaaaaaa', count: 1, seq: 4 },
+          { id: 'nobody-aaaaaaaaaaaa', count: 1, seq: 1 },
+        ])
+        r.resetRecoveryCounts(['b-aaaaaaaaaaaa'])
+        expect(r.recoveryCounts()).toEqual(
+          new Map([
+            ['a-aaaaaaaaaaaa', { count: 2, seq: 9 }],
+            ['b-aaaaaaaaaaaa', { count: 0, seq: 4 }],
+          ]),
+        )
+      }))
+
+      it('should take the last count given for a thread named twice in one call', withRegistry((r) => {
+        r.register(thread(A))
+        r.setRecoveryCounts([{ id: A, count: 1, seq: 1 }, { id: A, count: 2, seq: 2 }])
+        expect(r.recoveryCount(A)).toEqual({ count: 2, seq: 2 })
       }))
     })
 
@@ -308,6 +462,34 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         expect([r.leaseToken(A), r.leaseToken(B), r.leaseToken(GHOST)]).toEqual([3, 1, 10])
         expect(r.claim([])).toEqual([])
       }))
+
+      it('should record a first lease (token 1) when a later lease is claimed in the same call', withRegistry((r) => {
+        expect(r.claim([{ id: A, token: 1 }, { id: B, token: 2 }])).toEqual([])
+        expect([r.leaseToken(A), r.leaseToken(B)]).toEqual([1, 2])
+      }))
+
+      it('should keep the largest token offered for a thread named several times, and report each offer a claim is ahead of', withRegistry((r) => {
+        expect(r.claim([{ id: A, token: 5 }, { id: A, token: 3 }, { id: A, token: 7 }])).toEqual([])
+        expect(r.leaseToken(A)).toBe(7)
+        // Read before the call writes anything: the 8 offered in it is not ahead of the 7 offered after it.
+        expect(r.claim([{ id: A, token: 2 }, { id: A, token: 8 }, { id: A, token: 7 }])).toEqual([
+          { id: A, token: 7 },
+          { id: A, token: 7 },
+        ])
+        expect(r.leaseToken(A)).toBe(8)
+      }))
+    })
+
+    it('should refuse reads and writes once closed', () => {
+      const backend = create()
+      try {
+        backend.registry.register(thread(A))
+        backend.registry.close()
+        expect(() => backend.registry.get(A)).toThrow()
+        expect(() => backend.registry.register(thread(B))).toThrow()
+      } finally {
+        backend.destroy?.()
+      }
     })
 
     it('should allow close to be called twice', () => {

@@ -9,7 +9,17 @@ import Database from 'better-sqlite3'
 import { describe, expect, it } from 'vitest'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import type { Ledger } from '../../persistence/types.js'
+import { ledgerContract } from '../contract/ledger.contract.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
+
+ledgerContract('sqlite :memory:', () => ({ ledger: openSqliteLedger({ path: ':memory:', durability: 'fsync' }) }))
+ledgerContract('sqlite file', () => {
+  const dir = tempDir('spindle-ledger')
+  return {
+    ledger: openSqliteLedger({ path: path.join(dir, 'ledger.db'), durability: 'fsync' }),
+    destroy: () => fs.rmSync(dir, { recursive: true, force: true }),
+  }
+})
 
 function withLedger(run: (ledger: Ledger, file: string) => void | Promise<void>) {
   return async () => {

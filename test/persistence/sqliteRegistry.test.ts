@@ -117,24 +117,6 @@ describe('openSqliteRegistry on a file', () => {
     reopened.close()
   })
 
-  it('should read in one map every recovery count that is not the initial one, including a count reset to 0 that keeps its seq', () => {
-    const registry = open(freshFile())
-    for (const name of ['a', 'b', 'c', 'd']) registry.register({ id: `${name}-aaaaaaaaaaaa`, directiveName: name, directive: {}, nonce: 'n', createdAt: 1 })
-    registry.setRecoveryCounts([
-      { id: 'a-aaaaaaaaaaaa', count: 2, seq: 9 },
-      { id: 'b-aaaaaaaaaaaa', count: 1, seq: 4 },
-      { id: 'nobody-aaaaaaaaaaaa', count: 1, seq: 1 },
-    ])
-    registry.resetRecoveryCounts(['b-aaaaaaaaaaaa'])
-    expect(registry.recoveryCounts()).toEqual(
-      new Map([
-        ['a-aaaaaaaaaaaa', { count: 2, seq: 9 }],
-        ['b-aaaaaaaaaaaa', { count: 0, seq: 4 }],
-      ]),
-    )
-    registry.close()
-  })
-
   it('should list a row whose JSON cell is damaged, with that field null', () => {
     const file = freshFile()
     const registry = open(file)
