@@ -24,21 +24,40 @@ const newLimit = z.number().nonnegative().nullable()
 
 /** New limits for a `retry` on a `limit` event; null is unlimited, an absent limit is left as it is. */
 export const HookLimitsSchema = z
-  .strictObject({ turns: newLimit, tokens: newLimit, spend: newLimit, durationMs: newLimit, spawns: newLimit, depth: newLimit })
+  .strictObject({
+    turns: newLimit.describe('The new `turns` limit. `null`: unlimited.'),
+    tokens: newLimit.describe('The new `tokens` limit. `null`: unlimited.'),
+    spend: newLimit.describe('The new `spend` limit, in US dollars. `null`: unlimited.'),
+    durationMs: newLimit.describe('The new `durationMs` limit, in ms. `null`: unlimited.'),
+    spawns: newLimit.describe('The new `spawns` limit. `null`: unlimited.'),
+    depth: newLimit.describe('The new `depth` limit. `null`: unlimited.'),
+  })
   .partial()
 
 export const HookSpecSchema = z
   .strictObject({
-    /** Unique within its source (file, directive, options); named in every error and decision. */
-    id: z.string().min(1).refine((id) => id.trim() !== '', { message: 'id must not be blank' }),
-    event: HookEventSchema,
-    /** A CEL expression over `thread` and the event's own variable; absent means always. */
-    when: z.string().min(1).optional(),
-    action: HookActionSchema,
-    /** Said in the outcome or the transcript when the hook decides. */
-    message: z.string().optional(),
-    /** For `retry` on a `limit` event: the limits to carry on under (default: the escalation proposal). */
-    limits: HookLimitsSchema.optional(),
+    id: z
+      .string()
+      .min(1)
+      .refine((id) => id.trim() !== '', { message: 'id must not be blank' })
+      .describe('Names the hook in every error and decision; unique within its file, directive or options.'),
+    event: HookEventSchema.describe(
+      'The event it decides: `error` (a model call failed), `limit` (a limit was reached), `context_window_pressure` (the prompt nears the context window), `thread_started`, `after_step` (a turn and its tools are done), `after_complete` (the thread stopped).',
+    ),
+    when: z
+      .string()
+      .min(1)
+      .optional()
+      .describe(
+        "A CEL condition over `thread` (its cost, limits, turn …) and the event's own variable (`error`, `limit`, `pressure`, `step`, `outcome`); the hook decides only when it is true. Not set: always.",
+      ),
+    action: HookActionSchema.describe(
+      'What happens: `retry` (retry the failed call, or carry on past the limit or the pressure), `fail` (end the thread in `error`, HOOK_FAILED), `abort` (cancel it), `continue` (the default behaviour).',
+    ),
+    message: z.string().optional().describe('Said in the outcome or the transcript when the hook decides.'),
+    limits: HookLimitsSchema.optional().describe(
+      'For `retry` on a `limit` event: the limits to carry on under; a limit not named stays as it is. Not set: the escalation proposal.',
+    ),
   })
   .superRefine((hook, ctx) => {
     if (hook.limits !== undefined && (hook.event !== 'limit' || hook.action !== 'retry')) {

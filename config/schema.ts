@@ -11,30 +11,28 @@ import { HookSpecSchema } from './hookSchema.js'
 
 const limit = z.number().nonnegative().nullable()
 
+/** Limits a thread gets when its directive and its spawn call set none; the machine's `Limits`. */
 export const LimitsSchema = z.strictObject({
-  turns: limit,
-  tokens: limit,
-  /** US dollars */
-  spend: limit,
-  durationMs: limit,
-  /** Child threads this thread may start. */
-  spawns: limit,
-  /** Levels of child threads below this one; a spawn that would go below 0 is refused. */
-  depth: limit,
+  turns: limit.describe('Most model turns (replies) the thread may take. `null`: unlimited.'),
+  tokens: limit.describe('Most input plus output tokens the thread may use over all its model calls. `null`: unlimited.'),
+  spend: limit.describe('Most the thread may spend on model calls, in US dollars (as the model adapter reports cost). `null`: unlimited.'),
+  durationMs: limit.describe('Most active running time of the thread, in ms; time spent suspended does not count. `null`: unlimited.'),
+  spawns: limit.describe('Most child threads the thread may start; a spawn past it is refused (SPAWN_REFUSED). `null`: unlimited.'),
+  depth: limit.describe('Levels of child threads allowed below this one: 0 means it may start no children, and each child gets one level fewer than its parent. `null`: unlimited.'),
 })
 
 export const RetrySchema = z.strictObject({
-  maxRetries: z.number().int().nonnegative(),
-  baseMs: z.number().positive(),
-  capMs: z.number().positive(),
-  jitter: z.number().min(0).max(1),
-  rateLimitDefaultMs: z.number().nonnegative(),
-  quotaWaitMs: z.number().nonnegative(),
+  maxRetries: z.number().int().nonnegative().describe('Retries of a failed model call after its first attempt, for transient, rate-limited and quota failures. 0 turns retrying off, the quota wait included.'),
+  baseMs: z.number().positive().describe('Backoff before the first retry of a transient failure, in ms; each further retry waits twice as long as the one before, up to `capMs`.'),
+  capMs: z.number().positive().describe('Longest backoff between two retries, in ms (a Retry-After sent by the provider can make a wait longer).'),
+  jitter: z.number().min(0).max(1).describe('Share of each backoff drawn at random, so that threads that failed together do not retry together: 0.2 means ±20 %.'),
+  rateLimitDefaultMs: z.number().nonnegative().describe('Wait before retrying a rate-limited call (HTTP 429) whose response has no Retry-After, in ms.'),
+  quotaWaitMs: z.number().nonnegative().describe("Wait before the single retry of a call refused for exhausted quota, in ms (longer if the provider's Retry-After says so); a second quota failure suspends the thread."),
 })
 
 export const TimeoutsSchema = z.strictObject({
-  modelMs: z.number().positive(),
-  toolMs: z.number().positive(),
+  modelMs: z.number().positive().describe('A model call still running after this many ms is abandoned and counts as a transient failure, retried under `retry`.'),
+  toolMs: z.number().positive().describe('Time a tool call may take, in ms, for tools that set no timeout of their own; a call that takes longer is stopped and the model gets a TOOL_TIMEOUT error result.'),
 })
 
 export const ERROR_CATEGORIES = [
@@ -145,10 +143,7 @@ function compiles(source: string): boolean {
 }
 
 export const ErrorPatternSchema = z.strictObject({
-  /**
-   * A JavaScript regular expression, matched case-insensitively against the failure's message.
-   * Patterns that can backtrack catastrophically are refused (see regexHazard).
-   */
+  // Refused: patterns that can backtrack catastrophically (see regexHazard).
   match: z
     .string()
     .min(1)
@@ -156,155 +151,152 @@ export const ErrorPatternSchema = z.strictObject({
     .superRefine((source, ctx) => {
       const hazard = compiles(source) ? regexHazard(source) : null
       if (hazard) ctx.addIssue({ code: 'custom', message: `${hazard}` })
-    }),
-  category: z.enum(ERROR_CATEGORIES),
+    })
+    .describe("A JavaScript regular expression, matched case-insensitively against the failure's message. One that can backtrack catastrophically, like `(a+)+` or `a.*b.*c`, is refused: bound gaps, as in `.{0,200}`."),
+  category: z
+    .enum(ERROR_CATEGORIES)
+    .describe('What a matching failure is: `transient`, `rate_limited` and `quota` are retried under `retry`; `context_length` hands the task to a continuation thread; any other category ends the thread in `error`.'),
 })
 
 /** How a limit's proposed new value is computed when a thread hits it. */
 export const EscalationRuleSchema = z.strictObject({
-  policy: z.enum(['double', 'add', 'ceiling', 'deny_only']),
-  /** For `add`: how much to add. */
-  amount: z.number().positive().optional(),
-  /** For `ceiling`: the value to propose; for `double` and `add`: a value never proposed past. */
-  ceiling: z.number().positive().optional(),
+  policy: z.enum(['double', 'add', 'ceiling', 'deny_only']).describe(
+    'How the proposed limit is computed: `double` the limit, `add` `amount` to it, jump to `ceiling`, or `deny_only` (propose nothing: whoever approves names the new limit).',
+  ),
+  amount: z.number().positive().optional().describe('For `add`: how much to add to the limit. Not set: the limit itself (so it doubles).'),
+  ceiling: z.number().positive().optional().describe('For `ceiling`: the limit to propose. For `double` and `add`: a value never proposed past; once the limit is there, nothing is proposed.'),
 })
 
+const escalationRule = (limit: string) => EscalationRuleSchema.describe(`What a thread that reaches its \`${limit}\` limit proposes.`)
+
 export const EscalationSchema = z.strictObject({
-  turns: EscalationRuleSchema,
-  tokens: EscalationRuleSchema,
-  spend: EscalationRuleSchema,
-  durationMs: EscalationRuleSchema,
-  /** Seconds an approval request stays open, stated in the request for whoever answers it. */
-  requestTimeoutSeconds: z.number().int().positive(),
+  turns: escalationRule('turns'),
+  tokens: escalationRule('tokens'),
+  spend: escalationRule('spend'),
+  durationMs: escalationRule('durationMs'),
+  requestTimeoutSeconds: z.number().int().positive().describe('How long an approval request says it stays open, in seconds, for whoever answers it; spindle does not act on its own when that time has passed.'),
 })
 
 export const OrphansSchema = z.strictObject({
-  /** A thread whose owner has not been heard from for this long is an orphan. */
-  thresholdMs: z.number().int().positive(),
-  /** Take over orphans found on this data directory without being asked (else report them). */
-  autoTakeover: z.boolean(),
-  /** How often leases are renewed and orphans looked for; null: a third of thresholdMs. */
-  heartbeatMs: z.number().int().positive().nullable(),
+  thresholdMs: z.number().int().positive().describe('How long a lease lasts, in ms: a thread whose runtime has not renewed its lease for this long is an orphan. Lower it to take over sooner after a crash; keep it well above `heartbeatMs`.'),
+  autoTakeover: z.boolean().describe('Whether a runtime takes over, and runs, the orphans it finds on its data directory. `false`: they are carried on only when a runtime opens the directory, or by `spindle orphans recover`.'),
+  heartbeatMs: z.number().int().positive().nullable().describe('How often a runtime renews its leases and looks for orphans, in ms. `null`: a third of `thresholdMs`.'),
 })
 
 export const RequestsSchema = z.strictObject({
-  /** How often cancel and approval-response files of this runtime's threads are looked for. */
-  pollMs: z.number().int().positive(),
-  /** Every this many polls, every thread directory is swept (stray and forged requests are refused). */
-  sweepEvery: z.number().int().positive(),
-  /**
-   * Thread directories a poll looks in besides those the request bell names; a file written by
-   * hand is seen within ceil(threads / scanPerPoll) polls.
-   */
-  scanPerPoll: z.number().int().positive(),
+  pollMs: z.number().int().positive().describe('How often a runtime looks for cancel, approval-response and resume files of its threads, in ms: the delay before it acts on `spindle cancel`, `approve`, `deny` or `resume`.'),
+  sweepEvery: z.number().int().positive().describe('Every this many polls, every thread directory is swept, and stray or forged request files are set aside and reported.'),
+  scanPerPoll: z.number().int().positive().describe("Thread directories a poll looks in, in turn, besides those spindle's own writers announce, to find files written by hand: such a file is seen within ceil(threads / scanPerPoll) polls."),
 })
 
 export const ContextSchema = z.strictObject({
-  /** Share of the model's context window that prompt tokens may reach before `context_window_pressure` fires. */
-  pressureRatio: z.number().gt(0).max(1),
-  /** What to do when no hook handles the pressure: hand off to a continuation thread, or carry on. */
-  onPressure: z.enum(['continue_thread', 'ignore']),
-  /** Most tokens (estimated) of history a continuation starts with; null: `resumeCeilingRatio` of the window. */
-  resumeCeilingTokens: z.number().int().positive().nullable(),
-  /** Share of the model's context window a continuation's rebuilt history may take when no ceiling is set. */
-  resumeCeilingRatio: z.number().gt(0).max(1),
-  /** The context window assumed for a model adapter that does not declare one (for the ceiling only). */
-  defaultContextWindow: z.number().int().positive(),
+  pressureRatio: z.number().gt(0).max(1).describe("Share of the model's context window that a call's prompt tokens may reach before `context_window_pressure` fires (0.9: at 90 %). Only for model adapters that declare their window."),
+  onPressure: z.enum(['continue_thread', 'ignore']).describe('What to do under pressure when no hook decides: `continue_thread` hands the task to a new thread whose history is rebuilt from the transcript (the old one ends `continued`); `ignore` carries on.'),
+  resumeCeilingTokens: z.number().int().positive().nullable().describe("Most tokens (estimated at about 4 characters each) of history a continuation thread starts with. `null`: `resumeCeilingRatio` of the model's context window."),
+  resumeCeilingRatio: z.number().gt(0).max(1).describe("Share of the model's context window a continuation's rebuilt history may take when `resumeCeilingTokens` is `null`."),
+  defaultContextWindow: z.number().int().positive().describe('The context window, in tokens, assumed for a model adapter that declares none; it only sizes the history of a continuation.'),
 })
 
 export const SupervisionSchema = z.strictObject({
-  /** How a parent's children are restarted after one crashes (the root group too). */
-  strategy: z.enum(['one_for_one', 'one_for_all', 'rest_for_one']),
-  /** A thread's restart type when its spawn does not say. */
-  restart: z.enum(['permanent', 'transient', 'temporary']),
-  /** At most this many restarts of one thread (one_for_one) or of one group (the other strategies) … */
-  maxRestarts: z.number().int().nonnegative(),
-  /** … within this window; past it what a restart would sweep ends in `error` with a crash report. */
-  withinMs: z.number().int().positive(),
-  /**
-   * Recoveries in a row (each after the process running it died) that may find a thread at the
-   * same point of its history; the next one quarantines it (suspends it, CRASH_LOOP). null: never.
-   */
-  maxRecoveries: z.number().int().nonnegative().nullable(),
-  /**
-   * How long a crash-loop suspect may run alone, holding every other thread back, without taking a
-   * step; then everything runs again beside it. null: until it steps or stops.
-   */
-  aloneMs: z.number().int().positive().nullable(),
+  strategy: z.enum(['one_for_one', 'one_for_all', 'rest_for_one']).describe("Which threads of a group (a parent's children; threads spawned by host code form the root group) a crash restarts: `one_for_one` the crashed one, `one_for_all` all of them, `rest_for_one` it and those started after it."),
+  restart: z.enum(['permanent', 'transient', 'temporary']).describe("A thread's restart type when its spawn call sets none: `permanent` (restarted after its own crash and with its group), `transient` (after its own crash only), `temporary` (never: a crash ends it in `error`)."),
+  maxRestarts: z.number().int().nonnegative().describe('Restart intensity: at most this many restarts within `withinMs`, of the thread under `one_for_one`, of its group otherwise. Past it, what the restart would sweep ends in `error` (SUPERVISION_GAVE_UP).'),
+  withinMs: z.number().int().positive().describe('The sliding window, in ms, over which `maxRestarts` is counted.'),
+  maxRecoveries: z.number().int().nonnegative().nullable().describe('Recoveries in a row, each after the process running the thread died, that may find it at the same point of its history; the next one suspends it (CRASH_LOOP) instead of running it again. `null`: never.'),
+  aloneMs: z.number().int().positive().nullable().describe('How long a thread suspected of crashing its process may run alone, holding every other thread back, without taking a step, in ms; then the others run beside it again. `null`: until it steps or stops.'),
 })
 
 export const ChildrenSchema = z.strictObject({
-  /**
-   * A child that names no spend or token limit of its own reserves this share of what its parent
-   * has available (so a wave of such children never takes the whole budget with the first one).
-   */
-  budgetShare: z.number().gt(0).max(1),
+  budgetShare: z.number().gt(0).max(1).describe("Share of its parent's remaining spend and token budget that a child reserves when it names no spend or token limit of its own (0.5: half), so the first of many children never takes it all."),
 })
 
 const RecoveryRuleSchema = z.strictObject({
-  /** Attempts per handler before the next one in the chain takes over. */
-  maxAttempts: z.number().int().nonnegative(),
-  /** Wait before the next attempt; a failure during the cooldown reuses the last decision. */
-  cooldownSeconds: z.number().nonnegative(),
-  /** Handlers (directive names) after the thread's own, ending at `human`. */
+  maxAttempts: z.number().int().nonnegative().describe("Runs of the task per handler (the thread's own first run counts) before the next handler of `chain` takes over."),
+  cooldownSeconds: z.number().nonnegative().describe('Seconds before the next attempt starts; a failure that comes while the cooldown runs reuses the last decision and counts no attempt.'),
   chain: z
     .array(z.string().min(1))
     .min(1)
-    .refine((chain) => chain[chain.length - 1] === 'human', { message: "must end with 'human'" }),
+    .refine((chain) => chain[chain.length - 1] === 'human', { message: "must end with 'human'" })
+    .describe("Handlers (directive names) that take the task over in turn after the thread's own directive. It must end with `human`: a person, asked through an escalation.request.json file in the thread's directory."),
 })
 
 /** Design 003 §6: what happens when a thread ends in `error`. */
 export const RecoverySchema = z.strictObject({
-  enabled: z.boolean(),
+  enabled: z.boolean().describe('Turns recovery on. Off: a thread that ends in `error` stays so until someone acts on it.'),
   ...RecoveryRuleSchema.shape,
-  /** Per error code (`model_permanent`, `SUPERVISION_GAVE_UP`, `budget_exceeded` …): overrides. */
-  byReason: z.record(z.string(), RecoveryRuleSchema.partial()),
+  byReason: z
+    .record(z.string().meta({ title: 'code' }), RecoveryRuleSchema.partial())
+    .describe('Overrides of `maxAttempts`, `cooldownSeconds` and `chain` for the failures with one error code (`model_permanent`, `SUPERVISION_GAVE_UP`, `budget_exceeded` …).'),
 })
 
 const GovernanceActionSchema = z.enum(['reduced_context', 'manual_handoff', 'stop_run'])
 
 const GovernanceBudgetsSchema = z.strictObject({
-  /** Input plus output tokens of the thread (its continuation chain included). */
-  tokens: z.number().int().positive().nullable(),
-  /** Active running time in ms. */
-  wallTimeMs: z.number().int().positive().nullable(),
-  /** Model calls retried after a failure. */
-  retries: z.number().int().nonnegative().nullable(),
-  /** The action on each successive time a budget is exceeded; the last repeats. */
-  degradePolicy: z.array(GovernanceActionSchema),
-  /** The action when degradePolicy is empty. */
-  onExceeded: GovernanceActionSchema,
+  tokens: z.number().int().positive().nullable().describe('Input plus output tokens the thread may use, its continuation chain included. `null`: no such budget.'),
+  wallTimeMs: z.number().int().positive().nullable().describe('Active running time the thread may use, in ms. `null`: no such budget.'),
+  retries: z.number().int().nonnegative().nullable().describe('Model calls the thread may retry after a failure. `null`: no such budget.'),
+  degradePolicy: z
+    .array(GovernanceActionSchema)
+    .describe('The action the first, second … time a budget of the task is exceeded, the last repeating: `reduced_context` continues in a new thread with half the usual history, `manual_handoff` suspends it for a person, `stop_run` ends it in `error`.'),
+  onExceeded: GovernanceActionSchema.describe('The action when `degradePolicy` is empty.'),
 })
 
 /** Design 003 §7: per-thread budgets with a degrade policy. */
 export const GovernanceSchema = z.strictObject({
   ...GovernanceBudgetsSchema.shape,
-  byDirective: z.record(z.string(), GovernanceBudgetsSchema.partial()),
+  byDirective: z
+    .record(z.string().meta({ title: 'directive' }), GovernanceBudgetsSchema.partial())
+    .describe('Budgets and actions for the threads of one directive (by name), over the ones above.'),
 })
 
 export const WaitsSchema = z.strictObject({
-  /** How long wait_threads waits when the call does not say. */
-  defaultTimeoutMs: z.number().int().positive(),
-  /** Threads other processes run are looked up this often while waited on (local threads notify). */
-  remotePollMs: z.number().int().positive(),
+  defaultTimeoutMs: z.number().int().positive().describe('How long a wait (`wait_threads`, `rt.waitThreads`) that sets no timeout lasts, in ms; then the threads still running are reported as pending.'),
+  remotePollMs: z.number().int().positive().describe('How often threads run by another process are looked up while waited on, in ms (threads of this process tell their waiters at once).'),
 })
 
 export const ConfigSchema = z.strictObject({
-  limits: LimitsSchema,
-  retry: RetrySchema,
-  timeouts: TimeoutsSchema,
-  errors: z.strictObject({ patterns: z.array(ErrorPatternSchema) }),
-  escalation: EscalationSchema,
-  orphans: OrphansSchema,
-  requests: RequestsSchema,
-  context: ContextSchema,
-  supervision: SupervisionSchema,
-  children: ChildrenSchema,
-  waits: WaitsSchema,
-  recovery: RecoverySchema,
-  governance: GovernanceSchema,
-  /** Hooks as data (design 000, "Hooks as the Policy Layer"); each layer's hooks keep their layer. */
-  hooks: z.array(HookSpecSchema),
+  limits: LimitsSchema.describe(
+    "Limits a thread gets when neither its directive nor its spawn call sets them. Before each model call, a thread that has reached its turns, tokens, spend or durationMs limit suspends and asks for more (see `escalation`); a child's limits are also capped by its parent's.",
+  ),
+  retry: RetrySchema.describe(
+    'How failed model calls are retried: with exponential backoff and jitter, up to a cap. When the retries are used up the thread suspends (`spindle resume` carries it on); a permanent failure is not retried and ends the thread in `error`.',
+  ),
+  timeouts: TimeoutsSchema.describe('How long a model call and a tool call may take.'),
+  errors: z
+    .strictObject({
+      patterns: z
+        .array(ErrorPatternSchema)
+        .describe("Message patterns, tried in order; the first that matches the failure's message gives its category. A layer's patterns are tried before those of the layers under it."),
+    })
+    .describe("How a failed model call is classified when neither its HTTP status nor the provider's error code decides. A failure nothing classifies is permanent."),
+  escalation: EscalationSchema.describe(
+    'What a thread that reaches one of its limits proposes to the person asked to approve more (`spindle approve` takes the proposal unless told otherwise).',
+  ),
+  orphans: OrphansSchema.describe(
+    'Threads whose process died. Every runtime holds a lease on each thread it runs and renews it; a thread whose lease has run out is an orphan, which a runtime on the same data directory can take over.',
+  ),
+  requests: RequestsSchema.describe(
+    'How a runtime notices the request files (cancel, approval response, resume) that the CLI and other processes write into the data directory.',
+  ),
+  context: ContextSchema.describe(
+    "What happens as a thread's prompt fills the model's context window, and how much history a continuation thread starts with.",
+  ),
+  supervision: SupervisionSchema.describe(
+    'How crashed threads are restarted, as Erlang/OTP supervisors do. A crash is an unexpected exception in the runtime or an adapter, not a classified model failure; a restarted thread goes on from its last checkpoint.',
+  ),
+  children: ChildrenSchema.describe("How child threads share their parent's spend and token budget."),
+  waits: WaitsSchema.describe('How a thread (the `wait_threads` tool) or host code (`rt.waitThreads`) waits for other threads.'),
+  recovery: RecoverySchema.describe(
+    'What happens to a task when its thread ends in `error` (off by default): its own directive tries again up to `maxAttempts` times, then each handler of `chain` in turn, and finally a person.',
+  ),
+  governance: GovernanceSchema.describe(
+    'Per-thread budgets besides the limits, each off while `null`. Before each model call, a thread over one of them gets the next action of `degradePolicy`.',
+  ),
+  hooks: z
+    .array(HookSpecSchema)
+    .describe(
+      "Policy as data: at an event, the first hook whose `when` holds decides what happens; when none does, the default behaviour applies. Hooks add up across layers: the user file's are asked first, then the directive's, the built-in ones, the project's.",
+    ),
 })
 
 export type Config = z.infer<typeof ConfigSchema>
