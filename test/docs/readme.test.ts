@@ -8,7 +8,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import ts from 'typescript'
-import { describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { brokenLinks, codeBlocks } from './markdown.js'
 import type { CodeBlock } from './markdown.js'
@@ -34,6 +34,12 @@ function onlyBlock(blocks: CodeBlock[], marker: string): CodeBlock {
   return marked[0]!
 }
 
+/** Folders this file made; removed at the end (rm does not follow their links into the repository). */
+const made: string[] = []
+afterAll(() => {
+  for (const dir of made) fs.rmSync(dir, { recursive: true, force: true })
+})
+
 /**
  * A folder outside the repository where a user's program would live: `spindle` installed (a link
  * to this repository, resolved through its package.json exports like an installed copy) beside
@@ -41,6 +47,7 @@ function onlyBlock(blocks: CodeBlock[], marker: string): CodeBlock {
  */
 function userProject(): string {
   const dir = tempDir('spindle-docs-project')
+  made.push(dir)
   const modules = path.join(dir, 'node_modules')
   fs.mkdirSync(modules)
   for (const name of fs.readdirSync(path.join(root, 'node_modules'))) {
@@ -125,6 +132,7 @@ describe('README.md', () => {
   it('should run its host program with node and print what it says the program prints', () => {
     const { file, expected } = hostProgram()
     const cwd = tempDir('spindle-docs-host')
+    made.push(cwd)
     const run = runToEnd(file, cwd)
     expect(run.code, run.stderr).toBe(0)
     expect(run.stdout).toBe(expected)
@@ -133,6 +141,7 @@ describe('README.md', () => {
   it('should close the runtime and exit 0 when its host program gets SIGTERM, and carry the same thread on when run again', async () => {
     const { file, expected } = hostProgram()
     const cwd = tempDir('spindle-docs-sigterm')
+    made.push(cwd)
     const dir = path.join(cwd, '.spindle')
     const child = spawn(process.execPath, [file], { cwd, stdio: ['ignore', 'pipe', 'pipe'] })
     let stdout = ''
