@@ -39,7 +39,7 @@ function missing(threadId: string, message: string, details: Record<string, unkn
  * store.read('research-3f9k2m1x0q7a').entries.length // 1
  * @see createJsonlTranscriptStore for the file backend.
  */
-export function createMemoryTranscriptStore(): TranscriptStore {
+export function createMemoryTranscriptStore(): TranscriptStore & { storedBytes(threadId: string): number | null } {
   const logs = new Map<string, Log>()
   const opened = new Set<string>()
 
@@ -95,6 +95,11 @@ export function createMemoryTranscriptStore(): TranscriptStore {
 
     close(threadId: string): void {
       opened.delete(threadId)
+    },
+
+    /** Bytes the file backend would hold for the thread's transcript, open or not; null when it has none. */
+    storedBytes(threadId: string): number | null {
+      return logs.get(threadId)?.position.bytes ?? null
     },
 
     closeAll(): void {

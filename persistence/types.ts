@@ -436,3 +436,108 @@ export interface RecoveryStore {
   bumpDegradeStep(taskKey: string, at: number): number
   close(): void
 }
+
+/**
+ * What a backend keeps per thread besides its transcript and checkpoint, as the runtime asks about
+ * it: where the thread's files are (for messages), how long its stored transcript is without
+ * opening it, where a line state.json points at was set aside whole, and a read-ahead of many
+ * threads' files for recovery where reading them costs system calls.
+ */
+export interface ThreadFolders {
+  /** Where thread `threadId`'s files are, for messages: a folder, or `(memory)/<id>`. */
+  where(threadId: string): string
+  /** Bytes the thread's stored transcript holds, read without opening it; null when it has none. */
+  transcriptBytes(threadId: string): number | null
+  /**
+   * Where the transcript line at `anchor` went, when it was set aside whole after `savedAt` (a
+   * compaction's copy of the transcript, or a stale writer's line): the file that holds it and
+   * why. Null when it was not (the transcript is damaged, or was never moved).
+   */
+  setAside(threadId: string, anchor: TranscriptPosition, savedAt: number): { keptAs: string; why: 'compaction' | 'stale' } | null
+  /**
+   * A worker that reads many threads' files ahead on another core (recovery of thousands of
+   * threads); null when the backend has nothing to read ahead. Throws when one cannot start.
+   */
+  readAhead(): import('./prefetch.js').ThreadFileReader | null
+}
+
+/** A kind of request that reaches a thread from outside the runtime that runs it. */
+export type RequestKind = 'cancel' | 'resume' | 'approval'
+
+/** A request as an inbox holds it. */
+export interface InboxRequest {
+  kind: RequestKind
+  /** The thread it is for; null for one found where no thread is (a stray folder). */
+  threadId: string | null
+  /** For an approval answer: the request it answers. */
+  requestId?: string
+  /** Where it was written (a file), as reports and the request log name it. */
+  ref: string
+}
+
+/** A request claimed from an inbox: no other process acts on it now. */
+export interface ClaimedRequest extends InboxRequest {
+  /** What was written: its JSON, or why it cannot be read. */
+  body: { ok: true; value: unknown } | { ok: false; problem: string }
+}
+
+/** One line of the request log: what happened to a request. */
+export interface RequestLogLine {
+  at: string
+  kind: RequestKind
+  threadId: string | null
+  file: string
+  outcome: 'honoured' | 'refused'
+  reason: string
+}
+
+/**
+ * Requests that reach threads from outside the runtime (cancel, resume, approval answers), and
+ * what the runtime leaves for people to answer or read (approval requests and decisions, recovery
+ * escalations). One inbox per data directory, shared by the processes that open it: a request is
+ * claimed before it is acted on, so exactly one of them acts on it.
+ */
+export interface RequestInbox {
+  /** Whether an approval request `requestId` of the thread is stored, or its decision is. */
+  hasApproval(threadId: string, requestId: string): boolean
+  /** Stores an approval request, unless it (or its decision) is stored already. */
+  putApprovalRequest(threadId: string, requestId: string, request: unknown): void
+  /** Stores how request `requestId` was decided, next to the request (nothing when the request is not stored). */
+  putDecision(threadId: string, requestId: string, decision: unknown): void
+  /** Stores a recovery escalation for a person to find next to the thread. */
+  putEscalation(threadId: string, escalation: unknown): void
+  /** Where a person answers approval request `requestId` (a file, relative to the data directory); null where no one outside this process can. */
+  answerAt(threadId: string, requestId: string): string | null
+  /**
+   * Leaves a cancel request for whichever process runs the thread, carrying its nonce; returns
+   * where. Null when no other process reads this inbox (a request could never be acted on).
+   */
+  askCancel(threadId: string, request: { nonce: string; reason?: string; by?: string }): string | null
+  /** Threads whose requests changed since the last call (and `missed`: look at every thread, some changes were not seen). */
+  changed(): { ids: Set<string>; missed: boolean }
+  /** Whether the thread has a request of `kind` waiting (an approval answer: one answering `requestId`). */
+  waiting(threadId: string, kind: RequestKind, requestId?: string): boolean
+  /**
+   * Claims the waiting request, so no other process acts on it, and reads it. Null when there is
+   * none to claim (another process took it first), or when it may not be touched (it lies behind
+   * a link: reported through the inbox's own problem port).
+   */
+  claim(threadId: string, kind: RequestKind, requestId?: string): ClaimedRequest | null
+  /** A claimed request was carried out: it is gone from the inbox. */
+  honour(request: ClaimedRequest): void
+  /**
+   * A request that was refused (claimed, or found stray and not claimed) is set aside, so whoever
+   * wrote it can see it was not taken; returns where it is kept now (null: it could not be moved).
+   */
+  refuse(request: InboxRequest): string | null
+  /** Cancel requests waiting for threads `passOver` does not name (threads that no process here runs or watches): a sweep's strays. */
+  strayCancels(passOver: (threadId: string) => boolean): InboxRequest[]
+  /**
+   * Approval answers of the thread that answer no open request of it (`openRequest`: null when it
+   * has none): already decided, or answering a request it never had. An answer to a request that
+   * is open but not the one given (another process's) is not stray.
+   */
+  strayAnswers(threadId: string, openRequest: string | null): Array<InboxRequest & { decided: boolean }>
+  /** Appends to the request log; returns why a line could not be written (the request stands all the same). */
+  log(line: RequestLogLine): Error | null
+}

@@ -1,36 +1,38 @@
 /**
  * Requests that reach a thread as files, so that another process (the CLI, a script, a person with
- * an editor) can cancel a thread or answer its approval request without talking to the runtime
- * that runs it:
- *
- *   threads/<id>/cancel.requested                   { nonce, reason?, by? }
- *   threads/<id>/approvals/<rid>.request.json       written by the runtime when a limit is hit
- *   threads/<id>/approvals/<rid>.response.json      { approved, limits?, message?, by? }
- *   threads/<id>/approvals/<rid>.decision.json      written by the runtime once it has acted
- *
- * A file is claimed by renaming it before it is acted on, so two runtimes never act on one request.
- * Every request, honoured or refused, is appended to `<dir>/requests.log.jsonl`.
+ * an editor) can cancel a thread, resume it or answer its approval request without talking to the
+ * runtime that runs it: what a request must say, and the calls that write one with the thread's
+ * nonce and ring the bell. Where the files live and how they are claimed: persistence/requestFiles.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
 import { z } from 'zod'
 import { LimitsSchema } from '../config/schema.js'
 import type { Limits, LimitName, Usage } from '../machines/thread.machine.js'
-import { writeFileAtomicSync } from '../persistence/atomicFile.js'
-import { FileTooLarge, NotRegularFile, appendRegular, notRegularReason, openRegular, readSmallRegular } from '../persistence/fdio.js'
 import type { DataPaths } from '../persistence/paths.js'
 import { assertRealDirectories, dataPaths, threadDir } from '../persistence/paths.js'
+import { APPROVALS_DIR, approvalFiles, cancelFile, readRequestJson, readRequestText, resumeFile, writeRequestFile } from '../persistence/requestFiles.js'
 import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../persistence/types.js'
 import { SpindleError, midSentence } from './base/errors.js'
 import { assertThreadId } from './base/ids.js'
-import { ringBell } from './requestBell.js'
 
-export const CANCEL_FILE = 'cancel.requested'
-/** A request from another process to carry on a thread suspended for a reason other than a limit. */
-export const RESUME_FILE = 'resume.requested'
-export const APPROVALS_DIR = 'approvals'
-export const REQUEST_LOG = 'requests.log.jsonl'
+export {
+  APPROVALS_DIR,
+  CANCEL_FILE,
+  ESCALATION_FILE,
+  REQUEST_LOG,
+  RESUME_FILE,
+  approvalFiles,
+  cancelFile,
+  claim,
+  logRequest,
+  readRequestLog,
+  readRequestText,
+  resumeFile,
+  setAside,
+} from '../persistence/requestFiles.js'
+export type { RequestLogEntry } from '../persistence/requestFiles.js'
 
 export const CancelRequestSchema = z.object({
   /** The thread's nonce, from its registry row (`spindle show <id>`). */
@@ -73,157 +75,20 @@ export interface ApprovalRequest {
   respond: { file: string; approve: ApprovalResponse; deny: ApprovalResponse }
 }
 
-export function cancelFile(paths: DataPaths, id: string): string {
-  return path.join(threadDir(paths, id), CANCEL_FILE)
-}
-
-export function approvalFiles(paths: DataPaths, id: string, requestId: string) {
-  if (!/^[A-Za-z0-9_.-]{1,128}$/.test(requestId) || requestId.includes('..')) {
-    throw new SpindleError('INVALID_OPTIONS', `"${requestId}" is not an approval request id.`, { details: { requestId } })
-  }
-  const dir = path.join(threadDir(paths, id), APPROVALS_DIR)
-  return {
-    dir,
-    request: path.join(dir, `${requestId}.request.json`),
-    response: path.join(dir, `${requestId}.response.json`),
-    taken: path.join(dir, `${requestId}.response.taken.json`),
-    rejected: path.join(dir, `${requestId}.response.rejected.json`),
-    decision: path.join(dir, `${requestId}.decision.json`),
-  }
-}
-
-/** Renames `from` to `to`; false when someone else claimed it first (or it is gone). */
-export function claim(from: string, to: string): boolean {
-  try {
-    fs.renameSync(from, to)
-    return true
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return false
-    throw error
-  }
-}
-
-/**
- * Renames `from` to `to`, or, when `to` is taken (an earlier refused request), to `to` with `-2`,
- * `-3` … before its extension: evidence of one forged request never replaces another's. Returns
- * where it went, or null when it could not be moved (it then stays where it was).
- */
-export function setAside(from: string, to: string): string | null {
-  const ext = path.extname(to)
-  const stem = to.slice(0, to.length - ext.length)
-  for (let n = 1; n < 1000; n++) {
-    const target = n === 1 ? to : `${stem}-${n}${ext}`
-    if (fs.existsSync(target)) continue
-    try {
-      fs.renameSync(from, target)
-      return target
-    } catch {
-      return null
-    }
-  }
-  return null
-}
-
 export type ReadResult<T> = { ok: true; value: T } | { ok: false; problem: string }
-
-/** A request file is a few hundred bytes of JSON; an approval's message is at most 10,000 characters. */
-const MAX_REQUEST_BYTES = 1 << 20
-
-/**
- * The text of a request file that anyone able to write the thread's directory may have put there:
- * only a regular file, never through a symlink (which could point the reading process at a file
- * outside the data directory) and never a FIFO or device (a blocking read would stop the process
- * that reads it — a runtime's whole poll — for good). Throws with the reason otherwise.
- */
-export function readRequestText(file: string): string {
-  try {
-    return readSmallRegular(file, MAX_REQUEST_BYTES, fs.constants.O_NOFOLLOW ?? 0)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ELOOP') throw new Error(`${file} is a symbolic link, not a file`)
-    if (error instanceof NotRegularFile) throw new Error(`${file} is not a regular file`)
-    if (error instanceof FileTooLarge) throw new Error(error.size === null ? error.message : `${file} is ${error.size} bytes, more than a request file's ${MAX_REQUEST_BYTES}`)
-    throw error
-  }
-}
 
 /** Reads and validates a request file; a problem names the field that is wrong. */
 export function readRequestFile<T>(file: string, schema: z.ZodType<T>): ReadResult<T> {
-  let text: string
-  try {
-    text = readRequestText(file)
-  } catch (error) {
-    return { ok: false, problem: `${file} cannot be read (${(error as Error).message})` }
-  }
-  let raw: unknown
-  try {
-    raw = JSON.parse(text)
-  } catch (error) {
-    return { ok: false, problem: `${file} is not valid JSON (${(error as Error).message})` }
-  }
+  const read = readRequestJson(file)
+  return read.ok ? checkRequest(file, read.value, schema) : read
+}
+
+/** Checks what a request file said against `schema`; a problem names the file and the field. */
+export function checkRequest<T>(file: string, raw: unknown, schema: z.ZodType<T>): ReadResult<T> {
   const parsed = schema.safeParse(raw)
   if (parsed.success) return { ok: true, value: parsed.data }
   const issue = parsed.error.issues[0]!
   return { ok: false, problem: `${file}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}` }
-}
-
-export interface RequestLogEntry {
-  at: string
-  kind: 'cancel' | 'approval' | 'resume'
-  threadId: string | null
-  file: string
-  outcome: 'honoured' | 'refused'
-  reason: string
-}
-
-/**
- * Appends to the data directory's request log. Never throws: the log must not stop a cancel. A log
- * that is no regular file (a symlink out of the data directory, a FIFO that would block the
- * runtime) is not written; the returned problem says where and why, for the caller to report.
- */
-export function logRequest(root: string, entry: RequestLogEntry): SpindleError | null {
-  const file = path.join(root, REQUEST_LOG)
-  try {
-    appendRegular(file, `${JSON.stringify(entry)}\n`)
-  } catch (error) {
-    const found = notRegularReason(error)
-    if (found === null) return null
-    return new SpindleError(
-      'DATA_DIR_INVALID',
-      `Did not log the ${entry.outcome} ${entry.kind} request ${entry.file} to ${file}: it is ${found}, not a regular file, and spindle does not write through one. ` +
-        `The request itself was ${entry.outcome}. Move ${file} aside (spindle starts a new log) and find out who put it there.`,
-      { details: { path: file, found, threadId: entry.threadId } },
-    )
-  }
-  return null
-}
-
-export function readRequestLog(root: string): RequestLogEntry[] {
-  const file = path.join(root, REQUEST_LOG)
-  if (!fs.existsSync(file)) return []
-  let opened: { fd: number }
-  try {
-    // As the writer: a FIFO in its place would block the reader too, a symlink would read another file.
-    opened = openRegular(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
-  } catch (error) {
-    if (notRegularReason(error) !== null) return []
-    throw error
-  }
-  let text: string
-  try {
-    text = fs.readFileSync(opened.fd, 'utf8')
-  } finally {
-    fs.closeSync(opened.fd)
-  }
-  return text
-    .split('\n')
-    .filter((line) => line.trim() !== '')
-    .flatMap((line) => {
-      try {
-        return [JSON.parse(line) as RequestLogEntry]
-      } catch {
-        return []
-      }
-    })
 }
 
 /** Why a cancel request for a thread in `status` with `nonce` must be refused, or null to honour it. */
@@ -279,8 +144,7 @@ export function requestCancel(dir: string, id: string, options: { reason?: strin
       ...(options.by !== undefined ? { by: options.by } : {}),
       requestedAt: new Date().toISOString(),
     }
-    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true, under: paths.root })
-    ringBell(paths.root, id)
+    writeRequestFile(paths, id, file, request)
     return file
   })
 }
@@ -355,13 +219,8 @@ export function respondToApproval(
     })
   }
   const file = approvalFiles(paths, id, request.id).response
-  writeFileAtomicSync(file, `${JSON.stringify(response, null, 2)}\n`, { fsync: true, under: paths.root })
-  ringBell(paths.root, id)
+  writeRequestFile(paths, id, file, response)
   return file
-}
-
-export function resumeFile(paths: DataPaths, id: string): string {
-  return path.join(threadDir(paths, id), RESUME_FILE)
 }
 
 /**
@@ -385,8 +244,7 @@ export function requestResume(dir: string, id: string, options: { by?: string } 
     }
     const file = resumeFile(paths, id)
     const request: CancelRequest = { nonce: record.nonce, ...(options.by !== undefined ? { by: options.by } : {}), requestedAt: new Date().toISOString() }
-    writeFileAtomicSync(file, `${JSON.stringify(request, null, 2)}\n`, { fsync: true, under: paths.root })
-    ringBell(paths.root, id)
+    writeRequestFile(paths, id, file, request)
     return file
   })
 }

@@ -3,23 +3,16 @@
  * and decisions it writes for them — a request once the suspension it describes is durable, a
  * decision once the thread was woken by one.
  */
-import fs from 'node:fs'
-import path from 'node:path'
 import type { Clock } from '../base/clock.js'
 import type { ThreadContext } from '../../machines/thread.machine.js'
-import { writeFileAtomicSync } from '../../persistence/atomicFile.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
-import { assertRealDirectories, dataPaths } from '../../persistence/paths.js'
-import type { Durability } from '../../persistence/types.js'
+import type { RequestInbox } from '../../persistence/types.js'
 import { escalationMessage } from '../policies/escalation.js'
 import type { ApprovalRequest } from '../requests.js'
-import { approvalFiles } from '../requests.js'
 import type { Lifecycle, Reporter } from './events.js'
 
 export interface ApprovalsDeps {
-  dir: string
-  durability: Durability
-  memory: boolean
+  inbox: RequestInbox
   commit: Pick<GroupCommit, 'whenDurable'>
   clock: Clock
   bus: Reporter
@@ -80,10 +73,10 @@ export class Approvals {
   }
 
   private approvalRequest(id: string, context: ThreadContext): ApprovalRequest {
-    const { dir, memory, clock } = this.deps
+    const { inbox, clock } = this.deps
     const hit = context.limitHit!
     const cost = { ...context.usage }
-    const files = memory ? null : approvalFiles(dataPaths(dir), id, hit.requestId!)
+    const answerAt = inbox.answerAt(id, hit.requestId!)
     return {
       id: hit.requestId!,
       threadId: id,
@@ -100,7 +93,7 @@ export class Approvals {
       createdAt: new Date(context.lastAt ?? clock.now()).toISOString(),
       timeoutSeconds: context.policy.escalation.requestTimeoutSeconds,
       respond: {
-        file: files ? path.relative(dir, files.response) : '(memory store: use rt.approve / rt.deny)',
+        file: answerAt ?? '(none: this runtime keeps nothing on disk; answer with rt.approve or rt.deny)',
         approve: { approved: true, ...(hit.proposed !== null ? { limits: { [hit.limit]: hit.proposed } } : {}), message: 'optional note' },
         deny: { approved: false, message: 'why' },
       },
@@ -114,21 +107,15 @@ export class Approvals {
    */
   private ensureRequest(id: string, context: ThreadContext): void {
     const requestId = context.limitHit?.requestId
-    if (context.suspendReason !== 'limit' || !requestId || this.deps.memory) return
-    const files = approvalFiles(dataPaths(this.deps.dir), id, requestId)
-    if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
+    if (context.suspendReason !== 'limit' || !requestId) return
+    if (this.deps.inbox.hasApproval(id, requestId)) return
     this.writeRequest(id, this.approvalRequest(id, context))
   }
 
   private writeRequest(id: string, request: ApprovalRequest): void {
-    if (this.deps.memory || this.deps.life.closed) return
+    if (this.deps.life.closed) return
     try {
-      const files = approvalFiles(dataPaths(this.deps.dir), id, request.id)
-      if (fs.existsSync(files.request) || fs.existsSync(files.decision)) return
-      // Not mkdir -p: it would follow a linked thread folder and make the folder wherever it points.
-      const root = dataPaths(this.deps.dir).root
-      assertRealDirectories(root, files.dir, { create: true })
-      writeFileAtomicSync(files.request, `${JSON.stringify(request, null, 2)}\n`, { fsync: this.deps.durability === 'fsync', under: root })
+      this.deps.inbox.putApprovalRequest(id, request.id, request)
     } catch (error) {
       this.deps.bus.report(error, id)
     }
@@ -136,11 +123,9 @@ export class Approvals {
 
   /** Records how a request was decided, next to it. */
   writeDecision(id: string, requestId: string | null, decision: Record<string, unknown>): void {
-    if (this.deps.memory || requestId === null) return
+    if (requestId === null) return
     try {
-      const files = approvalFiles(dataPaths(this.deps.dir), id, requestId)
-      if (!fs.existsSync(files.dir)) return
-      writeFileAtomicSync(files.decision, `${JSON.stringify(decision, null, 2)}\n`, { fsync: this.deps.durability === 'fsync', under: dataPaths(this.deps.dir).root })
+      this.deps.inbox.putDecision(id, requestId, decision)
     } catch (error) {
       this.deps.bus.report(error, id)
     }

@@ -115,8 +115,11 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     parts.leases.dropUnborn()
   }
   await parts.inbox.check({ sweep: true })
-  parts.inbox.start()
-  parts.leases.start()
+  // Other processes leave requests only in a shared inbox, and may take over only shared leases.
+  if (stores.shared) {
+    parts.inbox.start()
+    parts.leases.start()
+  }
   parts.taskRecovery.resumePending()
   parts.life.opened = true
   parts.supervisor.ready()
@@ -162,7 +165,6 @@ function clockOf(options: RuntimeOptions) {
 
 function buildParts(options: RuntimeOptions, durability: Durability, stores: Stores, bus: EventBus): Parts {
   const dir = stores.root
-  const memory = stores.memory
   const clock = clockOf(options)
   const life = new Lifecycle()
   const { config, hooks } = resolveSettings(options, dir, bus)
@@ -204,7 +206,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     config,
     bus,
     life,
-    shared: !memory,
+    shared: stores.shared,
     takeOver: () => recovery.recover(),
   })
   const budgets = new Budgets({ ledger: stores.ledger, registry, table, leases, leaseStore: stores.leases, clock, config, bus })
@@ -243,13 +245,12 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const tools = toolTable(builtin, options.tools ?? [])
   const spawner: Spawner = new Spawner({ dir, config, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
   const gate = new ModelGate({ model: options.model, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
-  const taskRecovery = new TaskRecovery({ dir, durability, memory, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
-  const approvals = new Approvals({ dir, durability, memory, commit, clock, bus, life })
+  const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
+  const approvals = new Approvals({ inbox: stores.inbox, commit, clock, bus, life })
   const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
-  const loader = new ThreadLoader({ dir, memory, checkpoints, transcripts, bus })
+  const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
-    dir,
-    memory,
+    folders: stores.folders,
     table,
     registry,
     checkpoints,
@@ -268,7 +269,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const decisions: Decisions = new Decisions({
     dir,
-    memory,
+    inbox: stores.inbox,
     table,
     registry,
     transcripts,
@@ -288,7 +289,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const inbox = new InboxPoller({
     dir,
-    memory,
+    inbox: stores.inbox,
     table,
     registry,
     approvals,

@@ -10,10 +10,10 @@ import { LimitsSchema } from '../../config/schema.js'
 import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome } from '../../machines/thread.machine.js'
 import { exceeded, threadMachine } from '../../machines/thread.machine.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
-import type { Registry, TranscriptStore } from '../../persistence/types.js'
+import type { Registry, RequestInbox, TranscriptStore } from '../../persistence/types.js'
 import type { LiveThread, ThreadHandle } from '../liveThread.js'
 import { proposeLimit } from '../policies/escalation.js'
-import { requestCancel } from '../requests.js'
+import { cancelRefusal } from '../requests.js'
 import { isActive, statusOfValue } from '../threadStatus.js'
 import type { ApproveOptions, CancelResult } from './api.js'
 import type { Approvals } from './approvals.js'
@@ -44,7 +44,7 @@ export function assertText(value: unknown, field: string): void {
 
 export interface DecisionsDeps {
   dir: string
-  memory: boolean
+  inbox: Pick<RequestInbox, 'askCancel'>
   table: ThreadTable
   registry: Registry
   transcripts: Pick<TranscriptStore, 'close'>
@@ -328,8 +328,10 @@ export class Decisions {
       const thread = this.wake(id, stored, null, { type: 'CANCEL', at: clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
       return { status: 'cancelled', outcome: await thread.done }
     }
-    if (isActive(record.status) && !this.deps.memory) {
-      return { status: 'requested', file: requestCancel(dir, id, { reason, by }) }
+    // Run by another process: it finds the request, with the thread's nonce, in the shared inbox.
+    if (isActive(record.status) && cancelRefusal(record, { nonce: record.nonce }) === null) {
+      const file = this.deps.inbox.askCancel(id, { nonce: record.nonce, reason, by })
+      if (file !== null) return { status: 'requested', file }
     }
     throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is ${record.status}; only a running or suspended thread can be cancelled.`, {
       details: { threadId: id, status: record.status },

@@ -1,33 +1,16 @@
 /**
- * Requests from outside the process — cancel, resume and approval-response files that the CLI, a
- * script or a person wrote — turned into decisions: found (the bell says where to look, a scan in
- * turn finds files written by hand), claimed so no other runtime acts on them too, checked (the
- * thread's nonce), carried out or refused, and logged. Owns the poll timer.
+ * Requests from outside the process — cancel, resume and approval answers that the CLI, a script
+ * or a person left in the inbox — turned into decisions: found (the inbox says which threads
+ * changed; a scan in turn finds requests written by hand), claimed so no other runtime acts on them
+ * too, checked (the thread's nonce, the answer's shape), carried out or refused, and logged. Owns
+ * the poll timer.
  */
-import fs from 'node:fs'
-import path from 'node:path'
 import type { Clock } from '../base/clock.js'
-import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
-import { assertThreadId } from '../base/ids.js'
+import { SpindleError, describeError } from '../base/errors.js'
 import type { Config } from '../../config/schema.js'
-import { assertRealDirectories, dataPaths, threadDir } from '../../persistence/paths.js'
-import type { Registry } from '../../persistence/types.js'
-import { BellReader } from '../requestBell.js'
-import type { CancelRequest, RequestLogEntry } from '../requests.js'
-import {
-  APPROVALS_DIR,
-  ApprovalResponseSchema,
-  CANCEL_FILE,
-  CancelRequestSchema,
-  approvalFiles,
-  cancelFile,
-  cancelRefusal,
-  claim,
-  logRequest,
-  readRequestFile,
-  resumeFile,
-  setAside,
-} from '../requests.js'
+import type { ClaimedRequest, InboxRequest, Registry, RequestInbox, RequestLogLine } from '../../persistence/types.js'
+import type { CancelRequest } from '../requests.js'
+import { ApprovalResponseSchema, CancelRequestSchema, cancelRefusal, checkRequest } from '../requests.js'
 import { isActive } from '../threadStatus.js'
 import type { RequestsReport } from './api.js'
 import type { Approvals } from './approvals.js'
@@ -35,11 +18,9 @@ import type { Decisions } from './decisions.js'
 import type { Lifecycle, Reporter } from './events.js'
 import type { ThreadTable } from './threadTable.js'
 
-type Paths = ReturnType<typeof dataPaths>
-
 export interface InboxPollerDeps {
   dir: string
-  memory: boolean
+  inbox: RequestInbox
   table: ThreadTable
   registry: Registry
   approvals: Pick<Approvals, 'isWatched' | 'requestOf' | 'ids' | 'entries' | 'watch' | 'size'>
@@ -56,18 +37,12 @@ export class InboxPoller {
   private poller: NodeJS.Timeout | null = null
   private polls = 0
   private polling: Promise<RequestsReport> | null = null
-  /** Rings of the request bell: which threads' directories have a new request file. */
-  private readonly bell: BellReader
-  /** Threads still to look in for request files written by hand, in this round of polls. */
+  /** Threads still to look in for requests written by hand, in this round of polls. */
   private scanQueue: string[] = []
-  /** Folders refused by `requestFolderIsReal` and reported: said once, not at every poll. */
-  private readonly forgedFolders = new Set<string>()
 
-  constructor(private readonly deps: InboxPollerDeps) {
-    this.bell = new BellReader(deps.dir, { onProblem: (problem) => deps.bus.report(problem) })
-  }
+  constructor(private readonly deps: InboxPollerDeps) {}
 
-  /** Acts on the request files found now; one check at a time. */
+  /** Acts on the requests found now; one check at a time. */
   check(options: { sweep?: boolean } = {}): Promise<RequestsReport> {
     if (this.polling) return this.polling.then(() => this.check(options))
     const run = this.pollOnce(options.sweep ?? false).finally(() => {
@@ -77,8 +52,8 @@ export class InboxPoller {
     return run
   }
 
+  /** Polls every `requests.pollMs`, sweeping every `requests.sweepEvery` polls. */
   start(): void {
-    if (this.deps.memory) return
     const { config } = this.deps
     this.poller = setInterval(() => {
       this.polls++
@@ -96,12 +71,11 @@ export class InboxPoller {
   }
 
   private async pollOnce(sweep: boolean): Promise<RequestsReport> {
-    const { table, approvals, config } = this.deps
+    const { inbox, table, approvals, config } = this.deps
     const report: RequestsReport = { honoured: [], refused: [] }
-    if (this.deps.memory || this.deps.life.closed) return report
-    const paths = dataPaths(this.deps.dir)
-    if (sweep) this.sweep(paths, report)
-    const rings = this.bell.read()
+    if (this.deps.life.closed) return report
+    if (sweep) this.sweep(report)
+    const rings = inbox.changed()
     const everywhere = sweep || rings.missed || table.size + approvals.size <= config.requests.scanPerPoll
     const look = everywhere ? null : this.lookIn(rings.ids)
     const liveIds = look ? [...look].filter((id) => table.has(id)) : [...table.ids()]
@@ -114,28 +88,28 @@ export class InboxPoller {
       const thread = table.get(id)
       if (!thread || thread.stopped) continue
       if (lookedAt.has(id) && !rings.ids.has(id)) continue
-      if (fs.existsSync(cancelFile(paths, id))) await this.handleCancelFile(paths, id, report)
+      if (inbox.waiting(id, 'cancel')) await this.handleCancel(id, report)
     }
     for (const id of suspendedIds) {
       if (this.deps.life.closed) break
       if (!approvals.isWatched(id)) continue
       const requestId = approvals.requestOf(id)
-      if (fs.existsSync(cancelFile(paths, id))) {
-        await this.handleCancelFile(paths, id, report)
+      if (inbox.waiting(id, 'cancel')) {
+        await this.handleCancel(id, report)
         continue
       }
-      if (fs.existsSync(resumeFile(paths, id))) {
-        await this.handleResumeFile(paths, id, report)
+      if (inbox.waiting(id, 'resume')) {
+        await this.handleResume(id, report)
         continue
       }
-      if (requestId && fs.existsSync(approvalFiles(paths, id, requestId).response)) await this.handleResponse(paths, id, requestId, report)
+      if (requestId && inbox.waiting(id, 'approval', requestId)) await this.handleAnswer(id, requestId, report)
     }
     return report
   }
 
   /**
-   * The threads one poll looks in when it does not look in all: those the bell rang for, and the
-   * next `requests.scanPerPoll` in turn, so that a request file written by hand is found too.
+   * The threads one poll looks in when it does not look in all: those the inbox says changed, and
+   * the next `requests.scanPerPoll` in turn, so that a request written by hand is found too.
    */
   private lookIn(rung: Set<string>): Set<string> {
     const look = new Set(rung)
@@ -152,211 +126,157 @@ export class InboxPoller {
     return look
   }
 
-  /**
-   * Whether the request files in `dir` (a thread folder or its approvals/) may be claimed and read:
-   * `dir` and every folder above it inside the data directory are real directories. A symlink put
-   * there after the thread's files were opened would have this runtime rename and read files
-   * wherever it points; so nothing there is touched, and the link is reported as forged input,
-   * once. Checked only where a request file was seen: a poll with none costs nothing more.
-   */
-  private requestFolderIsReal(root: string, dir: string, id: string | null): boolean {
-    try {
-      assertRealDirectories(root, dir)
-    } catch (error) {
-      const at = isSpindleError(error) && typeof error.details.path === 'string' ? error.details.path : dir
-      if (!this.forgedFolders.has(at)) {
-        this.forgedFolders.add(at)
-        this.deps.bus.report(
-          new SpindleError('DATA_DIR_INVALID', `Did not claim or read the request files in ${dir}: ${describeError(error).message}`, {
-            details: { ...(isSpindleError(error) ? error.details : {}), threadId: id, dir },
-          }),
-          id ?? undefined,
-        )
-      }
-      return false
-    }
-    if (this.forgedFolders.size > 0) for (const at of this.forgedFolders) if (dir === at || dir.startsWith(at + path.sep)) this.forgedFolders.delete(at)
-    return true
-  }
-
-  /** Every thread directory: stray cancel files, suspended threads other processes left, missing approval requests. */
-  private sweep(paths: Paths, report: RequestsReport): void {
-    const { table, registry, approvals } = this.deps
+  /** Suspended threads other processes left, answers to no open request, cancels of no thread that runs here or elsewhere. */
+  private sweep(report: RequestsReport): void {
+    const { inbox, table, registry, approvals } = this.deps
     for (const record of registry.list({ status: 'suspended' })) {
       if (approvals.isWatched(record.id) || table.has(record.id)) continue
       const context = table.storedContext(record.id)
       if (!context) continue
       approvals.watch(record.id, context)
     }
-    // Not while the directory is being opened: one readdir per suspended thread would slow every
-    // open of many of them, and the first periodic sweep comes soon enough for a stray file.
-    if (this.deps.life.opened) for (const [id, requestId] of approvals.entries()) this.refuseStrayResponses(paths, id, requestId, report)
-    let names: string[]
-    try {
-      names = fs.readdirSync(paths.threads)
-    } catch {
-      return
+    // Not while the directory is being opened: one listing per suspended thread would slow every
+    // open of many of them, and the first periodic sweep comes soon enough for a stray answer.
+    if (this.deps.life.opened) {
+      for (const [id, requestId] of [...approvals.entries()]) {
+        for (const stray of inbox.strayAnswers(id, requestId)) this.refuseStrayAnswer(stray, requestId, report)
+      }
     }
-    for (const name of names) {
-      if (table.has(name) || approvals.isWatched(name)) continue
-      const file = path.join(paths.threads, name, CANCEL_FILE)
-      if (!fs.existsSync(file) || !this.requestFolderIsReal(paths.root, path.join(paths.threads, name), null)) continue
+    for (const stray of inbox.strayCancels((id) => table.has(id) || approvals.isWatched(id))) {
       let record: ReturnType<Registry['get']> = null
       try {
-        assertThreadId(name)
-        record = registry.get(name)
+        if (stray.threadId !== null) record = registry.get(stray.threadId)
       } catch {}
-      // A running thread not live here belongs to another process: its cancel file is its owner's.
+      // A running thread not live here belongs to another process: its cancel request is its owner's.
       if (record && isActive(record.status)) continue
       const reason = record ? `the thread is ${record.status}; only a running or suspended thread can be cancelled` : 'no such thread in the registry'
-      this.refuseCancel(paths, record ? record.id : null, file, reason, report)
+      this.refuseCancel({ ...stray, threadId: record ? record.id : null }, reason, report)
     }
   }
 
   /**
-   * Response files of a suspended thread that answer no open request of it (a request id mistyped
-   * by hand, or one already decided): set aside and reported, so the person who wrote one learns
-   * it was not taken instead of waiting on it.
+   * An answer of a suspended thread that answers no open request of it (a request id mistyped by
+   * hand, or one already decided): set aside and reported, so the person who wrote it learns it was
+   * not taken instead of waiting on it.
    */
-  private refuseStrayResponses(paths: Paths, id: string, requestId: string | null, report: RequestsReport): void {
-    const dir = path.join(threadDir(paths, id), APPROVALS_DIR)
-    let names: string[]
-    try {
-      names = fs.readdirSync(dir)
-    } catch {
-      return
-    }
-    for (const name of names) {
-      if (!name.endsWith('.response.json')) continue
-      const rid = name.slice(0, -'.response.json'.length)
-      if (rid === requestId) continue
-      const file = path.join(dir, name)
-      const decided = fs.existsSync(path.join(dir, `${rid}.decision.json`))
-      // An open request this runtime does not know of (another runtime on the directory woke the
-      // thread and it suspended again there): the answer is that runtime's to act on.
-      if (!decided && fs.existsSync(path.join(dir, `${rid}.request.json`))) continue
-      const open = requestId ? ` Its open request is ${path.join(dir, `${requestId}.request.json`)}.` : ' It has no open approval request.'
-      const reason = decided ? `request ${rid} was already decided` : `thread ${id} has no approval request ${rid}`
-      // Checked before the first file is moved, not per sweep: the listing costs one readdir as before.
-      if (!this.requestFolderIsReal(paths.root, dir, id)) return
-      const keptAs = setAside(file, path.join(dir, `${rid}.response.rejected.json`))
-      report.refused.push({ threadId: id, kind: 'approval', file, reason })
-      this.log(paths.root, { at: this.now(), kind: 'approval', threadId: id, file, outcome: 'refused', reason })
-      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${file}${keptAs ? ` (kept as ${keptAs})` : ''}: ${reason}.${open}`, { details: { threadId: id, file } }), id)
-    }
+  private refuseStrayAnswer(stray: InboxRequest & { decided: boolean }, openRequest: string | null, report: RequestsReport): void {
+    const id = stray.threadId!
+    const reason = stray.decided ? `request ${stray.requestId} was already decided` : `thread ${id} has no approval request ${stray.requestId}`
+    const keptAs = this.deps.inbox.refuse(stray)
+    report.refused.push({ threadId: id, kind: 'approval', file: stray.ref, reason })
+    this.log({ at: this.now(), kind: 'approval', threadId: id, file: stray.ref, outcome: 'refused', reason })
+    const open = openRequest ? ` Its open request is ${this.requestPlace(stray.ref, openRequest)}.` : ' It has no open approval request.'
+    this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${stray.ref}${keptAs ? ` (kept as ${keptAs})` : ''}: ${reason}.${open}`, { details: { threadId: id, file: stray.ref } }), id)
   }
 
-  /** `current` is where the request lies now (claimed, or where it was written): `file` names it. */
-  private refuseCancel(paths: Paths, id: string | null, file: string, reason: string, report: RequestsReport, current = file): void {
-    const keptAs = setAside(current, path.join(path.dirname(file), 'cancel.refused.json'))
-    report.refused.push({ threadId: id, kind: 'cancel', file, reason })
-    this.log(paths.root, { at: this.now(), kind: 'cancel', threadId: id, file, outcome: 'refused', reason })
+  /** Where open request `requestId` lies, beside an answer at `answerRef`. */
+  private requestPlace(answerRef: string, requestId: string): string {
+    const slash = Math.max(answerRef.lastIndexOf('/'), answerRef.lastIndexOf('\\'))
+    return `${answerRef.slice(0, slash + 1)}${requestId}.request.json`
+  }
+
+  private refuseCancel(request: InboxRequest, reason: string, report: RequestsReport): void {
+    const id = request.threadId
+    const keptAs = this.deps.inbox.refuse(request)
+    report.refused.push({ threadId: id, kind: 'cancel', file: request.ref, reason })
+    this.log({ at: this.now(), kind: 'cancel', threadId: id, file: request.ref, outcome: 'refused', reason })
     const live = id ? this.deps.table.get(id) : undefined
-    live?.note('cancel_refused', { at: this.deps.clock.now(), file, reason })
+    live?.note('cancel_refused', { at: this.deps.clock.now(), file: request.ref, reason })
     const kept = keptAs ? ` (kept as ${keptAs})` : ''
-    this.deps.bus.report(new SpindleError('CANCEL_REFUSED', `Refused the cancel request ${file}${kept}: ${reason}.`, { details: { threadId: id, file, keptAs } }), id ?? undefined)
+    this.deps.bus.report(new SpindleError('CANCEL_REFUSED', `Refused the cancel request ${request.ref}${kept}: ${reason}.`, { details: { threadId: id, file: request.ref, keptAs } }), id ?? undefined)
   }
 
-  /**
-   * Claims a request file carrying a thread's nonce (cancel, resume) so no other process acts on it
-   * too, and reads it. `refusal` says why it must be refused (unreadable, or `check` failed).
-   */
-  private claimNonceRequest(
-    file: string,
-    check: (request: CancelRequest) => string | null,
-  ): { claimed: string; refusal: string } | { claimed: string; refusal: null; request: CancelRequest } | null {
-    const claimed = `${file}.${process.pid}.claimed`
-    if (!claim(file, claimed)) return null
-    const read = readRequestFile<CancelRequest>(claimed, CancelRequestSchema)
-    if (!read.ok) return { claimed, refusal: read.problem.replace(claimed, file) }
-    const refusal = check(read.value)
-    return refusal === null ? { claimed, refusal, request: read.value } : { claimed, refusal }
-  }
-
-  /** A claimed request that was honoured: its file goes, the report and the request log say so. */
-  private honour(paths: Paths, kind: 'cancel' | 'resume', id: string, file: string, claimed: string, reason: string, report: RequestsReport): void {
-    fs.rmSync(claimed, { force: true })
-    report.honoured.push({ threadId: id, kind, file })
-    this.log(paths.root, { at: this.now(), kind, threadId: id, file, outcome: 'honoured', reason })
+  /** A claimed request that was honoured: it leaves the inbox, the report and the request log say so. */
+  private honour(request: ClaimedRequest, reason: string, report: RequestsReport): void {
+    this.deps.inbox.honour(request)
+    report.honoured.push({ threadId: request.threadId!, kind: request.kind, file: request.ref })
+    this.log({ at: this.now(), kind: request.kind, threadId: request.threadId, file: request.ref, outcome: 'honoured', reason })
   }
 
   /** A log line that could not be written leaves the request as it was: the host hears why. */
-  private log(root: string, entry: RequestLogEntry): void {
-    const skipped = logRequest(root, entry)
-    if (skipped) this.deps.bus.report(skipped, entry.threadId ?? undefined)
+  private log(line: RequestLogLine): void {
+    const skipped = this.deps.inbox.log(line)
+    if (skipped) this.deps.bus.report(skipped, line.threadId ?? undefined)
   }
 
   private now(): string {
     return new Date(this.deps.clock.now()).toISOString()
   }
 
-  private async handleCancelFile(paths: Paths, id: string, report: RequestsReport): Promise<void> {
-    const file = cancelFile(paths, id)
-    if (!this.requestFolderIsReal(paths.root, path.dirname(file), id)) return
-    const claimed = this.claimNonceRequest(file, (request) => cancelRefusal(this.deps.registry.get(id), request))
+  /** What a claimed cancel or resume request says, or why it must be refused. */
+  private nonceRequest(claimed: ClaimedRequest, check: (request: CancelRequest) => string | null): { request: CancelRequest; refusal: null } | { refusal: string } {
+    if (!claimed.body.ok) return { refusal: claimed.body.problem }
+    const read = checkRequest(claimed.ref, claimed.body.value, CancelRequestSchema)
+    if (!read.ok) return { refusal: read.problem }
+    const refusal = check(read.value)
+    return refusal === null ? { request: read.value, refusal } : { refusal }
+  }
+
+  /** Who to name as the source of a request that does not say: where it was written, inside the data directory. */
+  private byFile(ref: string): string {
+    return `file ${ref.startsWith(this.deps.dir) ? ref.slice(this.deps.dir.length).replace(/^[/\\]/, '') : ref}`
+  }
+
+  private async handleCancel(id: string, report: RequestsReport): Promise<void> {
+    const claimed = this.deps.inbox.claim(id, 'cancel')
     if (!claimed) return
-    if (claimed.refusal !== null) {
-      this.refuseCancel(paths, id, file, claimed.refusal, report, claimed.claimed)
+    const read = this.nonceRequest(claimed, (request) => cancelRefusal(this.deps.registry.get(id), request))
+    if (read.refusal !== null) {
+      this.refuseCancel(claimed, read.refusal, report)
       return
     }
-    const reason = claimed.request.reason ?? 'cancelled by request file'
-    this.honour(paths, 'cancel', id, file, claimed.claimed, reason, report)
+    const reason = read.request.reason ?? 'cancelled by request file'
+    this.honour(claimed, reason, report)
     try {
-      await this.deps.decisions.cancelAs(id, reason, claimed.request.by ?? `file ${path.relative(paths.root, file)}`)
+      await this.deps.decisions.cancelAs(id, reason, read.request.by ?? this.byFile(claimed.ref))
     } catch (error) {
       this.deps.bus.report(error, id)
     }
   }
 
   /** A resume request from another process: nonce-checked, then `resume`. */
-  private async handleResumeFile(paths: Paths, id: string, report: RequestsReport): Promise<void> {
-    const file = resumeFile(paths, id)
-    if (!this.requestFolderIsReal(paths.root, path.dirname(file), id)) return
-    const claimed = this.claimNonceRequest(file, (request) => (this.deps.registry.get(id)?.nonce === request.nonce ? null : "the nonce does not match the thread's nonce"))
+  private async handleResume(id: string, report: RequestsReport): Promise<void> {
+    const claimed = this.deps.inbox.claim(id, 'resume')
     if (!claimed) return
-    let refusal = claimed.refusal
-    if (claimed.refusal === null) {
+    const read = this.nonceRequest(claimed, (request) => (this.deps.registry.get(id)?.nonce === request.nonce ? null : "the nonce does not match the thread's nonce"))
+    let refusal = read.refusal
+    if (read.refusal === null) {
       try {
-        await this.deps.decisions.resume(id, { by: claimed.request.by ?? `file ${path.relative(paths.root, file)}` })
+        await this.deps.decisions.resume(id, { by: read.request.by ?? this.byFile(claimed.ref) })
       } catch (error) {
         refusal = describeError(error).message
       }
     }
     if (refusal !== null) {
-      try {
-        setAside(claimed.claimed, path.join(path.dirname(file), 'resume.refused.json'))
-      } catch {}
-      report.refused.push({ threadId: id, kind: 'resume', file, reason: refusal })
-      this.log(paths.root, { at: this.now(), kind: 'resume', threadId: id, file, outcome: 'refused', reason: refusal })
-      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Refused the resume request ${file}: ${refusal}.`, { details: { threadId: id, file } }), id)
+      this.deps.inbox.refuse(claimed)
+      report.refused.push({ threadId: id, kind: 'resume', file: claimed.ref, reason: refusal })
+      this.log({ at: this.now(), kind: 'resume', threadId: id, file: claimed.ref, outcome: 'refused', reason: refusal })
+      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Refused the resume request ${claimed.ref}: ${refusal}.`, { details: { threadId: id, file: claimed.ref } }), id)
       return
     }
-    this.honour(paths, 'resume', id, file, claimed.claimed, 'resumed', report)
+    this.honour(claimed, 'resumed', report)
   }
 
-  private async handleResponse(paths: Paths, id: string, requestId: string, report: RequestsReport): Promise<void> {
-    const files = approvalFiles(paths, id, requestId)
-    if (!this.requestFolderIsReal(paths.root, files.dir, id) || !claim(files.response, files.taken)) return
-    const read = readRequestFile(files.taken, ApprovalResponseSchema)
+  private async handleAnswer(id: string, requestId: string, report: RequestsReport): Promise<void> {
+    const claimed = this.deps.inbox.claim(id, 'approval', requestId)
+    if (!claimed) return
     const reject = (reason: string): void => {
-      try {
-        setAside(files.taken, files.rejected)
-      } catch {}
-      report.refused.push({ threadId: id, kind: 'approval', file: files.response, reason })
-      this.log(paths.root, { at: this.now(), kind: 'approval', threadId: id, file: files.response, outcome: 'refused', reason })
-      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${files.response}: ${reason}. The approval request stays open; write a corrected response.`, { details: { threadId: id, file: files.response } }), id)
+      this.deps.inbox.refuse(claimed)
+      report.refused.push({ threadId: id, kind: 'approval', file: claimed.ref, reason })
+      this.log({ at: this.now(), kind: 'approval', threadId: id, file: claimed.ref, outcome: 'refused', reason })
+      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${claimed.ref}: ${reason}. The approval request stays open; write a corrected response.`, { details: { threadId: id, file: claimed.ref } }), id)
     }
-    if (!read.ok) return reject(read.problem.replace(files.taken, files.response))
+    if (!claimed.body.ok) return reject(claimed.body.problem)
+    const read = checkRequest(claimed.ref, claimed.body.value, ApprovalResponseSchema)
+    if (!read.ok) return reject(read.problem)
     const response = read.value
-    const by = response.by ?? `file ${path.relative(paths.root, files.response)}`
+    const by = response.by ?? this.byFile(claimed.ref)
     try {
       if (response.approved) await this.deps.decisions.approve(id, { ...(response.limits ? { limits: response.limits } : {}), by, ...(response.message ? { message: response.message } : {}) })
       else await this.deps.decisions.deny(id, response.message, { by })
     } catch (error) {
       return reject(describeError(error).message)
     }
-    fs.rmSync(files.taken, { force: true })
-    report.honoured.push({ threadId: id, kind: 'approval', file: files.response })
-    this.log(paths.root, { at: this.now(), kind: 'approval', threadId: id, file: files.response, outcome: 'honoured', reason: response.approved ? 'approved' : 'denied' })
+    this.honour(claimed, response.approved ? 'approved' : 'denied', report)
   }
 }

@@ -184,9 +184,8 @@ export class Leases {
     )
   }
 
-  /** Renews this process's leases and takes over orphans, every heartbeat (on a shared directory). */
+  /** Renews this process's leases and takes over orphans, every heartbeat. */
   start(): void {
-    if (!this.deps.shared) return
     this.heartbeat = setInterval(() => this.beat(), this.heartbeatMs)
     this.heartbeat.unref()
   }

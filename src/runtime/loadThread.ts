@@ -5,18 +5,15 @@
  */
 import fs from 'node:fs'
 import { SpindleError, isSpindleError } from '../base/errors.js'
-import { anchorSetAside } from '../../persistence/jsonlTranscript.js'
-import { dataPaths, threadDir } from '../../persistence/paths.js'
 import type { PrefetchedThread } from '../../persistence/prefetch.js'
 import { staleLinesMessage } from '../../persistence/transcriptLines.js'
-import type { CheckpointStore, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptOpenResult, TranscriptStore } from '../../persistence/types.js'
+import type { CheckpointStore, StateEnvelope, ThreadFolders, ThreadStatus, TranscriptEntry, TranscriptOpenResult, TranscriptStore } from '../../persistence/types.js'
 import { isMachineEventEntry, replayTranscript } from '../replay.js'
 import type { RecoveryReport } from './api.js'
 import type { Reporter } from './events.js'
 
 export interface LoaderDeps {
-  dir: string
-  memory: boolean
+  folders: ThreadFolders
   checkpoints: CheckpointStore
   transcripts: TranscriptStore
   bus: Reporter
@@ -62,8 +59,8 @@ export class ThreadLoader {
         // process that lost the thread renamed its state.json over the new owner's). The
         // transcript replays to the thread's state without it.
         const setAside =
-          isSpindleError(error) && (error.code === 'TRANSCRIPT_CORRUPT' || error.code === 'TRANSCRIPT_CHAIN_BROKEN') && !this.deps.memory
-            ? anchorSetAside(dataPaths(this.deps.dir), id, envelope.transcript, Date.parse(envelope.savedAt))
+          isSpindleError(error) && (error.code === 'TRANSCRIPT_CORRUPT' || error.code === 'TRANSCRIPT_CHAIN_BROKEN')
+            ? this.deps.folders.setAside(id, envelope.transcript, Date.parse(envelope.savedAt))
             : null
         if (!setAside) throw error
         rebuiltNotice = new SpindleError(
@@ -87,7 +84,7 @@ export class ThreadLoader {
       }
     }
     // No usable state.json: the transcript is the source of truth, replay it whole.
-    const exists = prefetched ? 'fd' in prefetched : this.transcriptExists(id)
+    const exists = prefetched ? 'fd' in prefetched : this.deps.folders.transcriptBytes(id) !== null
     const opened = exists ? transcripts.open(id, undefined, prefetched) : null
     if (opened?.restored) report?.restored.push(id)
     if (opened?.stale) this.reportStale(id, opened.stale)
@@ -96,9 +93,9 @@ export class ThreadLoader {
       throw new SpindleError(
         'FILES_MISSING',
         `Thread ${id} is registered as ${registeredAs} but has no state.json and ` +
-          `${opened ? 'an empty transcript.jsonl' : 'no transcript.jsonl'} in ${this.threadPath(id)}. It was registered ` +
+          `${opened ? 'an empty transcript.jsonl' : 'no transcript.jsonl'} in ${this.deps.folders.where(id)}. It was registered ` +
           'but never checkpointed, so no step of it was acknowledged; it is marked error.',
-        { details: { threadId: id, dir: this.threadPath(id) } },
+        { details: { threadId: id, dir: this.deps.folders.where(id) } },
       )
     }
     report?.rebuilt.push(id)
@@ -108,14 +105,5 @@ export class ThreadLoader {
 
   private reportStale(id: string, stale: NonNullable<TranscriptOpenResult['stale']>): void {
     this.deps.bus.report(new SpindleError('TRANSCRIPT_STALE_LINES', staleLinesMessage(id, stale), { details: { threadId: id, lines: stale } }), id)
-  }
-
-  private threadPath(id: string): string {
-    return this.deps.memory ? `(memory)/${id}` : threadDir(dataPaths(this.deps.dir), id)
-  }
-
-  private transcriptExists(id: string): boolean {
-    if (this.deps.memory) return false
-    return fs.existsSync(`${this.threadPath(id)}/transcript.jsonl`)
   }
 }

@@ -1,31 +1,46 @@
 /**
  * The stores a runtime uses, opened as one bundle per backend: files and SQLite on a data
- * directory, or memory.
+ * directory, or memory. The runtime sees only the interfaces (persistence/types.ts); a new backend
+ * is one more function here that returns them, having passed the same contract suites.
  */
 import fs from 'node:fs'
 import { SpindleError } from '../base/errors.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
+import { createFileRequestInbox } from '../../persistence/fileRequestInbox.js'
+import { createFileThreadFolders } from '../../persistence/fileThreadFolders.js'
 import { createMemoryCheckpointStore } from '../../persistence/memoryCheckpointStore.js'
+import { createMemoryLeases } from '../../persistence/memoryLeases.js'
+import { createMemoryLedger } from '../../persistence/memoryLedger.js'
+import { createMemoryRecovery } from '../../persistence/memoryRecovery.js'
+import { createMemoryRegistry } from '../../persistence/memoryRegistry.js'
+import { createMemoryRequestInbox } from '../../persistence/memoryRequestInbox.js'
+import { createMemoryThreadFolders } from '../../persistence/memoryThreadFolders.js'
 import { createMemoryTranscriptStore } from '../../persistence/memoryTranscript.js'
 import { assertDirectories, assertRegistryKept, dataPaths } from '../../persistence/paths.js'
 import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { openSqliteRecovery } from '../../persistence/sqliteRecovery.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
-import type { CheckpointStore, Durability, LeaseStore, Ledger, RecoveryStore, Registry, TranscriptStore } from '../../persistence/types.js'
+import type { CheckpointStore, Durability, LeaseStore, Ledger, RecoveryStore, Registry, RequestInbox, ThreadFolders, TranscriptStore } from '../../persistence/types.js'
 
 export interface Stores {
   /** The data directory's root (a memory backend names the directory it was given). */
   root: string
-  /** Nothing is written anywhere: threads live as long as the process. */
-  memory: boolean
+  /**
+   * Whether other processes can open these stores too (a data directory on disk): then this
+   * process renews its leases, fences itself when it could not, takes over orphans, and polls its
+   * inbox for requests they leave. A memory backend is this process's alone.
+   */
+  shared: boolean
   transcripts: TranscriptStore
   checkpoints: CheckpointStore
   registry: Registry
   ledger: Ledger
   leases: LeaseStore
   recovery: RecoveryStore
+  folders: ThreadFolders
+  inbox: RequestInbox
   close(): void
 }
 
@@ -40,7 +55,7 @@ export interface StorePorts {
 export function openStores(options: { dir: string; durability: Durability; store?: 'file' | 'memory' }, ports: StorePorts): Stores {
   const { durability } = options
   const paths = dataPaths(options.dir)
-  const close = (stores: Omit<Stores, 'close' | 'root' | 'memory'>) => (): void => {
+  const close = (stores: Omit<Stores, 'close' | 'root' | 'shared' | 'folders' | 'inbox'>) => (): void => {
     stores.transcripts.closeAll()
     stores.registry.close()
     stores.ledger.close()
@@ -48,15 +63,16 @@ export function openStores(options: { dir: string; durability: Durability; store
     stores.recovery.close()
   }
   if (options.store === 'memory') {
+    const transcripts = createMemoryTranscriptStore()
     const stores = {
-      transcripts: createMemoryTranscriptStore(),
+      transcripts,
       checkpoints: createMemoryCheckpointStore(),
-      registry: openSqliteRegistry({ path: ':memory:', durability }),
-      ledger: openSqliteLedger({ path: ':memory:', durability }),
-      leases: openSqliteLeases({ path: ':memory:', durability }),
-      recovery: openSqliteRecovery({ path: ':memory:', durability }),
+      registry: createMemoryRegistry(),
+      ledger: createMemoryLedger(),
+      leases: createMemoryLeases(),
+      recovery: createMemoryRecovery(),
     }
-    return { root: paths.root, memory: true, ...stores, close: close(stores) }
+    return { root: paths.root, shared: false, ...stores, folders: createMemoryThreadFolders(transcripts), inbox: createMemoryRequestInbox(), close: close(stores) }
   }
   assertDirectories(paths)
   assertRegistryKept(paths)
@@ -89,5 +105,12 @@ export function openStores(options: { dir: string; durability: Durability; store
     leases: openSqliteLeases({ path: paths.leases, durability }),
     recovery: openSqliteRecovery({ path: paths.recovery, durability }),
   }
-  return { root: paths.root, memory: false, ...stores, close: close(stores) }
+  return {
+    root: paths.root,
+    shared: true,
+    ...stores,
+    folders: createFileThreadFolders(paths),
+    inbox: createFileRequestInbox({ paths, durability, onProblem: (error, threadId) => ports.problem(error, threadId) }),
+    close: close(stores),
+  }
 }

@@ -5,18 +5,14 @@
  * stopped, quarantined when it crashed its processes too often at one point, or marked `error`
  * when nothing of it can be read.
  */
-import fs from 'node:fs'
 import type { Clock } from '../base/clock.js'
 import { describeError } from '../base/errors.js'
 import type { ThreadContext } from '../../machines/thread.machine.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
-import { dataPaths, threadFile, TRANSCRIPT_FILE } from '../../persistence/paths.js'
-import { bootThreadFileReader } from '../../persistence/prefetch.js'
 import type { PrefetchedThread, ThreadFileReader } from '../../persistence/prefetch.js'
-import type { CheckpointStore, Registry, StateEnvelope, ThreadStatus, TranscriptStore } from '../../persistence/types.js'
-import { CANCEL_FILE } from '../requests.js'
+import type { CheckpointStore, Registry, StateEnvelope, ThreadFolders, ThreadStatus, TranscriptStore } from '../../persistence/types.js'
 import { isActive, statusOfValue } from '../threadStatus.js'
 import type { RecoveryReport } from './api.js'
 import { emptyRecoveryReport } from './api.js'
@@ -38,8 +34,7 @@ const RECOVERY_PROGRESS_EVERY_MS = 100
 const PREFETCH_FROM = 256
 
 export interface RecoveryDeps {
-  dir: string
-  memory: boolean
+  folders: ThreadFolders
   table: ThreadTable
   registry: Registry
   checkpoints: CheckpointStore
@@ -80,7 +75,7 @@ export class Recovery {
     // Thousands of threads: their files are read on another core while this one restores actors.
     // The worker boots while the leases are taken, and reads only once they are ours: until then
     // another process may still be appending to them.
-    const reader = !this.deps.memory && candidates.length >= PREFETCH_FROM ? this.bootReader() : null
+    const reader = candidates.length >= PREFETCH_FROM ? this.bootReader() : null
     const leased = leases.takeMany(candidates.map((r) => r.id))
     const ours = candidates.filter((r) => leased.has(r.id)).map((r) => r.id)
     const prefetch = reader && ours.length >= PREFETCH_FROM ? reader.read(ours) : null
@@ -158,8 +153,6 @@ export class Recovery {
    */
   private suspendedMovedOn(): Array<{ id: string; status: ThreadStatus; parentId: string | null }> {
     const { registry, table, checkpoints, approvals } = this.deps
-    if (this.deps.memory) return []
-    const paths = dataPaths(this.deps.dir)
     const moved: Array<{ id: string; status: ThreadStatus; parentId: string | null }> = []
     for (const record of registry.statuses(['suspended'])) {
       if (table.has(record.id)) continue
@@ -172,12 +165,8 @@ export class Recovery {
         moved.push(record)
         continue
       }
-      let size: number
-      try {
-        size = fs.statSync(threadFile(paths, record.id, TRANSCRIPT_FILE)).size
-      } catch {
-        continue
-      }
+      const size = this.deps.folders.transcriptBytes(record.id)
+      if (size === null) continue
       if (!envelope || envelope.status !== 'suspended' || size > envelope.transcript.bytes) {
         // Watched here as suspended until now (another runtime woke it, then died): no longer.
         approvals.unwatch(record.id)
@@ -194,7 +183,7 @@ export class Recovery {
   /** The recovery's read-ahead worker, or null (then the stores read every file) if none can start. */
   private bootReader(): ThreadFileReader | null {
     try {
-      return bootThreadFileReader(dataPaths(this.deps.dir).threads, { watchFile: CANCEL_FILE })
+      return this.deps.folders.readAhead()
     } catch (error) {
       this.deps.bus.report(error)
       return null

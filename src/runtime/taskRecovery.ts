@@ -3,24 +3,19 @@
  * directive again, the next handler of the chain, or a person — kept in the recovery store so a
  * restart resumes decisions whose attempt had not started. Owns the cooldown timers.
  */
-import path from 'node:path'
 import type { Clock } from '../base/clock.js'
 import { SpindleError } from '../base/errors.js'
 import { childThreadId } from '../base/ids.js'
 import type { Config } from '../../config/schema.js'
 import type { TaskInfo, ThreadContext } from '../../machines/thread.machine.js'
-import { writeFileAtomicSync } from '../../persistence/atomicFile.js'
-import { dataPaths, threadDir } from '../../persistence/paths.js'
-import type { Durability, RecoveryRecord, RecoveryStore, Registry } from '../../persistence/types.js'
+import type { RecoveryRecord, RecoveryStore, Registry, RequestInbox } from '../../persistence/types.js'
 import { decideRecovery, describeRecovery } from '../policies/recovery.js'
 import type { Emitter, Lifecycle, Reporter } from './events.js'
 import type { Spawner } from './spawner.js'
 import type { ThreadTable } from './threadTable.js'
 
 export interface TaskRecoveryDeps {
-  dir: string
-  durability: Durability
-  memory: boolean
+  inbox: Pick<RequestInbox, 'putEscalation'>
   store: RecoveryStore
   registry: Registry
   table: ThreadTable
@@ -133,11 +128,8 @@ export class TaskRecovery {
 
   /** The end of the chain: a file a person finds next to the failed thread. */
   private writeEscalation(id: string, escalation: Record<string, unknown>): void {
-    if (this.deps.memory) return
     try {
-      const paths = dataPaths(this.deps.dir)
-      const file = path.join(threadDir(paths, id), 'escalation.request.json')
-      writeFileAtomicSync(file, `${JSON.stringify({ threadId: id, kind: 'recovery_escalation', ...escalation }, null, 2)}\n`, { fsync: this.deps.durability === 'fsync', under: paths.root })
+      this.deps.inbox.putEscalation(id, { threadId: id, kind: 'recovery_escalation', ...escalation })
     } catch (error) {
       this.deps.bus.report(error, id)
     }

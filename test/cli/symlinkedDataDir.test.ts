@@ -13,7 +13,7 @@ import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { Problem } from '../../src/runtime/api.js'
 import { readRequestLog, requestCancel, requestResume, respondToApproval } from '../../src/requests.js'
-import { BELL_FILE, BellReader } from '../../src/requestBell.js'
+import { BELL_FILE, BellReader } from '../../persistence/requestBell.js'
 import { compiled, plantLink, putBack, tempDir } from '../helpers/dirs.js'
 
 function spindle(...args: string[]) {

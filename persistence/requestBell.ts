@@ -9,8 +9,8 @@
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { appendRegular, notRegularReason, openRegular } from '../persistence/fdio.js'
-import { SpindleError } from './base/errors.js'
+import { appendRegular, notRegularReason, openRegular } from './fdio.js'
+import { SpindleError } from '../src/base/errors.js'
 
 export const BELL_FILE = 'requests.bell'
 
