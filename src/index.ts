@@ -16,15 +16,15 @@ export type {
   LifecycleEvent,
   LifecycleEventType,
 } from './runtime/api.js'
-export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './waits.js'
+export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './thread/waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'
 export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'
-export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './requests.js'
-export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './requests.js'
+export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './thread/requests.js'
+export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './thread/requests.js'
 export { compileHooks } from './policies/hooks.js'
 export type { HookSpec, CodeHook, HookEvent, HookAction, HookInput, HookDecision, HookLayer } from './policies/hooks.js'
 export { proposeLimit, escalationMessage } from './policies/escalation.js'
-export type { ThreadHandle, ThreadView, ThreadStep } from './liveThread.js'
+export type { ThreadHandle, ThreadView, ThreadStep } from './thread/liveThread.js'
 
 export { scriptedModel } from '../actors/scriptedModel.js'
 export type { Script, ScriptedTurn, ScriptedReply, ScriptedFault, ScriptedModelOptions } from '../actors/scriptedModel.js'
@@ -52,23 +52,23 @@ export type {
   SuspendReason,
 } from '../machines/thread.machine.js'
 
-export { replayTranscript, SPAWN_ENTRY } from './replay.js'
-export type { ReplayOptions, ReplayResult } from './replay.js'
-export { readThreadFiles, verifyReplay } from './inspectThread.js'
-export type { ThreadFiles, ReplayCheck } from './inspectThread.js'
+export { replayTranscript, SPAWN_ENTRY } from './thread/replay.js'
+export type { ReplayOptions, ReplayResult } from './thread/replay.js'
+export { readThreadFiles, verifyReplay } from './operator/inspectThread.js'
+export type { ThreadFiles, ReplayCheck } from './operator/inspectThread.js'
 
 export { classifyError } from './policies/classifyError.js'
 export { systemDefaults, readConfigLayer, mergeConfig, loadFileLayers, userConfigFile } from '../config/load.js'
 export type { Config, ConfigLayer } from '../config/schema.js'
 export type { RetryPolicy, Classified } from './policies/classifyError.js'
 
-export { loadDirectiveFile, findDirective, renderDirective, directiveDirs } from './directiveFile.js'
-export type { DirectiveFile } from './directiveFile.js'
+export { loadDirectiveFile, findDirective, renderDirective, directiveDirs } from './operator/directiveFile.js'
+export type { DirectiveFile } from './operator/directiveFile.js'
 export type { DirectiveFrontMatter } from '../config/directiveSchema.js'
 
 export { SpindleError, isSpindleError } from './base/errors.js'
-export { showRecovery } from './progress.js'
-export type { ProgressOut } from './progress.js'
+export { showRecovery } from './operator/progress.js'
+export type { ProgressOut } from './operator/progress.js'
 export type { SpindleErrorCode } from './base/errors.js'
 
 export type { ThreadStatus, ThreadRecord, Cost, StateEnvelope, TranscriptEntry, Durability } from '../persistence/types.js'

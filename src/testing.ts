@@ -17,10 +17,10 @@ import { SimulatedClock } from 'xstate'
 import type { AnyStateMachine } from 'xstate'
 import type { TranscriptEntry } from '../persistence/types.js'
 import { isSpindleError } from './base/errors.js'
-import { verifyReplay } from './inspectThread.js'
-import type { ReplayCheck } from './inspectThread.js'
-import { replayTranscript } from './replay.js'
-import type { ReplayResult } from './replay.js'
+import { verifyReplay } from './operator/inspectThread.js'
+import type { ReplayCheck } from './operator/inspectThread.js'
+import { replayTranscript } from './thread/replay.js'
+import type { ReplayResult } from './thread/replay.js'
 import { createRuntime } from './runtime/createRuntime.js'
 import type { Runtime, RuntimeOptions } from './runtime/api.js'
 
@@ -127,6 +127,6 @@ export function checkTranscriptReplays(entries: readonly TranscriptEntry[], mach
 }
 
 export { scriptedModel } from '../actors/scriptedModel.js'
-export { readThreadFiles, verifyReplay } from './inspectThread.js'
-export { replayTranscript } from './replay.js'
+export { readThreadFiles, verifyReplay } from './operator/inspectThread.js'
+export { replayTranscript } from './thread/replay.js'
 export { threadMachine } from '../machines/thread.machine.js'

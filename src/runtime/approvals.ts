@@ -8,7 +8,7 @@ import type { ThreadContext } from '../../machines/thread.machine.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { RequestInbox } from '../../persistence/types.js'
 import { escalationMessage } from '../policies/escalation.js'
-import type { ApprovalRequest } from '../requests.js'
+import type { ApprovalRequest } from '../thread/requests.js'
 import type { Lifecycle, Reporter } from './events.js'
 
 export interface ApprovalsDeps {

@@ -21,8 +21,8 @@ import { systemClock } from '../base/clock.js'
 import type { ThreadContext } from '../../machines/thread.machine.js'
 import type { RecoveryCount, Registry, TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError } from '../base/errors.js'
-import { isMachineEventEntry } from '../replay.js'
-import { isStateValue } from '../threadStatus.js'
+import { isMachineEventEntry } from '../thread/replay.js'
+import { isStateValue } from '../thread/threadStatus.js'
 
 /** What recovery does with one unfinished thread. */
 export type RecoveryVerdict =

@@ -5,32 +5,15 @@
  */
 import { systemClock } from '../base/clock.js'
 import { SpindleError } from '../base/errors.js'
-import { assertThreadId } from '../base/ids.js'
 import type { ModelAdapter } from '../../actors/model.js'
 import type { ThreadEffects } from '../../actors/threadEffects.js'
 import { createThreadEffects } from '../../actors/threadEffects.js'
 import type { Config } from '../../config/schema.js'
-import { outcomeOf } from '../../machines/thread.machine.js'
-import type { ThreadContext, ThreadOutcome } from '../../machines/thread.machine.js'
 import { FAILED_ROUND_BACKOFF_MAX_MS, GroupCommit } from '../../persistence/groupCommit.js'
-import type { CommitStats } from '../../persistence/groupCommit.js'
 import { checkpointsFailing, isStorageFailure } from '../../persistence/storageFailure.js'
-import type { Durability, StateEnvelope, ThreadRecord, ThreadStatus } from '../../persistence/types.js'
-import { childTools } from '../childTools.js'
-import type { ThreadHandle } from '../liveThread.js'
-import { viewOf } from '../liveThread.js'
-import { isActive } from '../threadStatus.js'
-import type { WaitOptions, WaitReport } from '../waits.js'
-import type {
-  ApproveOptions,
-  CancelResult,
-  LifecycleEventType,
-  RecoveryReport,
-  RequestsReport,
-  Runtime,
-  RuntimeOptions,
-  SpawnOptions,
-} from './api.js'
+import type { Durability } from '../../persistence/types.js'
+import { childTools } from '../thread/childTools.js'
+import type { Runtime, RuntimeOptions } from './api.js'
 import { Approvals } from './approvals.js'
 import { Budgets } from './budgets.js'
 import { CrashLoopGuard } from './crashLoop.js'
@@ -45,13 +28,14 @@ import { ThreadLoader } from './loadThread.js'
 import { ModelGate } from './modelGate.js'
 import { openStores } from './openStores.js'
 import type { Stores } from './openStores.js'
+import type { Parts } from './parts.js'
+import { SpindleRuntime } from './runtimeFacade.js'
 import { Parking } from './parking.js'
 import { PolicyDesk } from './policyDesk.js'
 import { Reactions } from './reactions.js'
 import { Recovery } from './recovery.js'
 import { resolveSettings, toolTable } from './settings.js'
-import { Spawner, validateSpawn } from './spawner.js'
-import { StoredThread, storedOutcome } from './storedThread.js'
+import { Spawner } from './spawner.js'
 import { Supervisor } from './supervisor.js'
 import { TaskRecovery } from './taskRecovery.js'
 import { ThreadStarter } from './threadStarter.js'
@@ -125,38 +109,6 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   parts.supervisor.ready()
   bus.emit({ type: 'runtime_ready', at: parts.clock.now(), recovery: parts.recovery.last })
   return runtime
-}
-
-/** Every part of a runtime, as the composition root wired them. */
-export interface Parts {
-  dir: string
-  durability: Durability
-  config: Config
-  clock: ReturnType<typeof clockOf>
-  bus: EventBus
-  life: Lifecycle
-  stores: Stores
-  commit: GroupCommit
-  table: ThreadTable
-  effects: ThreadEffects
-  leases: Leases
-  budgets: Budgets
-  family: Family
-  parking: Parking
-  supervisor: Supervisor
-  waiting: Waiting
-  policies: PolicyDesk
-  crashLoop: CrashLoopGuard
-  starter: ThreadStarter
-  spawner: Spawner
-  gate: ModelGate
-  taskRecovery: TaskRecovery
-  approvals: Approvals
-  reactions: Reactions
-  loader: ThreadLoader
-  recovery: Recovery
-  decisions: Decisions
-  inbox: InboxPoller
 }
 
 function clockOf(options: RuntimeOptions) {
@@ -343,140 +295,5 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     recovery,
     decisions,
     inbox,
-  }
-}
-
-/** The runtime host code holds: each call checked, then handed to the part that does it. */
-class SpindleRuntime implements Runtime {
-  constructor(private readonly parts: Parts) {}
-
-  get dir(): string {
-    return this.parts.dir
-  }
-
-  get durability(): Durability {
-    return this.parts.durability
-  }
-
-  get config(): Config {
-    return this.parts.config
-  }
-
-  get lastRecovery(): RecoveryReport {
-    return this.parts.recovery.last
-  }
-
-  async spawn(options: SpawnOptions): Promise<ThreadHandle> {
-    this.parts.life.assertOpen()
-    validateSpawn(options)
-    return this.parts.spawner.spawn(options)
-  }
-
-  get(id: string): ThreadHandle {
-    const { table, stores, dir, bus } = this.parts
-    assertThreadId(id)
-    const live = table.get(id)
-    if (live) return live
-    const record = stores.registry.get(id)
-    if (!record) {
-      throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dir}. List threads with rt.list() or \`spindle ls\`.`, {
-        details: { threadId: id },
-      })
-    }
-    let envelope: StateEnvelope | null = null
-    try {
-      envelope = stores.checkpoints.load(id)
-    } catch (error) {
-      bus.report(error, id)
-    }
-    const context = (envelope?.snapshot as { context?: ThreadContext } | undefined)?.context
-    const value = (envelope?.snapshot as { value?: unknown } | undefined)?.value
-    const view = context && value !== undefined ? viewOf(id, { value: value as never, context }) : null
-    const stopped = !isActive(record.status)
-    let outcome: ThreadOutcome | null = null
-    if (stopped && context) outcome = outcomeOf(record.status as ThreadOutcome['status'], context)
-    else if (stopped) outcome = storedOutcome(record, null)
-    return new StoredThread(id, record.status, view, outcome)
-  }
-
-  list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[] {
-    this.parts.life.assertOpen()
-    return this.parts.stores.registry.list(filter)
-  }
-
-  active(): ThreadHandle[] {
-    return this.parts.table.threads()
-  }
-
-  stats(): CommitStats & { live: number } {
-    return { ...this.parts.commit.stats, live: this.parts.table.size }
-  }
-
-  recover(): Promise<RecoveryReport> {
-    return this.parts.recovery.recover()
-  }
-
-  cancel(id: string, reason?: string): Promise<CancelResult> {
-    return this.parts.decisions.cancel(id, reason)
-  }
-
-  approve(id: string, options?: ApproveOptions): Promise<ThreadHandle> {
-    return this.parts.decisions.approve(id, options)
-  }
-
-  deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome> {
-    return this.parts.decisions.deny(id, reason, options)
-  }
-
-  resume(id: string, options?: { by?: string }): Promise<ThreadHandle> {
-    return this.parts.decisions.resume(id, options)
-  }
-
-  settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason?: string): Promise<ThreadOutcome> {
-    return this.parts.decisions.settleOrphan(id, action, reason)
-  }
-
-  checkRequests(options?: { sweep?: boolean }): Promise<RequestsReport> {
-    return this.parts.inbox.check(options)
-  }
-
-  waitThreads(ids: string[], options: WaitOptions = {}): Promise<WaitReport> {
-    return this.parts.waiting.waitFor(ids, options)
-  }
-
-  chain(id: string): ThreadRecord[] {
-    this.parts.life.assertOpen()
-    assertThreadId(id)
-    const chain = this.parts.stores.registry.chain(id)
-    if (chain.length === 0) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.parts.dir}.`, { details: { threadId: id } })
-    return chain
-  }
-
-  on<T extends LifecycleEventType | '*'>(type: T, listener: (event: any) => void): () => void {
-    return this.parts.bus.on(type, listener)
-  }
-
-  /** Stops the parts in reverse: timers first, then every live thread where it stands, then the stores. */
-  async close(): Promise<void> {
-    const { life, inbox, leases, taskRecovery, parking, waiting, supervisor, crashLoop, table, commit, stores } = this.parts
-    if (life.closed) return
-    life.closed = true
-    const polled = inbox.close()
-    leases.close()
-    taskRecovery.close()
-    parking.close()
-    waiting.close()
-    supervisor.close()
-    await polled
-    const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
-    crashLoop.close(table.ids())
-    for (const thread of table.threads()) thread.detach(reason)
-    // Detaching aborted every wait; none of them may outlive the runtime in its graph.
-    waiting.endWaits()
-    try {
-      await commit.close()
-    } finally {
-      stores.close()
-    }
   }
 }

@@ -4,7 +4,7 @@
  * wait for because their children are not registered yet.
  */
 import type { Registry, ThreadRecord } from '../../persistence/types.js'
-import { isActive } from '../threadStatus.js'
+import { isActive } from '../thread/threadStatus.js'
 
 export class Family {
   /** spawn_thread calls under way, by parent: emptied as each returns. */

@@ -3,7 +3,7 @@
  * without reaching into private fields from outside. Not part of the public API.
  */
 import type { Runtime } from './api.js'
-import type { Parts } from './createRuntime.js'
+import type { Parts } from './parts.js'
 
 const registered = new WeakMap<Runtime, Parts>()
 

@@ -8,7 +8,7 @@ import { SpindleError, isSpindleError } from '../base/errors.js'
 import type { PrefetchedThread } from '../../persistence/prefetch.js'
 import { staleLinesMessage } from '../../persistence/transcriptLines.js'
 import type { CheckpointStore, StateEnvelope, ThreadFolders, ThreadStatus, TranscriptEntry, TranscriptOpenResult, TranscriptStore } from '../../persistence/types.js'
-import { isMachineEventEntry, replayTranscript } from '../replay.js'
+import { isMachineEventEntry, replayTranscript } from '../thread/replay.js'
 import type { RecoveryReport } from './api.js'
 import type { Reporter } from './events.js'
 

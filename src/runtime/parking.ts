@@ -7,7 +7,7 @@
 import type { Clock } from '../base/clock.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import { isStorageFailure, storageFailureOf, threadParked } from '../../persistence/storageFailure.js'
-import type { LiveThread } from '../liveThread.js'
+import type { LiveThread } from '../thread/liveThread.js'
 import type { Emitter, Lifecycle, Reporter } from './events.js'
 import type { ThreadTable } from './threadTable.js'
 

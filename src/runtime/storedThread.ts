@@ -6,7 +6,7 @@ import { SpindleError } from '../base/errors.js'
 import type { ThreadContext, ThreadOutcome } from '../../machines/thread.machine.js'
 import { outcomeOf } from '../../machines/thread.machine.js'
 import type { ThreadRecord, ThreadStatus } from '../../persistence/types.js'
-import type { ThreadHandle, ThreadView } from '../liveThread.js'
+import type { ThreadHandle, ThreadView } from '../thread/liveThread.js'
 
 /** How a stopped thread ended, from its last checkpoint's context, else from its registry row. */
 export function storedOutcome(record: ThreadRecord, context: ThreadContext | null | undefined): ThreadOutcome {

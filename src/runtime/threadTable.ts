@@ -5,8 +5,8 @@
 import { SpindleError } from '../base/errors.js'
 import type { ThreadContext } from '../../machines/thread.machine.js'
 import type { CheckpointStore } from '../../persistence/types.js'
-import type { ThreadServices } from '../liveThread.js'
-import { LiveThread } from '../liveThread.js'
+import type { ThreadServices } from '../thread/liveThread.js'
+import { LiveThread } from '../thread/liveThread.js'
 
 /** What a live thread is lent, but for `forget`, which the table keeps for itself. */
 export type LentServices = Omit<ThreadServices, 'forget'>

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { MAX_TOOL_OUTPUT_CHARS, defineTool, executeToolCall } from '../../actors/tools.js'
 import type { Tool, ToolSpec } from '../../actors/tools.js'
-import { childTools } from '../../src/childTools.js'
+import { childTools } from '../../src/thread/childTools.js'
 
 const context = () => ({ signal: new AbortController().signal, idempotencyKey: 't:1:c1', threadId: 't' })
 

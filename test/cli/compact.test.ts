@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest'
 import { anchorSetAside, createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { createRuntime, scriptedModel, verifyReplay } from '../../src/index.js'
-import { compactThread } from '../../src/compact.js'
+import { compactThread } from '../../src/operator/compact.js'
 import { createTestRuntime } from '../../src/testing.js'
 import { compiled } from '../helpers/dirs.js'
 

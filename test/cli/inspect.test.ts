@@ -5,8 +5,8 @@
  */
 import { spawn, spawnSync } from 'node:child_process'
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest'
-import { startInspector } from '../../src/inspector.js'
-import type { Inspector } from '../../src/inspector.js'
+import { startInspector } from '../../src/operator/inspector.js'
+import type { Inspector } from '../../src/operator/inspector.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 let inspector: Inspector | null = null

@@ -8,7 +8,7 @@ import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import { chromium } from 'playwright-core'
 import { describe, expect, it } from 'vitest'
-import { startInspector } from '../../src/inspector.js'
+import { startInspector } from '../../src/operator/inspector.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 const CHROMIUM = process.env.SPINDLE_CHROMIUM ?? '/usr/bin/chromium'

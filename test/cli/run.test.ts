@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { findDirective, loadDirectiveFile, renderDirective } from '../../src/directiveFile.js'
+import { findDirective, loadDirectiveFile, renderDirective } from '../../src/operator/directiveFile.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 function spindle(env: Record<string, string>, ...args: string[]) {

@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { Problem } from '../../src/runtime/api.js'
-import { readRequestLog, requestCancel, requestResume, respondToApproval } from '../../src/requests.js'
+import { readRequestLog, requestCancel, requestResume, respondToApproval } from '../../src/thread/requests.js'
 import { BELL_FILE, BellReader } from '../../persistence/requestBell.js'
 import { compiled, plantLink, putBack, tempDir } from '../helpers/dirs.js'
 

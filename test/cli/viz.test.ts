@@ -5,7 +5,7 @@ import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { svgVisualizations, visualizations, writeVisualizations } from '../../src/visualize.js'
+import { svgVisualizations, visualizations, writeVisualizations } from '../../src/operator/visualize.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 const checkedIn = path.resolve(import.meta.dirname, '../../visualizations')

@@ -11,7 +11,7 @@ import { readConfigLayer, systemDefaults } from '../../config/load.js'
 import { regexHazard } from '../../config/schema.js'
 import { classifyError } from '../../src/policies/classifyError.js'
 import { proposeLimit } from '../../src/policies/escalation.js'
-import { loadDirectiveFile } from '../../src/directiveFile.js'
+import { loadDirectiveFile } from '../../src/operator/directiveFile.js'
 import { createRuntime, scriptedModel } from '../../src/index.js'
 import { tempDir } from '../helpers/dirs.js'
 

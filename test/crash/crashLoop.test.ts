@@ -14,7 +14,7 @@ import { z } from 'zod'
 import { createRuntime, defineTool, readThreadFiles, scriptedModel, systemDefaults, verifyReplay } from '../../src/index.js'
 import type { RecoveryReport } from '../../src/index.js'
 import { MODEL_SUSPECTS_ALONE } from '../../src/runtime/crashLoop.js'
-import { doctor } from '../../src/operator.js'
+import { doctor } from '../../src/operator/operator.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { FLAKY_TURNS, crashLoopModel, crashLoopTools } from './crashLoopWorkload.js'
 

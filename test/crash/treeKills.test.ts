@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { readThreadFiles, verifyReplay } from '../../src/index.js'
-import { messagesFromTranscript } from '../../src/messages.js'
+import { messagesFromTranscript } from '../../src/thread/messages.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 function step(dir: string, scenario: string, name: string): Promise<{ code: number | null; signal: NodeJS.Signals | null; stdout: string; stderr: string }> {

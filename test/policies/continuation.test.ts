@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import type { Message } from '../../src/index.js'
-import { applyRepairs, continuationMessages, estimateTokens, findDanglingToolCalls } from '../../src/continuation.js'
+import { applyRepairs, continuationMessages, estimateTokens, findDanglingToolCalls } from '../../src/thread/continuation.js'
 
 const user = (content: string): Message => ({ role: 'user', content })
 const said = (content: string, ...ids: string[]): Message =>

@@ -15,7 +15,7 @@ import { createTestRuntime } from '../../src/testing.js'
 import { tempDir } from '../helpers/dirs.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
-import { SPAWN_ENTRY } from '../../src/replay.js'
+import { SPAWN_ENTRY } from '../../src/thread/replay.js'
 import { eventually, inState, until } from '../helpers/threads.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 

@@ -15,7 +15,7 @@ import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { TestRuntime } from '../../src/testing.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { BELL_FILE, BellReader, ringBell } from '../../persistence/requestBell.js'
-import { requestCancel, respondToApproval } from '../../src/requests.js'
+import { requestCancel, respondToApproval } from '../../src/thread/requests.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 

@@ -11,7 +11,7 @@ import { defineTool, scriptedModel } from '../../src/index.js'
 import { createTestRuntime } from '../../src/testing.js'
 import type { TestRuntime } from '../../src/testing.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
-import { readRequestLog, requestCancel, respondToApproval } from '../../src/requests.js'
+import { readRequestLog, requestCancel, respondToApproval } from '../../src/thread/requests.js'
 import { inState, until } from '../helpers/threads.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 

@@ -4,15 +4,15 @@
  * directory picks up within `requests.pollMs` — or the next runtime that opens it — because only
  * that process has the model and tools the thread carries on with.
  */
-import type { Limits } from '../machines/thread.machine.js'
-import { dataPaths } from '../persistence/paths.js'
-import type { ThreadRecord } from '../persistence/types.js'
-import { SpindleError } from './base/errors.js'
-import { assertThreadId } from './base/ids.js'
+import type { Limits } from '../../machines/thread.machine.js'
+import { dataPaths } from '../../persistence/paths.js'
+import type { ThreadRecord } from '../../persistence/types.js'
+import { SpindleError } from '../base/errors.js'
+import { assertThreadId } from '../base/ids.js'
 import { locks } from './locks.js'
 import type { LockView } from './locks.js'
 import { recordOf, withRegistry } from './operator.js'
-import { pendingApprovals, requestCancel, requestResume, respondToApproval } from './requests.js'
+import { pendingApprovals, requestCancel, requestResume, respondToApproval } from '../thread/requests.js'
 
 export interface RequestWritten {
   threadId: string

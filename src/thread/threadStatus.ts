@@ -1,4 +1,4 @@
-import type { ThreadStatus } from '../persistence/types.js'
+import type { ThreadStatus } from '../../persistence/types.js'
 
 /** The registry status of a thread machine state value: its top-level state key. */
 export function statusOfValue(value: unknown): ThreadStatus {

@@ -2,7 +2,7 @@
  * Conversations that outgrow the context window: repairing tool calls left without results, and
  * the messages a continuation thread starts from. Pure functions over messages.
  */
-import type { Message } from '../actors/model.js'
+import type { Message } from '../../actors/model.js'
 
 /**
  * A rough token count: about four characters a token, plus a little per message. Providers count

@@ -3,11 +3,11 @@
  * progress as it goes. Exit status: 0 completed, 7 error or cancelled, 8 suspended for a person.
  */
 import type { Writable } from 'node:stream'
-import { scriptedModel } from '../actors/scriptedModel.js'
+import { scriptedModel } from '../../actors/scriptedModel.js'
 import { findDirective, renderDirective } from './directiveFile.js'
-import { SpindleError } from './base/errors.js'
-import { createRuntime } from './runtime/createRuntime.js'
-import type { RuntimeOptions } from './runtime/api.js'
+import { SpindleError } from '../base/errors.js'
+import { createRuntime } from '../runtime/createRuntime.js'
+import type { RuntimeOptions } from '../runtime/api.js'
 import { showRecovery } from './progress.js'
 import { terminalSafe } from './terminalText.js'
 

@@ -7,12 +7,12 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { parseDocument } from 'yaml'
-import type { DirectiveFrontMatter } from '../config/directiveSchema.js'
-import { DirectiveFrontMatterSchema } from '../config/directiveSchema.js'
-import { readConfigText, userConfigFile, yamlToJs } from '../config/load.js'
-import { closestKey, knownKeys } from '../config/schema.js'
-import { SpindleError } from './base/errors.js'
-import type { DirectiveSpec } from './runtime/api.js'
+import type { DirectiveFrontMatter } from '../../config/directiveSchema.js'
+import { DirectiveFrontMatterSchema } from '../../config/directiveSchema.js'
+import { readConfigText, userConfigFile, yamlToJs } from '../../config/load.js'
+import { closestKey, knownKeys } from '../../config/schema.js'
+import { SpindleError } from '../base/errors.js'
+import type { DirectiveSpec } from '../runtime/api.js'
 
 export interface DirectiveFile {
   file: string
@@ -73,7 +73,7 @@ export function loadDirectiveFile(file: string): DirectiveFile {
   return { file, frontMatter: parsed.data, body }
 }
 
-/** The directives shipped with spindle: `config/directives` at the package root (from src/ or dist/src/). */
+/** The directives shipped with spindle: `config/directives` at the package root (from src/operator/ or dist/src/operator/). */
 function systemDirectives(): string {
   let dir = path.dirname(fileURLToPath(import.meta.url))
   for (let i = 0; i < 4; i++) {
@@ -81,7 +81,7 @@ function systemDirectives(): string {
     if (fs.existsSync(candidate)) return candidate
     dir = path.dirname(dir)
   }
-  return path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'config', 'directives')
+  return path.join(path.dirname(fileURLToPath(import.meta.url)), '..', '..', '..', 'config', 'directives')
 }
 
 /** Where directives named in commands are looked for, in order. */

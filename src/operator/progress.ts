@@ -2,8 +2,8 @@
  * Live progress for long commands (demo, run, recovery): one line rewritten in place on a
  * terminal, plain lines — at most one a second, and the last — anywhere else (logs, CI, pipes).
  */
-import type { LifecycleEvent } from './runtime/api.js'
-import type { ThreadStatus } from '../persistence/types.js'
+import type { LifecycleEvent } from '../runtime/api.js'
+import type { ThreadStatus } from '../../persistence/types.js'
 
 export interface ProgressOut {
   write(text: string): unknown

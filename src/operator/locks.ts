@@ -3,13 +3,13 @@
  * reclaiming those — never a live one younger than its TTL unless forced — with an audit log.
  */
 import fs from 'node:fs'
-import { SpindleError } from './base/errors.js'
-import { pidAlive } from './base/processes.js'
+import { SpindleError } from '../base/errors.js'
+import { pidAlive } from '../base/processes.js'
 import os from 'node:os'
 import path from 'node:path'
-import { dataPaths } from '../persistence/paths.js'
-import { openSqliteLeases } from '../persistence/sqliteLeases.js'
-import type { Lease, LeaseStore } from '../persistence/types.js'
+import { dataPaths } from '../../persistence/paths.js'
+import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
+import type { Lease, LeaseStore } from '../../persistence/types.js'
 
 export type LockState =
   /** Renewed in time by a process that is alive (or on another host). */

@@ -4,12 +4,12 @@
  */
 import fs from 'node:fs'
 import { isDeepStrictEqual } from 'node:util'
-import { createFileCheckpointStore } from '../persistence/fileCheckpointStore.js'
-import { createJsonlTranscriptStore } from '../persistence/jsonlTranscript.js'
-import { dataPaths, threadDir } from '../persistence/paths.js'
-import { SpindleError } from './base/errors.js'
-import type { StateEnvelope, TranscriptEntry } from '../persistence/types.js'
-import { replayTranscript } from './replay.js'
+import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
+import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
+import { dataPaths, threadDir } from '../../persistence/paths.js'
+import { SpindleError } from '../base/errors.js'
+import type { StateEnvelope, TranscriptEntry } from '../../persistence/types.js'
+import { replayTranscript } from '../thread/replay.js'
 
 export interface ThreadFiles {
   envelope: StateEnvelope | null

@@ -3,10 +3,10 @@
  * registry for threads another process runs. A wave of children can fail fast and cancel the
  * siblings of the one that failed.
  */
-import { atDeadline } from './base/clock.js'
-import type { Clock } from './base/clock.js'
-import type { ThreadOutcome } from '../machines/thread.machine.js'
-import { SpindleError, ToolRefusal } from './base/errors.js'
+import { atDeadline } from '../base/clock.js'
+import type { Clock } from '../base/clock.js'
+import type { ThreadOutcome } from '../../machines/thread.machine.js'
+import { SpindleError, ToolRefusal } from '../base/errors.js'
 
 export interface WaitOptions {
   /** Give up on threads still running after this long (default: config `waits.defaultTimeoutMs`). */

@@ -4,8 +4,8 @@
  * idempotency key already made, and waiting again is harmless.
  */
 import { z } from 'zod'
-import { defineTool } from '../actors/tools.js'
-import type { Tool } from '../actors/tools.js'
+import { defineTool } from '../../actors/tools.js'
+import type { Tool } from '../../actors/tools.js'
 import type { WaitOptions, WaitReport } from './waits.js'
 
 const LimitsInput = z

@@ -3,10 +3,10 @@
  * types spindle does not write, duplicate tool-call ids in one reply, inputs the machine would not
  * accept where they stand, and entries that name threads the registry does not have.
  */
-import type { TranscriptEntry } from '../persistence/types.js'
-import { describeError, isSpindleError } from './base/errors.js'
-import { TOOL_CALLS_REPAIRED } from './messages.js'
-import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from './replay.js'
+import type { TranscriptEntry } from '../../persistence/types.js'
+import { describeError, isSpindleError } from '../base/errors.js'
+import { TOOL_CALLS_REPAIRED } from '../thread/messages.js'
+import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from '../thread/replay.js'
 
 /** Every entry type spindle writes besides the machine inputs. */
 export const NOTE_TYPES: ReadonlySet<string> = new Set([

@@ -4,11 +4,11 @@
  */
 import { createActor } from 'xstate'
 import type { AnyStateMachine } from 'xstate'
-import { THREAD_EVENT_TYPES, threadMachine } from '../machines/thread.machine.js'
-import type { ThreadEvent, ThreadInput } from '../machines/thread.machine.js'
-import type { ThreadStatus, TranscriptEntry } from '../persistence/types.js'
-import { upgradeInputV1toV2 } from '../persistence/upgrade.js'
-import { SpindleError } from './base/errors.js'
+import { THREAD_EVENT_TYPES, threadMachine } from '../../machines/thread.machine.js'
+import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
+import type { ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
+import { upgradeInputV1toV2 } from '../../persistence/upgrade.js'
+import { SpindleError } from '../base/errors.js'
 import { statusOfValue } from './threadStatus.js'
 
 const EVENT_TYPES = new Set<string>(THREAD_EVENT_TYPES)

@@ -7,15 +7,15 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { z } from 'zod'
-import { LimitsSchema } from '../config/schema.js'
-import type { Limits, LimitName, Usage } from '../machines/thread.machine.js'
-import type { DataPaths } from '../persistence/paths.js'
-import { assertRealDirectories, dataPaths, threadDir } from '../persistence/paths.js'
-import { APPROVALS_DIR, approvalFiles, cancelFile, readRequestJson, readRequestText, resumeFile, writeRequestFile } from '../persistence/requestFiles.js'
-import { openSqliteRegistry } from '../persistence/sqliteRegistry.js'
-import type { ThreadStatus } from '../persistence/types.js'
-import { SpindleError, midSentence } from './base/errors.js'
-import { assertThreadId } from './base/ids.js'
+import { LimitsSchema } from '../../config/schema.js'
+import type { Limits, LimitName, Usage } from '../../machines/thread.machine.js'
+import type { DataPaths } from '../../persistence/paths.js'
+import { assertRealDirectories, dataPaths, threadDir } from '../../persistence/paths.js'
+import { APPROVALS_DIR, approvalFiles, cancelFile, readRequestJson, readRequestText, resumeFile, writeRequestFile } from '../../persistence/requestFiles.js'
+import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import type { ThreadStatus } from '../../persistence/types.js'
+import { SpindleError, midSentence } from '../base/errors.js'
+import { assertThreadId } from '../base/ids.js'
 
 export {
   APPROVALS_DIR,
@@ -31,8 +31,8 @@ export {
   readRequestText,
   resumeFile,
   setAside,
-} from '../persistence/requestFiles.js'
-export type { RequestLogEntry } from '../persistence/requestFiles.js'
+} from '../../persistence/requestFiles.js'
+export type { RequestLogEntry } from '../../persistence/requestFiles.js'
 
 export const CancelRequestSchema = z.object({
   /** The thread's nonce, from its registry row (`spindle show <id>`). */
