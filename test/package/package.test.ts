@@ -14,7 +14,7 @@ import { startOpenAIServer } from '../helpers/openaiServer.js'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
 /** What `files` may bring into the tarball; anything else is a leak (a test, a TypeScript source). */
-const SHIPPED = /^(package\.json|README\.md|LICENSE|config\/[^/]+\.yaml|config\/directives\/[^/]+\.md|dist\/(src|machines|actors|persistence|config)\/.+\.(js|d\.ts|js\.map))$/
+const SHIPPED = /^(package\.json|README\.md|LICENSE|docs\/[^/]+\.md|visualizations\/[^/]+\.svg|config\/[^/]+\.yaml|config\/directives\/[^/]+\.md|dist\/(src|machines|actors|persistence|config)\/.+\.(js|d\.ts|js\.map))$/
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes']
 
 interface Ran {
@@ -155,7 +155,7 @@ describe('the npm package', () => {
     const named = [manifest.main, manifest.types, ...Object.values(manifest.bin), ...Object.values(manifest.exports).flatMap((e) => Object.values(e))]
     expect(named.length).toBeGreaterThan(8)
     for (const file of named) expect(files, file).toContain(path.posix.normalize(file))
-    expect(files).toEqual(expect.arrayContaining(['config/defaults.yaml', 'config/directives/research.md', 'README.md']))
+    expect(files).toEqual(expect.arrayContaining(['config/defaults.yaml', 'config/directives/research.md', 'README.md', 'docs/api.md', 'visualizations/thread.machine.svg']))
   })
 
   it('should ship every module a shipped module imports, with its declarations', () => {
