@@ -199,11 +199,11 @@ In code, a whole layer goes into \`createRuntime\`, and the keys a thread can ha
 a directive or a spawn call:
 
 \`\`\`ts
-import { createRuntime } from 'spindle'
+import { createRuntime, scriptedModel } from 'spindle'
 
 const rt = await createRuntime({
   dir: '.spindle',
-  model,
+  model: scriptedModel([{ text: 'done' }]),
   config: { retry: { maxRetries: 5 }, orphans: { heartbeatMs: 5000 } },
 })
 await rt.spawn({

@@ -157,7 +157,7 @@ const MISSING: ThreadDirCheck = Object.freeze({ missing: true, made: Object.free
  * Checks, with lstat (a link is seen as a link), that the folder of `threadId` is a real directory,
  * and `threads/` above it the first time for these paths: whatever is read or written by path in
  * that folder afterwards stays inside the data directory (until someone swaps the folder: see the
- * README on symlinks). Throws DATA_DIR_INVALID naming the entry (and a link's target) otherwise.
+ * docs/durability.md on symlinks). Throws DATA_DIR_INVALID naming the entry (and a link's target) otherwise.
  * With `create` a missing folder is made, and `threads/` (and the root) when missing: mkdir never
  * follows a link; `made` lists what was made, whose parents need an fsync to be durable. `known`:
  * trust an earlier check of this folder (see realThreadDirs) and make no system call. `writes` (or

@@ -5,7 +5,7 @@
  * Node has no openat(). On Linux, `/proc/self/fd/<fd>/<name>` resolves `name` inside the directory
  * the descriptor holds, whatever path now leads there; each level is opened with O_NOFOLLOW, so a
  * link planted at `threads` or at `threads/<id>` is refused (ELOOP or ENOTDIR), never followed.
- * Elsewhere (no /proc) folders are written by path, as the README says.
+ * Elsewhere (no /proc) folders are written by path, as docs/durability.md says.
  */
 import fs from 'node:fs'
 import type { DataPaths } from './paths.js'

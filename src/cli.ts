@@ -23,7 +23,7 @@ import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
 import { CLI_COLOURS, terminalSafe } from './operator/terminalText.js'
 
-/** Exit statuses, documented in `spindle --help` and the README. */
+/** Exit statuses, documented in `spindle --help` and docs/cli.md. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   INVALID_OPTIONS: 3,
   INVALID_THREAD_ID: 3,

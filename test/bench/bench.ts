@@ -13,7 +13,7 @@ const rehydrate = Number(process.env.BENCH_REHYDRATE ?? 10_000)
 const REHYDRATE_RUNS = Number(process.env.BENCH_REHYDRATE_RUNS ?? 3)
 const workload = path.join(import.meta.dirname, 'workload.js')
 
-/** The heap settings the README recommends for hosts with little memory (see "Memory"). */
+/** The heap settings docs/benchmark.md recommends for hosts with little memory (docs/benchmark.md, "Memory"). */
 const SMALL_HEAP = ['--max-semi-space-size=2', '--heap-growing-percent=50']
 
 function run(args: string[], nodeFlags: string[] = []): Record<string, number | string> {
@@ -31,7 +31,7 @@ console.log(`spindle bench: ${threads} threads x ${turns} turns, scripted model 
 console.log('checkpoints: transitions checkpointed / state.json files written (a round coalesces a thread\'s transitions);')
 console.log('rounds: transcript journal rounds (what effects wait for) / checkpoint rounds (thread files, state.json, registry)\n')
 console.log('RSS at open: the process with spindle loaded and its runtime open, before a thread runs; young gen: V8\'s')
-console.log('young generation (both semi-spaces) then and at the end of the run (README, "Memory")\n')
+console.log('young generation (both semi-spaces) then and at the end of the run (docs/benchmark.md, "Memory")\n')
 console.log('store      turns/s  checkpoints      rounds  bytes on disk  p50 turn ms  p99 turn ms  peak RSS MB  RSS at open  young gen MB')
 let full: Record<string, number | string> = {}
 let small: Record<string, number | string> = {}
@@ -54,7 +54,7 @@ for (const [label, store, flags] of runs) {
   )
   fs.rmSync(dir, { recursive: true, force: true })
 }
-console.log(`* node ${SMALL_HEAP.join(' ')}: the heap settings for small hosts (README, "Memory"); the rows above use Node's defaults`)
+console.log(`* node ${SMALL_HEAP.join(' ')}: the heap settings for small hosts (docs/benchmark.md, "Memory"); the rows above use Node's defaults`)
 
 // Linearity of disk use: the same workload at half the turns, and the line through both points.
 let perMessageBytes = NaN

@@ -49,7 +49,7 @@ if (mode === 'turns') {
     ...(store === 'memory' ? { store: 'memory' as const } : { durability: store }),
   })
   // What Node with spindle's modules and an open runtime holds before a thread runs, and how far V8
-  // has grown its young generation by then: the floor under the run's peak (README, "Memory").
+  // has grown its young generation by then: the floor under the run's peak (docs/benchmark.md, "Memory").
   const openRssMb = process.memoryUsage().rss / 1048576
   const youngMb = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === 'new_space')!.space_size / 1048576
   const openYoungMb = youngMb()

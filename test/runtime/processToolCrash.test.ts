@@ -1,6 +1,6 @@
 /**
  * A runtime process killed with a real SIGKILL while a process tool runs: the tool's process group
- * must not outlive it, and the next runtime must do what README "What happens after a crash" says —
+ * must not outlive it, and the next runtime must do what docs/durability.md "What happens after a crash" says —
  * run an idempotent tool again, give a non-idempotent one a TOOL_INTERRUPTED result.
  */
 import { spawn } from 'node:child_process'

@@ -1,5 +1,5 @@
 /**
- * Every function the README names as part of the API can be imported from the package entry.
+ * Every function the README and docs/api.md name as part of the API can be imported from the package entry.
  */
 import { describe, expect, it } from 'vitest'
 import * as spindle from '../../src/index.js'
