@@ -14,7 +14,7 @@ import { startOpenAIServer } from '../helpers/openaiServer.js'
 
 const ROOT = path.resolve(import.meta.dirname, '../..')
 /** What `files` may bring into the tarball; anything else is a leak (a test, a TypeScript source). */
-const SHIPPED = /^(package\.json|README\.md|LICENSE|docs\/[^/]+\.md|visualizations\/[^/]+\.svg|config\/[^/]+\.yaml|config\/directives\/[^/]+\.md|dist\/(src|machines|actors|persistence|config)\/.+\.(js|d\.ts|js\.map))$/
+const SHIPPED = /^(package\.json|README\.md|LICENSE|docs\/[^/]+\.md|visualizations\/[^/]+\.(svg|md)|config\/[^/]+\.yaml|config\/directives\/[^/]+\.md|dist\/(src|machines|actors|persistence|config)\/.+\.(js|d\.ts|js\.map))$/
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes']
 
 interface Ran {
