@@ -44,7 +44,8 @@ export class SpindleRuntime implements Runtime {
   }
 
   get(id: string): ThreadHandle {
-    const { table, stores, dir, bus } = this.parts
+    const { table, stores, dir, bus, life } = this.parts
+    life.assertOpen()
     assertThreadId(id)
     const live = table.get(id)
     if (live) return live

@@ -348,3 +348,20 @@ describe('options', () => {
     await expect(createRuntime({ dir: tempDir(), model: scriptedModel([]), durability: 'maybe' as never })).rejects.toMatchObject({ code: 'INVALID_OPTIONS' })
   })
 })
+
+describe('a closed runtime', () => {
+  it('should refuse every call that reads or changes threads with RUNTIME_CLOSED, naming what to do', async () => {
+    const rt = await createRuntime({ dir: tempDir(), model: scriptedModel([{ text: 'ok' }]), durability: 'process' })
+    const thread = await rt.spawn({ directive: { name: 'd', prompt: 'p' } })
+    await thread.done
+    await rt.close()
+    const closed = { code: 'RUNTIME_CLOSED', message: expect.stringContaining('createRuntime()') }
+    expect(() => rt.get(thread.id)).toThrow(expect.objectContaining(closed))
+    expect(() => rt.list()).toThrow(expect.objectContaining(closed))
+    expect(() => rt.chain(thread.id)).toThrow(expect.objectContaining(closed))
+    await expect(rt.spawn({ directive: { name: 'd', prompt: 'p' } })).rejects.toMatchObject(closed)
+    await expect(rt.cancel(thread.id)).rejects.toMatchObject(closed)
+    await expect(rt.recover()).rejects.toMatchObject(closed)
+    await expect(rt.waitThreads([thread.id])).rejects.toMatchObject(closed)
+  })
+})
