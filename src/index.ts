@@ -38,19 +38,10 @@ export { systemClock } from './base/clock.js'
 export type { Clock } from './base/clock.js'
 
 export { threadMachine } from '../machines/thread.machine.js'
-export type {
-  Limits,
-  ThreadOutcome,
-  ThreadEvent,
-  ThreadContext,
-  ToolCall,
-  ErrorCategory,
-  FailureInfo,
-  Usage,
-  LimitHit,
-  ThreadPolicy,
-  SuspendReason,
-} from '../machines/thread.machine.js'
+export type { Limits, ThreadPolicy } from '../machines/threadPolicy.js'
+export type { ThreadOutcome } from '../machines/threadOutcome.js'
+export type { ThreadEvent, ToolCall, ErrorCategory, FailureInfo } from '../machines/threadEvents.js'
+export type { ThreadContext, Usage, LimitHit, SuspendReason } from '../machines/threadContext.js'
 
 export { replayTranscript, SPAWN_ENTRY } from './thread/replay.js'
 export type { ReplayOptions, ReplayResult } from './thread/replay.js'

@@ -5,7 +5,7 @@
 import fs from 'node:fs'
 import path from 'node:path'
 import { isDeepStrictEqual } from 'node:util'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import { writeFileAtomicSync } from '../../persistence/atomicFile.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'

@@ -26,7 +26,7 @@ import { z } from 'zod'
 import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, HookLimitsSchema, HookSpecSchema } from '../../config/hookSchema.js'
 import { regexCompileError, regexHazard } from '../../config/schema.js'
 import type { HookAction, HookEvent, HookSpec } from '../../config/hookSchema.js'
-import type { Limits } from '../../machines/thread.machine.js'
+import type { Limits } from '../../machines/threadPolicy.js'
 import type { SpindleErrorCode } from '../base/errors.js'
 import { SpindleError, describeError } from '../base/errors.js'
 

@@ -3,8 +3,9 @@
  * and the outcome their registry row and last checkpoint say they ended with.
  */
 import { SpindleError } from '../base/errors.js'
-import type { ThreadContext, ThreadOutcome } from '../../machines/thread.machine.js'
-import { outcomeOf } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadRecord, ThreadStatus } from '../../persistence/types.js'
 import type { ThreadHandle, ThreadView } from '../thread/liveThread.js'
 
