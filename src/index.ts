@@ -24,7 +24,7 @@ export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry 
 export { compileHooks } from './policies/hooks.js'
 export type { HookSpec, CodeHook, HookEvent, HookAction, HookInput, HookDecision, HookLayer } from './policies/hooks.js'
 export { proposeLimit, escalationMessage } from './policies/escalation.js'
-export type { ThreadHandle, ThreadView, ThreadStep } from './thread/liveThread.js'
+export type { ThreadHandle, ThreadView, ThreadStep } from './thread/threadView.js'
 
 export { scriptedModel } from '../actors/scriptedModel.js'
 export type { Script, ScriptedTurn, ScriptedReply, ScriptedFault, ScriptedModelOptions } from '../actors/scriptedModel.js'

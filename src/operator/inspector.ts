@@ -15,7 +15,7 @@ import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore
 import { dataPaths } from '../../persistence/paths.js'
 import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
 import { isActive } from '../thread/threadStatus.js'
-import { stepOfSnapshot } from '../thread/liveThread.js'
+import { stepOfSnapshot } from '../thread/threadView.js'
 import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../../machines/thread.machine.js'

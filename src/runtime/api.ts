@@ -13,7 +13,7 @@ import type { CommitStats } from '../../persistence/groupCommit.js'
 import type { Durability, ThreadRecord, ThreadStatus } from '../../persistence/types.js'
 import type { CodeHook, HookSpec } from '../policies/hooks.js'
 import type { RecoveryDecision } from '../policies/recovery.js'
-import type { ThreadHandle } from '../thread/liveThread.js'
+import type { ThreadHandle } from '../thread/threadView.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
 import type { InspectionEvent } from 'xstate'
 

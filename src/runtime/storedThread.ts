@@ -7,7 +7,7 @@ import type { ThreadContext } from '../../machines/threadContext.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadRecord, ThreadStatus } from '../../persistence/types.js'
-import type { ThreadHandle, ThreadView } from '../thread/liveThread.js'
+import type { ThreadHandle, ThreadView } from '../thread/threadView.js'
 
 /** How a stopped thread ended, from its last checkpoint's context, else from its registry row. */
 export function storedOutcome(record: ThreadRecord, context: ThreadContext | null | undefined): ThreadOutcome {
