@@ -22,7 +22,8 @@ export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../m
 export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './thread/requests.js'
 export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './thread/requests.js'
 export { compileHooks } from './policies/hooks.js'
-export type { HookSpec, CodeHook, HookEvent, HookAction, HookInput, HookDecision, HookLayer } from './policies/hooks.js'
+export type { HookSpec, CodeHook, HookEvent, HookAction, HookDecision, HookLayer } from './policies/hooks.js'
+export type { HookInput } from './policies/hookInput.js'
 export { proposeLimit, escalationMessage } from './policies/escalation.js'
 export type { ThreadHandle, ThreadView, ThreadStep } from './thread/threadView.js'
 
