@@ -10,7 +10,7 @@
  */
 import { generateText, jsonSchema, stepCountIs, tool } from 'ai'
 import type { JSONSchema7, JSONValue, LanguageModel, ModelMessage, ToolResultPart, ToolSet } from 'ai'
-import type { ToolCall } from '../machines/thread.machine.js'
+import type { ToolCall } from '../machines/threadEvents.js'
 import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
 
 /** Provider-specific options, as `generateText` takes them (e.g. `{ openai: { parallelToolCalls: false } }`). */

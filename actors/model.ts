@@ -2,7 +2,7 @@
  * The model adapter contract. Side effects. Not imported by machines/.
  */
 import { z } from 'zod'
-import type { ModelUsage, ToolCall } from '../machines/thread.machine.js'
+import type { ModelUsage, ToolCall } from '../machines/threadEvents.js'
 
 export type Message =
   | { role: 'user'; content: string }

@@ -9,17 +9,8 @@
  * transcript before the machine sees it. Results that arrive after the effect was stopped are
  * dropped, never applied.
  */
-import type {
-  CallModelInput,
-  DecideLimitInput,
-  FailureInfo,
-  HookVerdict,
-  RunToolInput,
-  SettleChildrenInput,
-  ThreadEvent,
-  ToolCall,
-  WaitUntilInput,
-} from '../machines/thread.machine.js'
+import type { CallModelInput, DecideLimitInput, RunToolInput, SettleChildrenInput, WaitUntilInput } from '../machines/effectOf.js'
+import type { FailureInfo, HookVerdict, ThreadEvent, ToolCall } from '../machines/threadEvents.js'
 import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
 import { atDeadline } from '../src/base/clock.js'
 import type { Clock } from '../src/base/clock.js'

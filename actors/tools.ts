@@ -3,7 +3,7 @@
  * Side effects. Not imported by machines/.
  */
 import { z } from 'zod'
-import type { ToolCall } from '../machines/thread.machine.js'
+import type { ToolCall } from '../machines/threadEvents.js'
 import { describeError, isToolRefusal } from '../src/base/errors.js'
 import { CAPABILITY } from '../src/base/permissions.js'
 import { atDeadline } from '../src/base/clock.js'

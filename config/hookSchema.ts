@@ -3,7 +3,7 @@
  *
  * A hook names the event it listens to, an optional CEL condition (`when`) and the action to take
  * when the condition holds. The condition itself is parsed and type-checked by
- * src/policies/hooks.ts when the hooks are compiled; this schema only checks the shape.
+ * src/policies/hookConditions.ts when the hooks are compiled; this schema only checks the shape.
  */
 import { z } from 'zod'
 

@@ -6,7 +6,7 @@ import { createRequire } from 'node:module'
 import { RegExpParser, visitRegExpAST } from '@eslint-community/regexpp'
 import type { analyse as Analyse } from 'scslre'
 import { z } from 'zod'
-import type { EscalationPolicy, EscalationRule, Limits, RetryPolicy } from '../machines/thread.machine.js'
+import type { EscalationPolicy, EscalationRule, Limits, RetryPolicy } from '../machines/threadPolicy.js'
 import { HookSpecSchema } from './hookSchema.js'
 
 const limit = z.number().nonnegative().nullable()

@@ -3,7 +3,7 @@
  * state.json and its request files.
  */
 import fs from 'node:fs'
-import { anchorSetAside } from './jsonlTranscript.js'
+import { anchorSetAside } from './anchorSetAside.js'
 import type { DataPaths } from './paths.js'
 import { threadDir, threadFile, TRANSCRIPT_FILE } from './paths.js'
 import { bootThreadFileReader } from './prefetch.js'

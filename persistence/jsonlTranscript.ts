@@ -4,19 +4,26 @@
  * Caveats: one writer per data directory (nothing locks the files); an open thread holds one file
  * descriptor until it is closed; a transcript is read into memory whole when opened without a
  * position, so very long transcripts should be opened from their checkpoint's position.
+ *
+ * This module is the store's bookkeeping: the files it holds open, what each sync covers, the
+ * journal. The work on one file (opening it, checking its anchor, setting bytes aside, bytes
+ * another writer appended) is in transcriptFile.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
-import { SpindleError } from '../src/base/errors.js'
 import type { PrefetchedTranscript } from './prefetch.js'
 import type { DataPaths } from './paths.js'
 import { assertThreadDir, forgetThreadDir, TRANSCRIPT_FILE, threadFile } from './paths.js'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
-import { encodeEntry, leadingSeq, parseTranscriptBytes } from './transcriptLines.js'
-import { ForeignJournals, OwnJournal, recordIdentity, repairFromJournal } from './transcriptJournal.js'
-import type { SkippedJournal } from './transcriptJournal.js'
+import { encodeEntry, parseTranscriptBytes } from './transcriptLines.js'
+import { ForeignJournals, repairFromJournal } from './foreignJournals.js'
+import { OwnJournal } from './transcriptJournal.js'
+import { recordIdentity } from './journalFiles.js'
+import type { SkippedJournal } from './journalFiles.js'
 import { eachLimited, poolShare } from './poolShare.js'
-import { fdatasync, linkTarget, NotRegularFile, notRegularReason, openRegular, readRange, writeAll } from './fdio.js'
+import { fdatasync, readRange, writeAll } from './fdio.js'
+import type { ForeignTail, OpenFile } from './transcriptFile.js'
+import { checkAnchor, corrupt, isNoEntry, NOFOLLOW, notOpen, OPEN_EXISTING, openTranscript, saveTorn, settleForeignTail } from './transcriptFile.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -41,224 +48,6 @@ export interface JsonlTranscriptOptions {
    * opened (see `append`): they were moved aside to `savedTo` and cut off before its next line.
    */
   onForeignTail?: (found: ForeignTail) => void
-}
-
-/** Bytes another writer appended to a transcript this store holds open. */
-export interface ForeignTail {
-  threadId: string
-  file: string
-  /** Where they started: the end of the last line this store wrote or read. */
-  offset: number
-  bytes: number
-  savedTo: string
-}
-
-const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
-/**
- * Read and write, every write at the end; without O_CREAT, so a missing file is an error we can
- * see; never through a symlink at the file's name (every later append goes to the descriptor).
- */
-const OPEN_EXISTING = fs.constants.O_RDWR | fs.constants.O_APPEND | NOFOLLOW
-
-interface OpenFile {
-  threadId: string
-  file: string
-  fd: number
-  position: TranscriptPosition
-  /** fdatasyncs in flight on `fd`: `close` leaves the fd open until they finish. */
-  syncing: number
-  closed: boolean
-  /** The first fdatasync failure; sticky, see `sync`. */
-  syncError: Error | null
-  /** A failed append whose partial line could not be cut off: the end of the file is unknown. */
-  appendError: unknown
-  /** The file's identity (journal records name it: see recordIdentity), read at the first journaled append. */
-  identity: string | null
-  /**
-   * Opened from an existing file (recovery, a takeover), not created here: a process that ran the
-   * thread before may still write a line into it (see `append`).
-   */
-  inherited: boolean
-}
-
-function corrupt(file: string, threadId: string, message: string, details: Record<string, unknown> = {}): SpindleError {
-  return new SpindleError('TRANSCRIPT_CORRUPT', `The transcript ${file} ${message}`, { details: { path: file, threadId, ...details } })
-}
-
-/** A transcript path that holds a directory (or another non-file): nothing can be read or appended. */
-function notAFile(file: string, what = 'a directory'): SpindleError {
-  return corrupt(file, path.basename(path.dirname(file)), `is ${what}, not a file: move it aside (nothing was changed). The thread cannot go on without its transcript.`)
-}
-
-/**
- * Opens a transcript (see openRegular; `flags` carry O_NOFOLLOW), naming a file that is not one,
- * or a symlink at its name, as the thread's damage.
- */
-function openTranscript(file: string, flags: number): number {
-  try {
-    return openRegular(file, flags).fd
-  } catch (error) {
-    if (error instanceof NotRegularFile) throw notAFile(file, error.kind)
-    if (notRegularReason(error) === 'a symbolic link') {
-      const target = linkTarget(file)
-      throw corrupt(
-        file,
-        path.basename(path.dirname(file)),
-        `is a symbolic link (to ${target}), not a file: spindle reads and appends to no transcript through a link, so nothing was read or written through it. ` +
-          'Move the link aside and put the transcript it stands for in its place (if it is this thread\'s), find out who made it, and open the directory again.',
-        { target },
-      )
-    }
-    throw error
-  }
-}
-
-function notOpen(threadId: string): SpindleError {
-  return new SpindleError('THREAD_NOT_FOUND', `The transcript of ${threadId} is not open: open it before appending to it.`, {
-    details: { threadId },
-  })
-}
-
-function isNoEntry(error: unknown): boolean {
-  return (error as { code?: unknown } | null)?.code === 'ENOENT'
-}
-
-/**
- * The line that ends at `from.bytes`, which must be the entry `from` names. Reads backwards in
- * growing windows, so a long last line costs a few reads, not the whole file.
- */
-function lineEndingAt(fd: number, end: number, read?: { start: number; chunk: Buffer }): Buffer | null {
-  for (let window = 4096; ; window *= 4) {
-    const start = Math.max(0, end - window)
-    // Bytes already read from `read.start` on (the tail that `open` reads anyway) serve the first window.
-    const chunk = read && read.start <= start ? read.chunk.subarray(start - read.start, end - read.start) : readRange(fd, start, end)
-    if (chunk.length !== end - start || chunk[chunk.length - 1] !== 0x0a) return null
-    // (lastIndexOf counts a negative offset from the end, so a one-byte chunk needs the guard.)
-    const newline = chunk.length >= 2 ? chunk.lastIndexOf(0x0a, chunk.length - 2) : -1
-    if (newline !== -1) return chunk.subarray(newline + 1, chunk.length - 1)
-    if (start === 0) return chunk.subarray(0, chunk.length - 1)
-  }
-}
-
-/** The entry (its seq and hash, as parsed) on the line that ends at `end`, or null when no intact line ends there. */
-function entryEndingAt(fd: number, end: number, read?: { start: number; chunk: Buffer }): { seq?: unknown; hash?: unknown } | null {
-  const line = lineEndingAt(fd, end, read)
-  try {
-    return line ? (JSON.parse(line.toString('utf8')) as { seq?: unknown; hash?: unknown } | null) : null
-  } catch {
-    return null
-  }
-}
-
-/** What `spindle rebuild --compact` keeps the transcript it replaced as: `transcript.jsonl.pre-compact-<ms>`. */
-export const PRE_COMPACT_PREFIX = `${TRANSCRIPT_FILE}.pre-compact-`
-
-/** What a transcript's set-aside lines are kept as: `transcript.jsonl.torn-<offset>` (a torn line, or a stale writer's). */
-const TORN_PREFIX = `${TRANSCRIPT_FILE}.torn-`
-
-/** Whether a complete line of `bytes` is the entry `anchor` names (its seq and hash). */
-function holdsLine(bytes: Buffer, anchor: TranscriptPosition): boolean {
-  const prefix = `{"seq":${anchor.seq},`
-  for (const line of bytes.toString('utf8').split('\n')) {
-    if (!line.startsWith(prefix)) continue
-    try {
-      if ((JSON.parse(line) as { hash?: unknown }).hash === anchor.hash) return true
-    } catch {
-      // A torn or foreign line: not the entry.
-    }
-  }
-  return false
-}
-
-/** The whole of a thread file, or null when it cannot be read as a regular file. */
-function readKept(file: string): Buffer | null {
-  let opened: { fd: number; size: number }
-  try {
-    opened = openRegular(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
-  } catch {
-    return null
-  }
-  try {
-    return readRange(opened.fd, 0, opened.size)
-  } catch {
-    return null
-  } finally {
-    fs.closeSync(opened.fd)
-  }
-}
-
-/**
- * Where the line a state.json is anchored at (`anchor`: it ends at `anchor.bytes` with that seq
- * and hash) is kept, when the transcript's chain does not hold it there; or null. Two ways that
- * happens without damage:
- * - 'compaction': a compaction killed between writing the new transcript and its state.json left
- *   the state.json pointing into the transcript it replaced (`transcript.jsonl.pre-compact-<ms>`,
- *   at the same offset). Only a compaction begun after that state.json was saved (`savedAt`, ms)
- *   counts: a state.json written later points into the compacted transcript, and a mismatch there
- *   is damage.
- * - 'stale': a process that had lost the thread (stopped between its lease check and its writes)
- *   appended lines and renamed its state.json over the new owner's. Its lines repeat seqs of the
- *   chain: the new owner moved them aside (`transcript.jsonl.torn-<offset>`), or they are still
- *   in the transcript, skipped by every reader; and it believed they ended where its own view of
- *   the file did, so the anchor's offset may point anywhere. The line is looked for by seq and
- *   hash, and counts only if the chain does not hold it.
- * Either way the transcript replays to the thread's state without that state.json. Only asked when
- * a checkpoint does not match its transcript, so it costs recovery nothing.
- */
-export function anchorSetAside(
-  paths: DataPaths,
-  threadId: string,
-  anchor: TranscriptPosition,
-  savedAt: number,
-): { keptAs: string; why: 'compaction' | 'stale' } | null {
-  const transcript = threadFile(paths, threadId, TRANSCRIPT_FILE)
-  const folder = path.dirname(transcript)
-  let names: string[]
-  try {
-    names = fs.readdirSync(folder)
-  } catch {
-    return null
-  }
-  const stamp = (name: string, prefix: string): number => Number(name.slice(prefix.length).split('.')[0]) || 0
-  const compactions = names
-    .filter((name) => name.startsWith(PRE_COMPACT_PREFIX) && stamp(name, PRE_COMPACT_PREFIX) > savedAt)
-    .sort((a, b) => stamp(b, PRE_COMPACT_PREFIX) - stamp(a, PRE_COMPACT_PREFIX))
-  for (const name of compactions) {
-    const file = path.join(folder, name)
-    let opened: { fd: number; size: number }
-    try {
-      opened = openRegular(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW)
-    } catch {
-      continue
-    }
-    try {
-      if (opened.size < anchor.bytes) continue
-      const entry = entryEndingAt(opened.fd, anchor.bytes)
-      if (entry?.seq === anchor.seq && entry?.hash === anchor.hash) return { keptAs: file, why: 'compaction' }
-    } catch {
-      // Unreadable: not a file this state.json can be checked against.
-    } finally {
-      fs.closeSync(opened.fd)
-    }
-  }
-  // A stale writer's line: never one the chain holds (that would be damage to where it lies).
-  const current = readKept(transcript)
-  if (current === null) return null
-  let parsed: ReturnType<typeof parseTranscriptBytes>
-  try {
-    parsed = parseTranscriptBytes(current, EMPTY_POSITION, transcript)
-  } catch {
-    return null
-  }
-  if (parsed.entries.some((entry) => entry.seq === anchor.seq && entry.hash === anchor.hash)) return null
-  const outside = [...parsed.stale, ...(parsed.torn ? [parsed.torn] : [])]
-  if (outside.some((range) => holdsLine(current.subarray(range.offset, range.offset + range.bytes), anchor))) return { keptAs: transcript, why: 'stale' }
-  for (const name of names.filter((n) => n.startsWith(TORN_PREFIX)).sort()) {
-    const file = path.join(folder, name)
-    const kept = readKept(file)
-    if (kept && holdsLine(kept, anchor)) return { keptAs: file, why: 'stale' }
-  }
-  return null
 }
 
 /**
@@ -331,98 +120,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     return fd
   }
 
-  function checkAnchor(fd: number, file: string, threadId: string, from: TranscriptPosition, read?: { start: number; chunk: Buffer }): void {
-    // Appends chain to from.hash; if the file does not hold that entry where state.json says it
-    // ends, the next append would write a chain nobody can verify. Stop here instead.
-    // Not JSON there: reported below as "no intact entry".
-    const entry = entryEndingAt(fd, from.bytes, read)
-    if (entry?.seq !== from.seq || entry?.hash !== from.hash) {
-      throw corrupt(
-        file,
-        threadId,
-        `does not match state.json, which says entry ${from.seq} ends at byte ${from.bytes}; the file holds ` +
-          `${entry ? `entry ${String(entry.seq)} with a different hash` : 'no intact entry'} there. ` +
-          `Restore the file from a backup, or inspect it with readThreadFiles() from the spindle API.`,
-        { seq: from.seq, bytes: from.bytes },
-      )
-    }
-  }
-
-  function saveTorn(fd: number, file: string, offset: number, length: number): string {
-    const bytes = readRange(fd, offset, offset + length)
-    for (let n = 0; ; n++) {
-      // A second tear at the same offset (a crash during the first append after recovery) must
-      // not overwrite the first one's bytes.
-      const savedTo = n === 0 ? `${file}.torn-${offset}` : `${file}.torn-${offset}.${n}`
-      let side: number
-      try {
-        side = fs.openSync(savedTo, 'wx')
-      } catch (error) {
-        if ((error as { code?: unknown }).code === 'EEXIST') continue
-        throw error
-      }
-      try {
-        writeAll(side, bytes)
-        if (durability === 'fsync') fs.fsyncSync(side)
-      } finally {
-        fs.closeSync(side)
-      }
-      if (durability === 'fsync') fsyncDirSync(path.dirname(file))
-      return savedTo
-    }
-  }
-
   function register(threadId: string, file: string, fd: number, position: TranscriptPosition, inherited = true): void {
     files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, identity: null, inherited })
-  }
-
-  /**
-   * A process that lost a thread (its lease ran out while it was stopped or starved) checks its
-   * lease before each line, but can be stopped between that check and the write: the line it was
-   * writing then lands after it wakes, past lines the new owner wrote. So before each line, bytes
-   * past the end this store knows are read for their seqs. Lines that repeat seqs this store
-   * already has come from a writer behind it, which lost the thread: they are moved aside, as a
-   * torn line is, and cut off, so the chain goes on unbroken. Lines that go on past its seq come
-   * from a writer ahead of it: this store is the one that lost the thread, and writes nothing
-   * (LEASE_LOST). Anything else is left as it is (TRANSCRIPT_CORRUPT).
-   */
-  function settleForeignTail(open: OpenFile): void {
-    const size = fs.fstatSync(open.fd).size
-    if (size === open.position.bytes) return
-    if (size < open.position.bytes) {
-      throw corrupt(
-        open.file,
-        open.threadId,
-        `is shorter than what this process wrote to it (${size} bytes, ${open.position.bytes} expected): something else cut it. ` +
-          'Inspect it with readThreadFiles() from the spindle API, or restore it from a backup.',
-        { bytes: open.position.bytes, size },
-      )
-    }
-    const tail = readRange(open.fd, open.position.bytes, size)
-    const seqs = tail
-      .toString('utf8')
-      .split('\n')
-      .filter((line) => line.length > 0)
-      .map(leadingSeq)
-    if (seqs.some((seq) => seq !== null && seq > open.position.seq)) {
-      throw new SpindleError(
-        'LEASE_LOST',
-        `Another process has written ${open.file} past this process's last line (seq ${open.position.seq}): the thread was taken over, so this process stops writing it.`,
-        { details: { threadId: open.threadId, file: open.file, seq: open.position.seq } },
-      )
-    }
-    if (seqs.length === 0 || seqs.includes(null)) {
-      throw corrupt(
-        open.file,
-        open.threadId,
-        `has ${tail.length} bytes this process did not write after its last line (seq ${open.position.seq}), and they are not transcript lines. ` +
-          'Inspect them with readThreadFiles() from the spindle API; move them out of the file to let the thread go on.',
-        { seq: open.position.seq, bytes: open.position.bytes, size },
-      )
-    }
-    const savedTo = saveTorn(open.fd, open.file, open.position.bytes, tail.length)
-    fs.ftruncateSync(open.fd, open.position.bytes)
-    options.onForeignTail?.({ threadId: open.threadId, file: open.file, offset: open.position.bytes, bytes: tail.length, savedTo })
   }
 
   /** fdatasyncs one file; the caller has counted it in `open.syncing` (see the files sync). */
@@ -516,7 +215,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       try {
         const records = foreign().records(threadId)
         const restored = records
-          ? repairFromJournal(fd, file, records, { fsync: durability === 'fsync', saveAside: (offset, length) => saveTorn(fd, file, offset, length) })
+          ? repairFromJournal(fd, file, records, { fsync: durability === 'fsync', saveAside: (offset, length) => saveTorn(fd, file, offset, length, durability === 'fsync') })
           : null
         // A restored file is not what the prefetch read.
         if (restored) read = undefined
@@ -541,7 +240,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         if (parsed.torn) {
           // Move the fragment aside before cutting it, so the next append starts a clean line and
           // nothing is lost if the fragment turns out to matter.
-          const savedTo = saveTorn(fd, file, parsed.torn.offset, parsed.torn.bytes)
+          const savedTo = saveTorn(fd, file, parsed.torn.offset, parsed.torn.bytes, durability === 'fsync')
           fs.ftruncateSync(fd, parsed.position.bytes)
           if (durability === 'fsync') fs.fdatasyncSync(fd)
           torn = { bytes: parsed.torn.bytes, savedTo }
@@ -573,7 +272,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       // Read before the line is written: a failing fstat must not leave a line the journal lacks.
       const identity = journal ? (open.identity ??= recordIdentity(open.fd, paths.journal)) : null
       // One fstat per line, for files this store did not create: a new file has had no other writer.
-      if (open.inherited) settleForeignTail(open)
+      if (open.inherited) settleForeignTail(open, durability === 'fsync', options.onForeignTail)
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
       // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
@@ -688,7 +387,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           return false
         }
         try {
-          return repairFromJournal(fd, file, records, { fsync: true, saveAside: (offset, length) => saveTorn(fd, file, offset, length) }) !== null
+          return repairFromJournal(fd, file, records, { fsync: true, saveAside: (offset, length) => saveTorn(fd, file, offset, length, durability === 'fsync') }) !== null
         } catch {
           // Left for `spindle doctor` to name; the journal stays.
           return false

@@ -22,9 +22,10 @@ export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../m
 export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './thread/requests.js'
 export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './thread/requests.js'
 export { compileHooks } from './policies/hooks.js'
-export type { HookSpec, CodeHook, HookEvent, HookAction, HookInput, HookDecision, HookLayer } from './policies/hooks.js'
+export type { HookSpec, CodeHook, HookEvent, HookAction, HookDecision, HookLayer } from './policies/hooks.js'
+export type { HookInput } from './policies/hookInput.js'
 export { proposeLimit, escalationMessage } from './policies/escalation.js'
-export type { ThreadHandle, ThreadView, ThreadStep } from './thread/liveThread.js'
+export type { ThreadHandle, ThreadView, ThreadStep } from './thread/threadView.js'
 
 export { scriptedModel } from '../actors/scriptedModel.js'
 export type { Script, ScriptedTurn, ScriptedReply, ScriptedFault, ScriptedModelOptions } from '../actors/scriptedModel.js'
@@ -38,19 +39,10 @@ export { systemClock } from './base/clock.js'
 export type { Clock } from './base/clock.js'
 
 export { threadMachine } from '../machines/thread.machine.js'
-export type {
-  Limits,
-  ThreadOutcome,
-  ThreadEvent,
-  ThreadContext,
-  ToolCall,
-  ErrorCategory,
-  FailureInfo,
-  Usage,
-  LimitHit,
-  ThreadPolicy,
-  SuspendReason,
-} from '../machines/thread.machine.js'
+export type { Limits, ThreadPolicy } from '../machines/threadPolicy.js'
+export type { ThreadOutcome } from '../machines/threadOutcome.js'
+export type { ThreadEvent, ToolCall, ErrorCategory, FailureInfo } from '../machines/threadEvents.js'
+export type { ThreadContext, Usage, LimitHit, SuspendReason } from '../machines/threadContext.js'
 
 export { replayTranscript, SPAWN_ENTRY } from './thread/replay.js'
 export type { ReplayOptions, ReplayResult } from './thread/replay.js'

@@ -4,7 +4,7 @@
  * directory picks up within `requests.pollMs` — or the next runtime that opens it — because only
  * that process has the model and tools the thread carries on with.
  */
-import type { Limits } from '../../machines/thread.machine.js'
+import type { Limits } from '../../machines/threadPolicy.js'
 import { dataPaths } from '../../persistence/paths.js'
 import type { ThreadRecord } from '../../persistence/types.js'
 import { SpindleError } from '../base/errors.js'

@@ -2,7 +2,8 @@
  * The one place that reads HTTP statuses, headers, error codes and messages of failures.
  * Everything else branches on the category it returns.
  */
-import type { ErrorCategory, FailureInfo, RetryPolicy } from '../../machines/thread.machine.js'
+import type { ErrorCategory, FailureInfo } from '../../machines/threadEvents.js'
+import type { RetryPolicy } from '../../machines/threadPolicy.js'
 import { isSpindleError } from '../base/errors.js'
 import { systemDefaults } from '../../config/load.js'
 

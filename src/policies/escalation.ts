@@ -3,7 +3,8 @@
  * approving it.
  */
 import type { EscalationPolicy, EscalationRule } from '../../config/schema.js'
-import type { LimitName, Usage } from '../../machines/thread.machine.js'
+import type { LimitName } from '../../machines/threadPolicy.js'
+import type { Usage } from '../../machines/threadContext.js'
 
 /** The new limit to propose for a hit of `max`, or null when the policy is deny_only. */
 export function proposeLimit(max: number, rule: EscalationRule): number | null {

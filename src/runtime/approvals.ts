@@ -4,7 +4,7 @@
  * decision once the thread was woken by one.
  */
 import type { Clock } from '../base/clock.js'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { RequestInbox } from '../../persistence/types.js'
 import { escalationMessage } from '../policies/escalation.js'

@@ -6,7 +6,8 @@
  */
 import type { Clock } from '../base/clock.js'
 import type { Config } from '../../config/schema.js'
-import type { Limits, ThreadContext } from '../../machines/thread.machine.js'
+import type { Limits } from '../../machines/threadPolicy.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import type { BudgetAmounts, LeaseStore, Ledger, Registry } from '../../persistence/types.js'
 import type { Reporter } from './events.js'
 import type { Leases } from './leases.js'

@@ -18,7 +18,7 @@
  */
 import type { Clock } from '../base/clock.js'
 import { systemClock } from '../base/clock.js'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import type { RecoveryCount, Registry, TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError } from '../base/errors.js'
 import { isMachineEventEntry } from '../thread/replay.js'

@@ -7,7 +7,7 @@
  */
 import type { Clock } from '../base/clock.js'
 import type { SpindleError } from '../base/errors.js'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import type { Registry, ThreadStatus } from '../../persistence/types.js'
 import type { LiveThread } from '../thread/liveThread.js'
 import { isActive, isStateValue, statusOfValue } from '../thread/threadStatus.js'

@@ -7,7 +7,7 @@
  */
 import type { Clock } from '../base/clock.js'
 import { describeError } from '../base/errors.js'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'

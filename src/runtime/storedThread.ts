@@ -3,10 +3,11 @@
  * and the outcome their registry row and last checkpoint say they ended with.
  */
 import { SpindleError } from '../base/errors.js'
-import type { ThreadContext, ThreadOutcome } from '../../machines/thread.machine.js'
-import { outcomeOf } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadRecord, ThreadStatus } from '../../persistence/types.js'
-import type { ThreadHandle, ThreadView } from '../thread/liveThread.js'
+import type { ThreadHandle, ThreadView } from '../thread/threadView.js'
 
 /** How a stopped thread ended, from its last checkpoint's context, else from its registry row. */
 export function storedOutcome(record: ThreadRecord, context: ThreadContext | null | undefined): ThreadOutcome {

@@ -3,7 +3,7 @@
  * here and learn, through `onForget`, when one stops, so each drops what it kept for it.
  */
 import { SpindleError } from '../base/errors.js'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import type { CheckpointStore } from '../../persistence/types.js'
 import type { ThreadServices } from '../thread/liveThread.js'
 import { LiveThread } from '../thread/liveThread.js'

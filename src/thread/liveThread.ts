@@ -1,90 +1,31 @@
 /**
  * The host of one running thread: relays recorded inputs to its actor, checkpoints every
- * transition, notifies subscribers, and settles `done` once the thread stops.
+ * transition, notifies subscribers, and settles `done` once the thread stops. What host code
+ * holds and sees of it (ThreadHandle, ThreadView) is in threadView.ts; its actor in threadActor.ts.
  */
-import { createActor } from 'xstate'
-import type { Actor, AnyStateMachine, InspectionEvent, SnapshotFrom, StateValue } from 'xstate'
+import type { AnyStateMachine, InspectionEvent, StateValue } from 'xstate'
 import type { Message } from '../../actors/model.js'
-import type { Limits, ThreadContext, ThreadEvent, ThreadOutcome, threadMachine } from '../../machines/thread.machine.js'
-import { effectOf, outcomeOf } from '../../machines/thread.machine.js'
-import type { ThreadEffect } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadEvent } from '../../machines/threadEvents.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import { effectOf } from '../../machines/effectOf.js'
+import { outcomeOf } from '../../machines/threadOutcome.js'
+import type { ThreadEffect } from '../../machines/effectOf.js'
 import type { ThreadEffects } from '../../actors/threadEffects.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { isStorageFailure } from '../../persistence/storageFailure.js'
 import type { GroupCommit, RegistryPatch } from '../../persistence/groupCommit.js'
-import type { CheckpointStore, Cost, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
+import type { CheckpointStore, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
 import { applyRepairs } from './continuation.js'
 import type { RepairedCall } from './continuation.js'
 import { applyToMessages, messagesFromTranscript } from './messages.js'
 import { replayTranscript } from './replay.js'
 import { isActive, statusOfValue } from './threadStatus.js'
-
-/** What a subscriber sees at every transition: plain data, safe to keep. */
-export interface ThreadView {
-  id: string
-  status: ThreadStatus
-  /** The machine's state value, e.g. `{ running: 'callingModel' }`. */
-  state: StateValue
-  directive: { name: string; prompt: string }
-  usage: Cost
-  limits: Limits
-  suspendReason: ThreadContext['suspendReason']
-  limitHit: ThreadContext['limitHit']
-  retry: ThreadContext['retry']
-  result: string | null
-  error: { code: string; message: string } | null
-  /** What the runtime runs for the thread at this point, or null (it waits for an event, or has stopped). */
-  step: ThreadStep | null
-}
-
-/** The effect a thread's state asks for, as a subscriber sees it. */
-export type ThreadStep =
-  | { effect: 'callModel'; turn: number; attempt: number }
-  | { effect: 'runTool'; turn: number; callId: string; tool: string }
-  | { effect: 'decideLimit'; limit: string; used: number; max: number }
-  | { effect: 'waitUntil'; dueAt: number }
-  | { effect: 'settleChildren' }
-
-/** The step a snapshot is at, for a view: null when its context cannot say (a hand-edited state.json). */
-export function stepOfSnapshot(snapshot: { value: StateValue; context: ThreadContext }): ThreadStep | null {
-  try {
-    return stepOf(effectOf(snapshot))
-  } catch {
-    return null
-  }
-}
-
-function stepOf(effect: ThreadEffect | null): ThreadStep | null {
-  if (effect === null) return null
-  switch (effect.src) {
-    case 'callModel':
-      return { effect: 'callModel', turn: effect.input.turn, attempt: effect.input.attempt }
-    // Undefined only in a snapshot edited by hand (see effectOf): no step to show.
-    case 'runTool':
-      return effect.input.call ? { effect: 'runTool', turn: effect.input.turn, callId: effect.input.call.id, tool: effect.input.call.name } : null
-    case 'decideLimit':
-      return effect.input.hit ? { effect: 'decideLimit', ...effect.input.hit } : null
-    case 'waitUntil':
-      return { effect: 'waitUntil', dueAt: effect.input.dueAt }
-    case 'settleChildren':
-      return { effect: 'settleChildren' }
-  }
-}
-
-/** A thread spawned or loaded by a runtime. */
-export interface ThreadHandle {
-  readonly id: string
-  readonly status: ThreadStatus
-  /** Settles when the thread stops: completed, error, cancelled, continued or suspended. */
-  readonly done: Promise<ThreadOutcome>
-  /** Called at every transition (and at once with the current view). Returns an unsubscribe function. */
-  subscribe(listener: (view: ThreadView) => void): () => void
-  getSnapshot(): ThreadView
-}
-
-type ThreadActor = Actor<typeof threadMachine>
-type ThreadSnapshot = SnapshotFrom<typeof threadMachine>
+import type { ThreadHandle, ThreadView } from './threadView.js'
+import { viewOf } from './threadView.js'
+import type { ThreadActor, ThreadSnapshot } from './threadActor.js'
+import { createActorFrom } from './threadActor.js'
 
 /** @internal What a live thread needs from its runtime. */
 export interface ThreadServices {
@@ -118,24 +59,6 @@ export interface ThreadServices {
   storageFailed?(thread: LiveThread, error: unknown): void
   /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
   inspect?: (event: InspectionEvent) => void
-}
-
-export function viewOf(id: string, snapshot: { value: StateValue; context: ThreadContext }): ThreadView {
-  const c = snapshot.context
-  return {
-    id,
-    status: statusOfValue(snapshot.value),
-    state: snapshot.value,
-    directive: c.directive,
-    usage: { ...c.usage },
-    limits: c.limits,
-    suspendReason: c.suspendReason,
-    limitHit: c.limitHit,
-    retry: c.retry,
-    result: c.result,
-    error: c.error,
-    step: stepOfSnapshot(snapshot),
-  }
 }
 
 /** @internal */
@@ -667,11 +590,4 @@ export class LiveThread implements ThreadHandle {
       this.rejectDone(replayError)
     }
   }
-}
-
-function createActorFrom(machine: AnyStateMachine, options: { input: unknown } | { snapshot: unknown }, id: string, inspect: ThreadServices['inspect']) {
-  // The thread id as the actor's id and system id: what the Stately inspector shows.
-  const common = { id, systemId: id, ...(inspect ? { inspect } : {}) }
-  if ('snapshot' in options) return createActor(machine, { ...common, snapshot: options.snapshot as never })
-  return createActor(machine, { ...common, input: options.input })
 }

@@ -1,5 +1,5 @@
 import type { Message } from '../../actors/model.js'
-import type { ThreadEvent } from '../../machines/thread.machine.js'
+import type { ThreadEvent } from '../../machines/threadEvents.js'
 import type { TranscriptEntry } from '../../persistence/types.js'
 import { applyRepairs } from './continuation.js'
 import type { RepairedCall } from './continuation.js'

@@ -4,8 +4,10 @@
  */
 import { createActor } from 'xstate'
 import type { AnyStateMachine } from 'xstate'
-import { THREAD_EVENT_TYPES, threadMachine } from '../../machines/thread.machine.js'
-import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
+import { THREAD_EVENT_TYPES } from '../../machines/threadEvents.js'
+import { threadMachine } from '../../machines/thread.machine.js'
+import type { ThreadEvent } from '../../machines/threadEvents.js'
+import type { ThreadInput } from '../../machines/threadContext.js'
 import type { ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
 import { upgradeInputV1toV2 } from '../../persistence/upgrade.js'
 import { SpindleError } from '../base/errors.js'

@@ -5,7 +5,7 @@
  */
 import { atDeadline } from '../base/clock.js'
 import type { Clock } from '../base/clock.js'
-import type { ThreadOutcome } from '../../machines/thread.machine.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { SpindleError, ToolRefusal } from '../base/errors.js'
 
 export interface WaitOptions {

@@ -7,8 +7,11 @@ import { describe, expect, it } from 'vitest'
 import { createActor } from 'xstate'
 import { getShortestPaths, getSimplePaths } from 'xstate/graph'
 import type { SnapshotFrom } from 'xstate'
-import { effectOf, outcomeOf, threadMachine } from '../../machines/thread.machine.js'
-import type { ThreadEvent, ThreadInput } from '../../machines/thread.machine.js'
+import { effectOf } from '../../machines/effectOf.js'
+import { outcomeOf } from '../../machines/threadOutcome.js'
+import { threadMachine } from '../../machines/thread.machine.js'
+import type { ThreadEvent } from '../../machines/threadEvents.js'
+import type { ThreadInput } from '../../machines/threadContext.js'
 import { systemDefaults } from '../../config/load.js'
 
 const input: ThreadInput = {

@@ -5,7 +5,7 @@
 import { APICallError, RetryError } from 'ai'
 import { describe, expect, it } from 'vitest'
 import { ModelHttpError } from '../../actors/model.js'
-import type { ErrorCategory } from '../../machines/thread.machine.js'
+import type { ErrorCategory } from '../../machines/threadEvents.js'
 import { SpindleError } from '../../src/base/errors.js'
 import type { Classified, MessagePattern, RetryPolicy } from '../../src/policies/classifyError.js'
 import { classifyError, parseRetryAfter, retryDelayMs } from '../../src/policies/classifyError.js'

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { HookSpecSchema } from '../../config/hookSchema.js'
-import type { CodeHook, HookEvent, HookInput, HookLayer, HookProblem, HookSet, HookSpec } from '../../src/policies/hooks.js'
+import type { CodeHook, HookEvent, HookLayer, HookProblem, HookSet, HookSpec } from '../../src/policies/hooks.js'
+import type { HookInput } from '../../src/policies/hookInput.js'
 import { compileHooks } from '../../src/policies/hooks.js'
 
 type Hook = HookSpec | CodeHook

@@ -5,7 +5,7 @@
  */
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import type { ThreadContext } from '../../machines/thread.machine.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { Registry } from '../../persistence/types.js'
 import { CrashLoopGuard, MODEL_SUSPECTS_ALONE } from '../../src/runtime/crashLoop.js'

@@ -1,0 +1,109 @@
+/**
+ * The thread machine's context (`ThreadContext`), the input that builds it (`ThreadInput`), and
+ * `exceeded`, the limit check the machine's guards, its effects and the runtime's decisions share.
+ * Apart from the statechart because most of the runtime reads a thread's context and never runs
+ * the machine. Pure.
+ */
+import type { Limits, LimitName, ThreadPolicy } from './threadPolicy.js'
+import type { BudgetHit, FailureInfo, ToolCall } from './threadEvents.js'
+
+export interface LimitHit {
+  limit: LimitName
+  used: number
+  max: number
+  /** The new limit proposed to whoever approves; null when policy is deny_only. */
+  proposed: number | null
+  /** The approval request written for this hit. */
+  requestId: string | null
+}
+
+export interface Usage {
+  turns: number
+  inputTokens: number
+  outputTokens: number
+  spend: number
+}
+
+/**
+ * limit: its own usage hit a limit; budget: its tree's spend or tokens ran out in the ledger;
+ * crash_loop: recovery kept finding it at the same point, where the process running it died.
+ */
+export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget' | 'crash_loop'
+
+export interface ThreadContext {
+  threadId: string
+  directive: { name: string; prompt: string }
+  limits: Limits
+  /** Model failures are retried while `attempt <= policy.retry.maxRetries`. */
+  policy: ThreadPolicy
+  /** Level in the thread tree: 0 for a thread spawned by host code, its parent's + 1 for a child. */
+  depth: number
+  /** Prompt (input) tokens of the latest model reply: how full the context window is. */
+  promptTokens: number
+  usage: Usage
+  /** Time of the first START, ms since epoch. */
+  startedAt: number | null
+  /** Time of the last event applied while running; active time accrues from it. */
+  lastAt: number | null
+  activeMs: number
+  /** Attempt number of the current model call within this turn, from 1. */
+  attempt: number
+  /** Tool calls the model asked for in the current turn. Bounded by one turn, not by the conversation. */
+  toolCalls: ToolCall[]
+  /** Ids of the current turn's tool calls whose results have been recorded. */
+  toolsDone: string[]
+  retry: { dueAt: number; failure: FailureInfo } | null
+  suspendReason: SuspendReason | null
+  limitHit: LimitHit | null
+  budgetHit: BudgetHit | null
+  lastFailure: FailureInfo | null
+  result: string | null
+  error: { code: string; message: string } | null
+  cancelReason: string | null
+  nextThreadId: string | null
+  /** The thread this one continues (absent in snapshots from before continuation). */
+  previousThreadId?: string | null
+  /** Model calls retried after a failure, over the thread's life (budget governance counts them). */
+  retries?: number
+  /** The task this thread is an attempt at, when recovery escalation started it. */
+  task?: TaskInfo | null
+}
+
+/** A thread started by recovery escalation to try a failed task again. */
+export interface TaskInfo {
+  /** The first thread of the task. */
+  key: string
+  /** The task's own directive (the first handler of its chain). */
+  directive: string
+  /** The task's original prompt. */
+  prompt: string
+  handler: string
+  attempt: number
+  /** The thread whose failure this attempt follows. */
+  retryOf: string
+}
+
+export interface ThreadInput {
+  threadId: string
+  directive: { name: string; prompt: string }
+  limits: Limits
+  policy: ThreadPolicy
+  depth: number
+  /** A continuation starts with its predecessor's usage: a chain's cost is one running total. */
+  carried?: { usage: Usage; activeMs: number; previousThreadId: string }
+  task?: TaskInfo
+}
+
+/**
+ * The first limit that `context`'s usage has reached, or null; `activeMs` as of an event not yet
+ * applied (a guard). Checked in this order: turns, tokens, spend, duration.
+ */
+export function exceeded(context: Pick<ThreadContext, 'limits' | 'usage' | 'activeMs'>, activeMs = context.activeMs): { limit: LimitName; used: number; max: number } | null {
+  const { limits, usage } = context
+  if (limits.turns !== null && usage.turns >= limits.turns) return { limit: 'turns', used: usage.turns, max: limits.turns }
+  const tokens = usage.inputTokens + usage.outputTokens
+  if (limits.tokens !== null && tokens >= limits.tokens) return { limit: 'tokens', used: tokens, max: limits.tokens }
+  if (limits.spend !== null && usage.spend >= limits.spend) return { limit: 'spend', used: usage.spend, max: limits.spend }
+  if (limits.durationMs !== null && activeMs >= limits.durationMs) return { limit: 'durationMs', used: activeMs, max: limits.durationMs }
+  return null
+}

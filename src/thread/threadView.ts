@@ -1,0 +1,96 @@
+/**
+ * What host code holds and sees of a thread: the `ThreadHandle` a runtime gives it (for a thread it
+ * runs, LiveThread; for one it only read, StoredThread), and the `ThreadView` a subscriber gets,
+ * built from a snapshot by `viewOf`. Plain data over the machine's context; apart from the live
+ * host because the stored handle, the runtime facade and the inspector build views without one.
+ */
+import type { StateValue } from 'xstate'
+import type { Limits } from '../../machines/threadPolicy.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import { effectOf } from '../../machines/effectOf.js'
+import type { ThreadEffect } from '../../machines/effectOf.js'
+import type { Cost, ThreadStatus } from '../../persistence/types.js'
+import { statusOfValue } from './threadStatus.js'
+
+/** What a subscriber sees at every transition: plain data, safe to keep. */
+export interface ThreadView {
+  id: string
+  status: ThreadStatus
+  /** The machine's state value, e.g. `{ running: 'callingModel' }`. */
+  state: StateValue
+  directive: { name: string; prompt: string }
+  usage: Cost
+  limits: Limits
+  suspendReason: ThreadContext['suspendReason']
+  limitHit: ThreadContext['limitHit']
+  retry: ThreadContext['retry']
+  result: string | null
+  error: { code: string; message: string } | null
+  /** What the runtime runs for the thread at this point, or null (it waits for an event, or has stopped). */
+  step: ThreadStep | null
+}
+
+/** The effect a thread's state asks for, as a subscriber sees it. */
+export type ThreadStep =
+  | { effect: 'callModel'; turn: number; attempt: number }
+  | { effect: 'runTool'; turn: number; callId: string; tool: string }
+  | { effect: 'decideLimit'; limit: string; used: number; max: number }
+  | { effect: 'waitUntil'; dueAt: number }
+  | { effect: 'settleChildren' }
+
+/** The step a snapshot is at, for a view: null when its context cannot say (a hand-edited state.json). */
+export function stepOfSnapshot(snapshot: { value: StateValue; context: ThreadContext }): ThreadStep | null {
+  try {
+    return stepOf(effectOf(snapshot))
+  } catch {
+    return null
+  }
+}
+
+function stepOf(effect: ThreadEffect | null): ThreadStep | null {
+  if (effect === null) return null
+  switch (effect.src) {
+    case 'callModel':
+      return { effect: 'callModel', turn: effect.input.turn, attempt: effect.input.attempt }
+    // Undefined only in a snapshot edited by hand (see effectOf): no step to show.
+    case 'runTool':
+      return effect.input.call ? { effect: 'runTool', turn: effect.input.turn, callId: effect.input.call.id, tool: effect.input.call.name } : null
+    case 'decideLimit':
+      return effect.input.hit ? { effect: 'decideLimit', ...effect.input.hit } : null
+    case 'waitUntil':
+      return { effect: 'waitUntil', dueAt: effect.input.dueAt }
+    case 'settleChildren':
+      return { effect: 'settleChildren' }
+  }
+}
+
+/** A thread spawned or loaded by a runtime. */
+export interface ThreadHandle {
+  readonly id: string
+  readonly status: ThreadStatus
+  /** Settles when the thread stops: completed, error, cancelled, continued or suspended. */
+  readonly done: Promise<ThreadOutcome>
+  /** Called at every transition (and at once with the current view). Returns an unsubscribe function. */
+  subscribe(listener: (view: ThreadView) => void): () => void
+  getSnapshot(): ThreadView
+}
+
+/** What a subscriber of the thread `id` sees at `snapshot`. */
+export function viewOf(id: string, snapshot: { value: StateValue; context: ThreadContext }): ThreadView {
+  const c = snapshot.context
+  return {
+    id,
+    status: statusOfValue(snapshot.value),
+    state: snapshot.value,
+    directive: c.directive,
+    usage: { ...c.usage },
+    limits: c.limits,
+    suspendReason: c.suspendReason,
+    limitHit: c.limitHit,
+    retry: c.retry,
+    result: c.result,
+    error: c.error,
+    step: stepOfSnapshot(snapshot),
+  }
+}
