@@ -152,7 +152,7 @@ export const ErrorPatternSchema = z.strictObject({
       const hazard = compiles(source) ? regexHazard(source) : null
       if (hazard) ctx.addIssue({ code: 'custom', message: `${hazard}` })
     })
-    .describe("A JavaScript regular expression, matched case-insensitively against the failure's message. One that can backtrack catastrophically, like `(a+)+` or `a.*b.*c`, is refused: bound gaps, as in `.{0,200}`."),
+    .describe("A JavaScript regular expression, matched case-insensitively against the failure's message and the messages in the provider's error body. One that can backtrack catastrophically, like `(a+)+` or `a.*b.*c`, is refused: bound gaps, as in `.{0,200}`."),
   category: z
     .enum(ERROR_CATEGORIES)
     .describe('What a matching failure is: `transient`, `rate_limited` and `quota` are retried under `retry`; `context_length` hands the task to a continuation thread; any other category ends the thread in `error`.'),
@@ -266,9 +266,9 @@ export const ConfigSchema = z.strictObject({
     .strictObject({
       patterns: z
         .array(ErrorPatternSchema)
-        .describe("Message patterns, tried in order; the first that matches the failure's message gives its category. A layer's patterns are tried before those of the layers under it."),
+        .describe("Message patterns, tried in order; the first that matches gives its category. A layer's patterns are tried before those of the layers under it."),
     })
-    .describe("How a failed model call is classified when neither its HTTP status nor the provider's error code decides. A failure nothing classifies is permanent."),
+    .describe("How a failed model call is classified when neither its HTTP status nor the provider's error code decides, and what narrows a rate limit or a refused request (4xx) to `quota` or `context_length`, which waiting does not fix. A failure nothing classifies is permanent."),
   escalation: EscalationSchema.describe(
     'What a thread that reaches one of its limits proposes to the person asked to approve more (`spindle approve` takes the proposal unless told otherwise).',
   ),
