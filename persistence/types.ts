@@ -489,6 +489,8 @@ export interface RequestLogLine {
   file: string
   outcome: 'honoured' | 'refused'
   reason: string
+  /** Where a refused request was set aside (null: it could not be moved), so a reader can pair the two. */
+  keptAs?: string | null
 }
 
 /**
@@ -504,6 +506,8 @@ export interface RequestInbox {
   putApprovalRequest(threadId: string, requestId: string, request: unknown): void
   /** Stores how request `requestId` was decided, next to the request (nothing when the request is not stored). */
   putDecision(threadId: string, requestId: string, decision: unknown): void
+  /** The approval requests of the thread stored without a decision, in no particular order. */
+  undecided(threadId: string): string[]
   /** Stores a recovery escalation for a person to find next to the thread. */
   putEscalation(threadId: string, escalation: unknown): void
   /** Where a person answers approval request `requestId` (a file, relative to the data directory); null where no one outside this process can. */

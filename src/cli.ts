@@ -20,6 +20,7 @@ import { scriptedModel } from '../actors/scriptedModel.js'
 import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator/operator.js'
 import { isActive } from './thread/threadStatus.js'
+import { describeAnswer } from './thread/approvalRecords.js'
 import { writeVisualizations } from './operator/visualize.js'
 import { CLI_COLOURS, terminalSafe } from './operator/terminalText.js'
 
@@ -41,6 +42,8 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   THREAD_NOT_SUSPENDED: 6,
   THREAD_NOT_ACTIVE: 6,
   APPROVAL_NEEDS_LIMITS: 6,
+  LIMIT_STILL_EXCEEDED: 6,
+  APPROVAL_ALREADY_ANSWERED: 6,
   DIRECTIVE_INVALID: 3,
   DIRECTIVE_NOT_FOUND: 4,
   THREAD_LEASED: 9,
@@ -205,6 +208,11 @@ function program(setExit: (code: number) => void): Command {
       }
       if (report.recoveries && report.recoveries.count > 0) out(`recoveries  ${report.recoveries.count} in a row at transcript seq ${report.recoveries.seq} (supervision.maxRecoveries)`)
       if (transcript) out(`transcript  ${transcript.entries} entries, chain verified${transcript.torn ? ', torn last line' : ''}`)
+      const open = report.approvals.open
+      if (open) out(`approval    ${open.id} waits for an answer (${open.limit} ${open.used} of ${open.max}, proposed ${open.proposed ?? 'nothing'}): spindle approve ${record.id} | spindle deny ${record.id}`)
+      for (const r of report.approvals.rejected) {
+        out(`rejected    ${describeAnswer(r.answer)} to ${r.requestId}${r.at ? ` at ${r.at}` : ''}: ${r.reason ?? 'requests.log.jsonl does not say why'} (kept as ${r.file})`)
+      }
       for (const p of problems) out(`problem     [${p.code}] ${p.message}`)
       if (problems.length > 0) setExit(5)
     })
@@ -271,6 +279,9 @@ function program(setExit: (code: number) => void): Command {
             : 'state.json does not match its transcript: run again with --apply to rewrite it.',
       )
       if (report.applied && report.matches) out('state.json rewritten from the transcript.')
+      for (const d of report.decisions) {
+        out(`approval    ${d.requestId}: ${d.decision} by its transcript; its decision file ${d.written ? 'is written' : 'is missing: --apply writes it'}.`)
+      }
     })
 
   cli
@@ -315,15 +326,16 @@ function program(setExit: (code: number) => void): Command {
     .option('--spend <usd>', 'new spend limit in US dollars', number('spend'))
     .option('--duration-ms <ms>', 'new active-time limit', number('duration-ms'))
     .option('--message <text>', 'recorded with the decision')
+    .option('--replace', 'write over an answer already waiting for the runtime (refused without it)')
     .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; turns?: number; tokens?: number; spend?: number; durationMs?: number; message?: string; json?: boolean }) => {
+    .action((id: string, o: { dir: string; turns?: number; tokens?: number; spend?: number; durationMs?: number; message?: string; replace?: boolean; json?: boolean }) => {
       const limits = {
         ...(o.turns !== undefined ? { turns: Math.round(o.turns) } : {}),
         ...(o.tokens !== undefined ? { tokens: Math.round(o.tokens) } : {}),
         ...(o.spend !== undefined ? { spend: o.spend } : {}),
         ...(o.durationMs !== undefined ? { durationMs: Math.round(o.durationMs) } : {}),
       }
-      written(approveThread(o.dir, id, limits, o.message, operator), o.json)
+      written(approveThread(o.dir, id, limits, o.message, operator, { replace: o.replace === true }), o.json)
     })
 
   cli
@@ -331,8 +343,9 @@ function program(setExit: (code: number) => void): Command {
     .description("deny a thread's limit escalation: it ends cancelled with its partial result")
     .addOption(dirOption())
     .option('--reason <text>', 'recorded with the decision')
+    .option('--replace', 'write over an answer already waiting for the runtime (refused without it)')
     .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; reason?: string; json?: boolean }) => written(denyThread(o.dir, id, o.reason, operator), o.json))
+    .action((id: string, o: { dir: string; reason?: string; replace?: boolean; json?: boolean }) => written(denyThread(o.dir, id, o.reason, operator, { replace: o.replace === true }), o.json))
 
   cli
     .command('resume <id>')

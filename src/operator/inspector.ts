@@ -1,15 +1,16 @@
 /**
  * `spindle inspect`: a local page over a data directory — the thread tree, each thread's state,
- * cost against limits, its transcript, and pending approvals with Approve and Deny buttons. It
- * listens on 127.0.0.1 only, and every request must carry the session token printed with the
- * URL, so other sites in the same browser cannot act through it. Decisions are written as
- * approval response files, which the runtime running the directory carries out.
+ * cost against limits, its transcript, pending approvals with Approve and Deny buttons, and the
+ * answers a runtime rejected. It listens on 127.0.0.1 only, and every request must carry the
+ * session token printed with the URL, so other sites in the same browser cannot act through it.
+ * Decisions are written as approval response files, which the runtime running the directory
+ * carries out.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describeError, isSpindleError } from '../base/errors.js'
-import { threadLog } from './operator.js'
+import { recordOf, threadLog, withRegistry } from './operator.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { dataPaths } from '../../persistence/paths.js'
@@ -20,7 +21,8 @@ import { locks } from './locks.js'
 import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import type { TreeNode } from './operatorActions.js'
-import { approvalAnswer, pendingApprovals } from '../thread/requests.js'
+import { approvalAnswer, openApprovalRequest } from '../thread/requests.js'
+import { describeAnswer, rejectedAnswers } from '../thread/approvalRecords.js'
 import { visualizations } from './visualize.js'
 
 export interface Inspector {
@@ -35,6 +37,12 @@ function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
     flatten(node.children, out)
   }
   return out
+}
+
+/** The approval request a thread waits at, with the answer given to it if any (a list: the page loops). */
+function openApprovals(dir: string, id: string, status: TreeNode['status']) {
+  const open = status === 'suspended' ? openApprovalRequest(dir, id, status) : null
+  return open ? [{ ...open, answer: approvalAnswer(dir, id, open.id) }] : []
 }
 
 /** What the page shows, as JSON. */
@@ -75,7 +83,7 @@ function overview(dir: string) {
       orphan,
       heldBy: lease?.state === 'live' ? { owner: lease.owner, pid: lease.pid, host: lease.host } : null,
       // An answer stays on the page until the runtime acts on it, however often the page refreshes.
-      approvals: node.status === 'suspended' ? pendingApprovals(dir, node.id).map((a) => ({ ...a, answer: approvalAnswer(dir, node.id, a.id) })) : [],
+      approvals: openApprovals(dir, node.id, node.status),
       problems: report.problems,
     }
   })
@@ -134,10 +142,15 @@ export async function startInspector(options: { dir: string; port?: number }): P
         chart ??= statechartSvg(threadMachine)
         return send(200, { svg: await chart, mermaid: visualizations()['thread.machine.mmd'] })
       }
-      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|approve|deny)$/.exec(url.pathname)
+      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|rejected|approve|deny)$/.exec(url.pathname)
       if (match) {
         const [, id, what] = match as unknown as [string, string, string]
         if (request.method === 'GET' && what === 'transcript') return send(200, threadLog(options.dir, id).entries.slice(-200))
+        if (request.method === 'GET' && what === 'rejected') {
+          // An unknown thread is refused (404) as for its transcript.
+          withRegistry(options.dir, (registry) => recordOf(registry, options.dir, id))
+          return send(200, rejectedAnswers(dataPaths(options.dir), id).map((r) => ({ ...r, summary: describeAnswer(r.answer) })))
+        }
         if (request.method === 'POST' && what === 'approve') {
           const { limits, message } = (await body(request)) as { limits?: Record<string, number>; message?: string }
           return send(200, approveThread(options.dir, id, limits ?? {}, message, 'spindle inspect'))
@@ -174,7 +187,7 @@ body{font:14px system-ui,sans-serif;margin:0;display:grid;grid-template-columns:
 .sel{background:#dde}.st{font-weight:600}.completed{color:#080}.running,.created{color:#06c}.suspended{color:#b70}.error{color:#c00}.cancelled{color:#777}.continued{color:#909}
 #chart svg{max-width:100%;height:auto}.id{color:#888;font-size:12px}.orphan{color:#c00;font-size:12px}.who{color:#555}
 table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
-pre{white-space:pre-wrap;margin:0}.answered{color:#080;font-weight:600}.failed{color:#c00}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}
+pre{white-space:pre-wrap;margin:0}.answered{color:#080;font-weight:600}.failed{color:#c00}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}.rejected{border:1px solid #c00;padding:8px;margin:8px 0;border-radius:6px;background:#fff0f0}
 </style></head><body>
 <div id="tree"><h3>threads</h3><div id="nodes">loading…</div></div>
 <div id="detail"><p>Select a thread.</p></div>
@@ -196,8 +209,9 @@ const policy=(t.tools?'<p class="who">tools: '+esc(t.tools.join(', ')||'none')+'
 const lim=k=>t.limits&&t.limits[k]!==null?t.limits[k]:'∞';const u=t.usage||{turns:0,inputTokens:0,outputTokens:0,spend:0}
 const answered=a=>'<span class="answered">'+(a.answer.approved?'approved':'denied')+(a.answer.by?' by '+esc(a.answer.by):'')+': '+(a.answer.state==='taken'?'the runtime is acting on it':'waiting for the runtime running this directory to act on it')+'</span>'
 const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' '+(a.answer?answered(a):'<button class="approve">Approve</button> <button class="deny">Deny</button>')+'<span class="failed">'+esc(failures[a.id]||'')+'</span></div>').join('')
-const log=await api('/api/threads/'+t.id+'/transcript')
-document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+now+who+approvals+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
+const [log,rejected]=await Promise.all([api('/api/threads/'+t.id+'/transcript'),api('/api/threads/'+t.id+'/rejected')])
+const refused=Array.isArray(rejected)&&rejected.length?'<h3>rejected answers</h3>'+rejected.map(r=>'<div class="rejected" data-request="'+esc(r.requestId)+'"><b>'+esc(r.summary)+'</b> to '+esc(r.requestId)+(r.at?' at '+esc(r.at):'')+': <span class="why">'+esc(r.reason||'requests.log.jsonl does not say why')+'</span><br><span class="id">kept as '+esc(r.file)+'</span></div>').join(''):''
+document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+now+who+approvals+refused+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
 '<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
 (t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
 '<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+esc(JSON.stringify(e.data)).slice(0,400)+'</pre></td></tr>').join('')+'</table>'

@@ -16,11 +16,19 @@ import { journalLag, refuseIfBehindJournal } from '../../persistence/foreignJour
 import type { SkippedJournal } from '../../persistence/journalFiles.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import type { RequestLogEntry } from '../../persistence/requestFiles.js'
+import { readRequestLog } from '../../persistence/requestFiles.js'
 import { locks } from './locks.js'
 import type { RecoveryCount, Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
 import { assertThreadId } from '../base/ids.js'
 import { replayTranscript } from '../thread/replay.js'
+import type { RejectedAnswer } from '../thread/approvalRecords.js'
+import { rejectedAnswers } from '../thread/approvalRecords.js'
+import type { ApprovalRequest } from '../thread/requests.js'
+import { openApprovalRequest } from '../thread/requests.js'
+import { approvalFindings, settleDecisionFiles } from './approvalChecks.js'
+import type { Finding } from './approvalChecks.js'
 import { checkTranscript } from './transcriptCheck.js'
 import type { TranscriptFinding } from './transcriptCheck.js'
 import { isActive } from '../thread/threadStatus.js'
@@ -71,6 +79,8 @@ export interface ThreadReport {
   /** null when state.json is missing; `problem` says why when it could not be read. */
   state: { value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
   transcript: { entries: number; lastSeq: number; torn: boolean } | null
+  /** The approval request it waits at (null: none), and the answers to its requests a runtime rejected. */
+  approvals: { open: ApprovalRequest | null; rejected: RejectedAnswer[] }
   problems: Array<{ code: string; message: string }>
 }
 
@@ -96,7 +106,8 @@ export function showThread(dir: string, id: string): ThreadReport {
   } catch (error) {
     problems.push(describeError(error))
   }
-  return { record, recoveries, state, transcript, problems }
+  const approvals = { open: openApprovalRequest(dir, id, record.status), rejected: rejectedAnswers(paths, id) }
+  return { record, recoveries, state, transcript, approvals, problems }
 }
 
 /** A thread's registry status and transcript entries, verified; `after` skips entries up to that seq. */
@@ -119,6 +130,11 @@ export interface RebuildReport {
   applied: boolean
   /** What the transcript check found besides the chain: unknown types, invalid transitions, unknown threads. */
   findings: TranscriptFinding[]
+  /**
+   * Approval requests the thread no longer waits at whose decision file is missing, with the
+   * decision the transcript holds: `written` once `--apply` wrote the file.
+   */
+  decisions: Array<{ requestId: string; decision: string; written: boolean }>
 }
 
 /**
@@ -166,6 +182,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
         behind: 0,
         applied: false,
         findings,
+        decisions: [],
       }
     }
     const full = replayTranscript(entries)
@@ -179,6 +196,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       behind: envelope ? entries.filter((e) => e.seq > upTo).length : entries.length,
       applied: false,
       findings,
+      decisions: settleDecisionFiles(paths, id, entries, full, false),
     }
     if (options.apply) {
       // open() (unlike read()) cuts a torn last line, so the position written matches the file.
@@ -195,22 +213,14 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
         registry.updateStatus(id, full.status, Date.now())
       })
       report.applied = true
+      // A process killed between recording a decision and writing its file: the file, from the transcript.
+      report.decisions = settleDecisionFiles(paths, id, entries, full, true)
     }
     return report
   })
 }
 
-export interface Finding {
-  threadId: string
-  /**
-   * damage: something is lost or wrong; lag: normal after a crash, fixed by recovery; stray: files
-   * of a spawn that never returned; crash: a thread quarantined for a crash loop, or heading there
-   */
-  kind: 'damage' | 'lag' | 'stray' | 'crash'
-  code: string
-  message: string
-  repair: string
-}
+export type { Finding } from './approvalChecks.js'
 
 /**
  * Checks every thread of a data directory: registry row, state.json, transcript chain, and that
@@ -224,6 +234,9 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
   const findings: Finding[] = []
   const { records, counts } = withRegistry(dir, (registry) => ({ records: registry.list(), counts: registry.recoveryCounts() }))
   const registered = new Set(records.map((r) => r.id))
+  let log: RequestLogEntry[] | null = null
+  // Read once, and only for a thread with rejected answers.
+  const requestLog = (): RequestLogEntry[] => (log ??= readRequestLog(paths.root))
   for (const record of records) {
     const id = record.id
     const damage = (code: string, message: string, repair: string) => findings.push({ threadId: id, kind: 'damage', code, message, repair })
@@ -270,6 +283,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       }
     }
     findings.push(...crashLoopFindings(id, record.status, counts.get(id), replayed.snapshot))
+    findings.push(...approvalFindings(paths, id, record.status, entries, replayed, requestLog))
     // Registry behind the transcript, which recovery brings in line: a thread it calls running, or
     // one it calls suspended whose decision (approval, resume, cancel) was recorded by a process
     // killed before it committed the status.

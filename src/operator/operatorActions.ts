@@ -34,7 +34,11 @@ function assertKnown(dir: string, id: string): void {
   withRegistry(dir, (registry) => recordOf(registry, dir, id))
 }
 
-export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string): RequestWritten {
+/**
+ * Writes an approval of thread `id`'s pending request, refused up front where the runtime would
+ * refuse it (see `respondToApproval`); `replace` writes over an answer already waiting.
+ */
+export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
   const request = pendingApprovals(dir, id).at(-1)
   if (request && Object.keys(limits).length === 0 && request.proposed === null) {
@@ -44,13 +48,13 @@ export function approveThread(dir: string, id: string, limits: Partial<Limits>, 
       { details: { threadId: id } },
     )
   }
-  const file = respondToApproval(dir, id, { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(message ? { message } : {}), by })
+  const file = respondToApproval(dir, id, { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(message ? { message } : {}), by }, options)
   return { threadId: id, action: 'approve', file, next: NEXT }
 }
 
-export function denyThread(dir: string, id: string, reason: string | undefined, by: string): RequestWritten {
+export function denyThread(dir: string, id: string, reason: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
-  const file = respondToApproval(dir, id, { approved: false, ...(reason ? { message: reason } : {}), by })
+  const file = respondToApproval(dir, id, { approved: false, ...(reason ? { message: reason } : {}), by }, options)
   return { threadId: id, action: 'deny', file, next: NEXT }
 }
 

@@ -96,7 +96,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     parts.budgets.dropUnborn()
     await parts.recovery.recover()
     // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
-    parts.leases.dropUnborn()
+    parts.recovery.settleLeftDecisions(parts.leases.dropUnborn())
   }
   await parts.inbox.check({ sweep: true })
   // Other processes leave requests only in a shared inbox, and may take over only shared leases.
@@ -198,7 +198,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const spawner: Spawner = new Spawner({ dir, config, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
   const gate = new ModelGate({ model: options.model, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
-  const approvals = new Approvals({ inbox: stores.inbox, commit, clock, bus, life })
+  const approvals = new Approvals({ inbox: stores.inbox, transcripts, commit, clock, bus, life })
   const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
   const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
@@ -259,7 +259,8 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   table.onForget((id, current) => {
     if (current) {
       supervisor.forget(id)
-      leases.release(id)
+      // Not before the decision that woke it is written next to its request (decisions.ts).
+      approvals.afterOwed(id, () => leases.release(id))
       budgets.forget(id)
       crashLoop.stopped(id)
       parking.forget(id)

@@ -251,9 +251,12 @@ export class Leases {
    * not running: a process killed between taking a new thread's lease and committing its row, or
    * one that could not release a finished thread's lease (a full disk), left a lease no runtime
    * would ever take over or release. A lease still used by a live process is not stale and stays.
+   * Returns the threads with a registry row whose lease went: among them, threads stopped by a
+   * decision whose file their process did not live to write (it holds the lease until then).
    */
-  dropUnborn(): void {
+  dropUnborn(): string[] {
     const { store, registry, table } = this.deps
+    const dropped: string[] = []
     try {
       const now = Date.now()
       const verdicts = new Map<string, boolean>()
@@ -265,10 +268,11 @@ export class Leases {
         if (table.has(lease.threadId)) continue
         const row = registry.get(lease.threadId)
         if (row && isActive(row.status)) continue
-        store.removeIf(lease)
+        if (store.removeIf(lease) && row) dropped.push(lease.threadId)
       }
     } catch (error) {
       this.deps.bus.report(error)
     }
+    return dropped
   }
 }

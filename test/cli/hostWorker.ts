@@ -2,12 +2,13 @@
  * A host program for the CLI decision tests: sets threads up in the states the operator commands
  * act on, or opens the directory again (honouring request files) and runs what was decided.
  *
- * argv: <dir> limit|error|tree|run
+ * argv: <dir> limit|error|tree|run, or <dir> approve <id> <turns>: `rt.approve` with that turns
+ * limit, printing the error it throws as JSON ({ code, message }) or {} when it throws none.
  */
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 
-const [dir, mode] = process.argv.slice(2)
+const [dir, mode, approveId, approveTurns] = process.argv.slice(2)
 if (!dir || !mode) throw new Error('usage: hostWorker <dir> limit|error|tree|run')
 const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })
 const model = scriptedModel((r) => {
@@ -33,6 +34,13 @@ if (mode === 'limit') {
   await t.done
   while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
   process.stdout.write(`${t.id}\n`)
+} else if (mode === 'approve') {
+  try {
+    await rt.approve(approveId!, { limits: { turns: Number(approveTurns) } })
+    process.stdout.write('{}\n')
+  } catch (error) {
+    process.stdout.write(`${JSON.stringify({ code: (error as { code?: string }).code, message: (error as Error).message })}\n`)
+  }
 } else {
   while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
   process.stdout.write(`${JSON.stringify(rt.list().map((r) => ({ id: r.id, status: r.status, result: r.result, error: r.error })))}\n`)

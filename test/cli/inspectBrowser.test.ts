@@ -1,11 +1,13 @@
 /**
  * The inspector page end to end in headless Chromium (Debian's package, driven by playwright-core):
  * a suspended thread shows with its pending approval, one click on Approve, and the page shows the
- * thread completed once the host's runtime has carried it on. Skipped, saying so, on a machine
- * without /usr/bin/chromium (`.ci/run` installs it when it can).
+ * thread completed once the host's runtime has carried it on; an answer the runtime rejected shows
+ * on the thread's page. Skipped, saying so, on a machine without /usr/bin/chromium (`.ci/run`
+ * installs it when it can).
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
+import path from 'node:path'
 import { chromium } from 'playwright-core'
 import { describe, expect, it } from 'vitest'
 import { startInspector } from '../../src/operator/inspector.js'
@@ -52,6 +54,32 @@ describe.skipIf(!fs.existsSync(CHROMIUM))(`spindle inspect in headless Chromium 
       expect(JSON.parse(host(dir, 'run'))).toEqual([expect.objectContaining({ id, status: 'completed' })])
       await page.locator(`.node[data-id="${id}"] .st.completed`).waitFor({ timeout: 10_000 })
       await page.locator('.state.current', { hasText: 'completed' }).waitFor()
+    } finally {
+      await browser.close()
+      await inspector.close()
+    }
+  }, 60_000)
+
+  it("should show an answer the runtime rejected on the thread's page, with who wrote it and why", async () => {
+    const dir = tempDir('spindle-browser-rejected')
+    const id = host(dir, 'limit')
+    const folder = path.join(dir, 'threads', id, 'approvals')
+    const requestId = fs.readdirSync(folder).find((n) => n.endsWith('.request.json'))!.replace('.request.json', '')
+    fs.writeFileSync(path.join(folder, `${requestId}.response.json`), JSON.stringify({ approved: true, limits: { turns: 1 }, by: 'mallory' }))
+    // The host's runtime rejects it as it opens the directory: 1 turn is below the 2 used.
+    expect(JSON.parse(host(dir, 'run'))).toEqual([expect.objectContaining({ id, status: 'suspended' })])
+    const inspector = await startInspector({ dir })
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] })
+    try {
+      const page = await browser.newPage()
+      await page.goto(inspector.url)
+      await page.locator(`.node[data-id="${id}"]`).click()
+      const rejected = page.locator(`.rejected[data-request="${requestId}"]`)
+      await rejected.waitFor()
+      expect(await rejected.locator('b').textContent()).toBe('approve (turns 1) by mallory')
+      expect(await rejected.locator('.why').textContent()).toContain(`Approving thread ${id} with these limits would suspend it again at once`)
+      // The request is still open: its buttons are there to answer it again.
+      await page.locator('button.approve').waitFor()
     } finally {
       await browser.close()
       await inspector.close()

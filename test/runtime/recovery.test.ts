@@ -135,7 +135,13 @@ describe('killed right after a decision on a suspended thread', () => {
   function killedAfterResume(dir: string, id: string): string {
     const transcript = threadFile(dir, id, 'transcript.jsonl')
     const lines = fs.readFileSync(transcript, 'utf8').split('\n')
-    fs.writeFileSync(transcript, lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1).join('\n') + '\n')
+    const kept = lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1)
+    fs.writeFileSync(transcript, kept.join('\n') + '\n')
+    // Nor had the thread suspended again: the request it wrote then goes with the lines cut.
+    const approvals = path.join(path.dirname(transcript), 'approvals')
+    for (const name of fs.readdirSync(approvals)) {
+      if (!kept.some((line) => line.includes(`"${name.replace(/\.(request|response|decision)\b.*$/, '')}"`))) fs.rmSync(path.join(approvals, name))
+    }
     const db = new Database(path.join(dir, 'registry.db'))
     db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(id)
     db.close()
