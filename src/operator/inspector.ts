@@ -188,6 +188,7 @@ body{font:14px system-ui,sans-serif;margin:0;display:grid;grid-template-columns:
 #chart svg{max-width:100%;height:auto}.id{color:#888;font-size:12px}.orphan{color:#c00;font-size:12px}.who{color:#555}
 table{border-collapse:collapse}td,th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top}
 pre{white-space:pre-wrap;margin:0}.answered{color:#080;font-weight:600}.failed{color:#c00}.approval{border:1px solid #b70;padding:8px;margin:8px 0;border-radius:6px;background:#fff8e6}.rejected{border:1px solid #c00;padding:8px;margin:8px 0;border-radius:6px;background:#fff0f0}
+.approval b{white-space:pre-wrap}.cut{color:#888;font-style:italic}
 </style></head><body>
 <div id="tree"><h3>threads</h3><div id="nodes">loading…</div></div>
 <div id="detail"><p>Select a thread.</p></div>
@@ -195,6 +196,8 @@ pre{white-space:pre-wrap;margin:0}.answered{color:#080;font-weight:600}.failed{c
 const token='__TOKEN__';let selected=null;let data=null;const failures={}
 const api=(path,opts={})=>fetch(path,{...opts,headers:{'x-spindle-token':token,'content-type':'application/json'}}).then(r=>r.json())
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]))
+// Cut, then escape (an entity cut in half shows as text: {&qu), by characters not UTF-16 units, and say so.
+const clip=(s,max)=>{const c=Array.from(String(s));return c.length<=max?esc(s):esc(c.slice(0,max).join(''))+'<span class="cut" title="cut at '+max+' characters">… '+(c.length-max)+' more characters</span>'}
 let chart='';api('/api/statechart').then(c=>{chart=c.svg;if(selected)renderDetail()})
 const flat=v=>typeof v==='string'?v:Object.entries(v).map(([k,s])=>k+'.'+flat(s)).join()
 function renderTree(nodes,depth){return nodes.map(n=>'<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+n.id+'" title="'+n.id+'" style="padding-left:'+(depth*14+4)+'px">'+(n.previousThreadId?'↪ ':'')+esc(n.directive)+' <span class="id">'+esc(n.id.slice(-4))+'</span> <span class="st '+n.status+'">'+n.status+'</span> $'+n.spend.toFixed(4)+(data.orphans[n.id]?' <span class="orphan" title="no live runtime process holds it">⚠ orphan</span>':'')+'</div>'+renderTree(n.children,depth+1)).join('')}
@@ -214,7 +217,7 @@ const refused=Array.isArray(rejected)&&rejected.length?'<h3>rejected answers</h3
 document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+now+who+approvals+refused+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
 '<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
 (t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
-'<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+esc(JSON.stringify(e.data)).slice(0,400)+'</pre></td></tr>').join('')+'</table>'
+'<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+clip(JSON.stringify(e.data),400)+'</pre></td></tr>').join('')+'</table>'
 for(const el of document.querySelectorAll('#chart [data-state]')){const s=el.dataset.state;el.classList.toggle('current',s===current);el.classList.toggle('within',current.startsWith(s+'.'))}
 const answer=what=>async e=>{const box=e.target.parentElement;for(const b of box.querySelectorAll('button'))b.disabled=true
 const r=await api('/api/threads/'+t.id+'/'+what,{method:'POST',body:'{}'}).catch(err=>({error:'NETWORK',message:String(err)}))
