@@ -2,7 +2,7 @@
  * Spawning: a spawn's directive and options resolved into the thread's policy and limits (capped
  * by its parent's), its lease taken and its budget and spawn slot reserved (write-ahead: a refusal
  * leaves nothing behind), then started. Also `spawn_thread`, whose child's id comes from the call's
- * idempotency key so a re-run finds it.
+ * idempotency key so a re-run finds it, made or still being made.
  */
 import { SpindleError } from '../base/errors.js'
 import { assertThreadId, childThreadId, newThreadId } from '../base/ids.js'
@@ -36,7 +36,7 @@ export interface SpawnerDeps {
   leases: Pick<Leases, 'take' | 'release'>
   budgets: Pick<Budgets, 'reserve' | 'unreserve'>
   policies: Pick<PolicyDesk, 'withDirective'>
-  family: Pick<Family, 'track'>
+  family: Pick<Family, 'track' | 'underWay'>
   parking: Pick<Parking, 'parkForStorage'>
   starter: ThreadStarter
 }
@@ -111,6 +111,8 @@ export class Spawner {
     }
     const directive = { name, prompt }
     const threadId = id ?? newThreadId(directive.name)
+    // Before its lease is taken (renewed, were it this process's): nothing of a live thread is touched.
+    table.assertVacant(threadId)
     // The lease comes first: a runtime opening the directory drops a reservation that has neither
     // a registry row nor a live lease (a spawn killed before it returned), so this one must never
     // be without both.
@@ -149,8 +151,17 @@ export class Spawner {
     key: string,
     spec: z.infer<typeof SpawnThreadInput>,
   ): Promise<{ threadId: string; status: string; limits: unknown; existing: boolean }> {
-    const { table, registry } = this.deps
+    const { table, registry, family } = this.deps
     const id = childThreadId(spec.name, key)
+    // The same call run again — its parent restarted by its supervisor while the call ran, say —
+    // finds the child the first run is making, or made, instead of starting it a second time.
+    const underWay = family.underWay(id)
+    if (underWay) {
+      const thread = await underWay
+      return { threadId: id, status: thread.status, limits: thread.context().limits, existing: true }
+    }
+    const live = table.get(id)
+    if (live && !live.stopped) return { threadId: id, status: live.status, limits: live.context().limits, existing: true }
     const existing = registry.get(id)
     if (existing) {
       const limits = table.contextOf(id)?.limits ?? null
@@ -173,7 +184,7 @@ export class Spawner {
       throw error
     })
     // A cancel of the parent that arrives now must wait for this child: it is not registered yet.
-    const thread = await this.deps.family.track(parentId, spawning)
+    const thread = await family.track(parentId, id, spawning)
     return { threadId: id, status: thread.status, limits: thread.context().limits, existing: false }
   }
 

@@ -1,7 +1,9 @@
 /**
  * Spawns that overlap. A parent's `spawns` limit holds however many spawns are under way at once —
  * from host code, from its own `spawn_thread` calls, from two processes on one data directory —
- * and a slot a failed spawn took is given back.
+ * and a slot a failed spawn took is given back. A `spawn_thread` call run again while the first run
+ * is still making its child (its parent restarted by its supervisor mid-spawn) finds that child
+ * instead of starting it twice.
  *
  * Real files and SQLite. The moment a spawn is under way (its child's actor exists, its registry
  * row is not written yet) is caught with an XState inspector, which sees the child's actor made
@@ -11,13 +13,16 @@ import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { z } from 'zod'
 import type { InspectionEvent } from 'xstate'
-import { createRuntime, scriptedModel } from '../../src/index.js'
+import { createRuntime, defineTool, scriptedModel, verifyReplay } from '../../src/index.js'
 import type { ModelRequest, ScriptedTurn, ThreadHandle } from '../../src/index.js'
 import { childThreadId } from '../../src/base/ids.js'
 import { toolIdempotencyKey } from '../../actors/threadEffects.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
+import { SPAWN_ENTRY } from '../../src/thread/replay.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
+import { eventually } from '../helpers/threads.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 import { recordedToolResults } from '../helpers/waits.js'
 
@@ -35,6 +40,14 @@ async function until(condition: () => boolean, what: string, ms = 30_000): Promi
 /** The id of the thread an inspection event announces, when it announces one. */
 function actorMade(event: InspectionEvent): string | null {
   return event.type === '@xstate.actor' ? ((event.actorRef as unknown as { id: string }).id ?? null) : null
+}
+
+function transcriptTypes(dir: string, id: string): string[] {
+  return fs
+    .readFileSync(path.join(dir, 'threads', id, 'transcript.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .map((line) => JSON.parse(line).type as string)
 }
 
 /** The children ledger.db holds accounts (and so spawn slots) for under `parentId`. */
@@ -228,3 +241,81 @@ describe('a spawn slot given back', () => {
     await rt.cancel(parent.id)
   })
 })
+
+describe('a spawn_thread call run again while its child is being made', () => {
+  it("should make the child once when a sibling's crash restarts the parent mid-spawn under one_for_all", async () => {
+    // lead (one_for_all) has two permanent children: `parent`, which spawns `kid`, and `sibling`,
+    // held in a tool whose input check throws once the test lets it. The test lets it while
+    // parent's spawn_thread call is making kid: the supervisor restarts sibling and parent, whose
+    // restarted run calls spawn_thread again with the same key.
+    let letCrash!: () => void
+    const crashLet = new Promise<void>((resolve) => (letCrash = resolve))
+    let checks = 0
+    const crasher = defineTool({
+      name: 'crasher',
+      description: 'crashes its thread once, when the test says',
+      input: z.object({}).superRefine(async () => {
+        if (checks++ > 0) return
+        await crashLet
+        throw new TypeError('sibling bug')
+      }),
+      idempotent: true,
+      execute: () => 'ok',
+    })
+    let kidFirstTurns = 0
+    const model = scriptedModel((r): ScriptedTurn => {
+      switch (r.directiveName) {
+        case 'parent':
+          if (r.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'kid', prompt: 'k' } }] }
+          if (r.turn === 2) return { toolCalls: [{ name: 'wait_threads', input: { threadIds: recordedIds(r) } }] }
+          return { text: 'parent done' }
+        case 'sibling':
+          return r.turn === 1 ? { toolCalls: [{ name: 'crasher', input: {} }] } : { text: 'sibling done' }
+        case 'kid':
+          if (r.turn === 1) kidFirstTurns++
+          return { text: 'kid done' }
+        default:
+          return hang()
+      }
+    })
+    const restarted: string[] = []
+    const rt = await runtime({
+      model,
+      tools: [crasher],
+      inspect: (event) => {
+        if (actorMade(event)?.startsWith('kid-')) letCrash()
+      },
+      onLifecycle: (e) => {
+        if (e.type === 'thread_restarted') restarted.push(e.threadId)
+      },
+    })
+    const lead = await rt.spawn({ directive: { name: 'lead', prompt: 'l' }, childStrategy: 'one_for_all' })
+    const sibling = await rt.spawn({ directive: { name: 'sibling', prompt: 's' }, parentId: lead.id, restart: 'permanent' })
+    expect(await eventually(rt, () => checks === 1)).toBe(true)
+    const parent = await rt.spawn({ directive: { name: 'parent', prompt: 'p' }, parentId: lead.id, restart: 'permanent' })
+
+    expect(await parent.done).toMatchObject({ status: 'completed', result: 'parent done' })
+    expect(await sibling.done).toMatchObject({ status: 'completed', result: 'sibling done' })
+    expect(restarted.sort()).toEqual([parent.id, sibling.id].sort())
+
+    const kids = rt.list().filter((r) => r.parentId === parent.id)
+    expect(kids.map((k) => k.directiveName)).toEqual(['kid'])
+    const kid = kids[0]!
+    expect(await rt.get(kid.id).done).toMatchObject({ status: 'completed', result: 'kid done' })
+    expect(kidFirstTurns).toBe(1)
+    const kidEntries = transcriptTypes(rt.dir, kid.id)
+    expect(kidEntries.filter((t) => t === SPAWN_ENTRY)).toHaveLength(1)
+    expect(kidEntries.filter((t) => t === 'START')).toHaveLength(1)
+    // Both runs of the call were told of the same child.
+    for (const result of recordedToolResults(rt.dir, parent.id, 'spawn_thread')) expect(result).toMatchObject({ ok: true, output: { threadId: kid.id } })
+    await rt.cancel(lead.id)
+    for (const id of [lead.id, parent.id, sibling.id, kid.id]) expect(verifyReplay(rt.dir, id)).toMatchObject({ matches: true })
+  })
+})
+
+/** The child ids the parent's spawn_thread calls returned, from its conversation. */
+function recordedIds(request: ModelRequest): string[] {
+  return request.messages
+    .filter((m) => m.role === 'tool' && m.toolName === 'spawn_thread')
+    .map((m) => JSON.parse((m as { content: string }).content).threadId as string)
+}
