@@ -269,6 +269,19 @@ export interface LedgerAccount {
   updatedAt: number
 }
 
+/**
+ * A spawn slot asked for with a child's reservation: the parent's `spawns` limit, and the children
+ * it started that the ledger may hold no account of (registered before the ledger kept them, or
+ * after ledger.db was lost). A child's account is its slot: it counts from the reservation until
+ * `dropUnborn` deletes it (released, the thread is still a child its parent started).
+ */
+export interface SpawnSlot {
+  /** The most children the parent may have started. */
+  max: number
+  /** Ids of children the parent started, counted with its accounts' children, each once. */
+  known: readonly string[]
+}
+
 /** A ledger inconsistency `check()` found (for `spindle doctor`). */
 export interface LedgerProblem {
   threadId: string
@@ -291,8 +304,15 @@ export interface Ledger {
    * (details: parentId, amount: 'spend'|'tokens', requested, available) when the parent cannot
    * cover it; nothing is written then. Idempotent for the same childId (returns the existing account).
    * Throws THREAD_NOT_FOUND when the parent has no account.
+   *
+   * With `slot`, the reservation also takes one of the parent's spawn slots, in the same
+   * transaction: when the parent's children (its accounts' children, released or not, with
+   * `slot.known`, each once) are `slot.max` or more, it throws SpindleError SPAWN_REFUSED
+   * (details: threadId: parentId, limit: 'spawns', started, max) before the budget is looked at,
+   * and nothing is written. So concurrent spawns, from any number of processes, never start more
+   * children than the limit. A child reserved again keeps the slot it holds (no check).
    */
-  reserve(childId: string, parentId: string, request: BudgetAmounts, at: number): LedgerAccount
+  reserve(childId: string, parentId: string, request: BudgetAmounts, at: number, slot?: SpawnSlot): LedgerAccount
   /** Adds actual usage to `threadId`'s account and to every ancestor's `spent`. */
   record(threadId: string, delta: BudgetUsage, at: number): void
   /** The thread ended: its outstanding reservation returns to its parent. Idempotent. */
@@ -308,7 +328,8 @@ export interface Ledger {
   untouched(): string[]
   /**
    * Deletes the account of a thread that never came to exist — a spawn killed between its
-   * reservation and its registry row — so its reservation returns to its parent. Only an account
+   * reservation and its registry row, or one that failed — so its reservation returns to its
+   * parent, with its spawn slot. Only an account
    * that is not released, has nothing spent and no children is deleted; returns whether it was.
    */
   dropUnborn(threadId: string): boolean
