@@ -160,8 +160,47 @@ export function toolIdempotencyKey(threadId: string, turn: number, callId: strin
 }
 
 /**
+ * The error a model call gets at `timeouts.modelMs`: classified transient (classifyError), so the
+ * call is retried under `retry`.
+ */
+function modelTimeout(ms: number): SpindleError {
+  return new SpindleError(
+    'MODEL_TIMEOUT',
+    `The model call did not answer within ${ms} ms (timeouts.modelMs) and was abandoned; it is retried under \`retry\`. ` +
+      'If replies of the model take longer, raise timeouts.modelMs.',
+    { details: { timeoutMs: ms } },
+  )
+}
+
+/**
+ * `work`, or the abort reason of `signal` as soon as it aborts: an adapter that ignores its signal
+ * must not hold the thread for ever, and what it answers afterwards is left unread.
+ */
+function abandonable<T>(work: Promise<T>, signal: AbortSignal): Promise<T> {
+  // A late answer or failure of work that was abandoned is nobody's: never an unhandled rejection.
+  work.catch(() => {})
+  if (signal.aborted) return Promise.reject(signal.reason as Error)
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = (): void => reject(signal.reason as Error)
+    signal.addEventListener('abort', onAbort, { once: true })
+    work.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort)
+        resolve(value)
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort)
+        reject(error)
+      },
+    )
+  })
+}
+
+/**
  * Failure semantics: at least once. A model call in flight when the process dies is made again on
- * recovery with the same turn and attempt; a recorded reply is never requested again.
+ * recovery with the same turn and attempt; a recorded reply is never requested again. A call still
+ * unanswered at `timeouts.modelMs` is abandoned (MODEL_TIMEOUT, transient) whether or not the
+ * adapter heeds its signal; a reply that comes after that is never recorded.
  */
 export function callModelLogic(host: EffectHost) {
   return (input: CallModelInput): (() => void) => {
@@ -175,21 +214,23 @@ export function callModelLogic(host: EffectHost) {
       if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || stopped) return
       const controller = new AbortController()
       started = controller
-      const timer = host.clock.setTimeout(
-        () => controller.abort(Object.assign(new Error(`model call timed out after ${host.modelTimeoutMs} ms`), { name: 'TimeoutError' })),
-        host.modelTimeoutMs,
-      )
+      const timeout = modelTimeout(host.modelTimeoutMs)
+      // On the runtime's clock, so that simulated time reaches it too.
+      const timer = host.clock.setTimeout(() => controller.abort(timeout), host.modelTimeoutMs)
       let event: ThreadEvent
       try {
-        const raw = await host.model.generate({
-          threadId: input.threadId,
-          directiveName: host.directiveName(input.threadId),
-          turn: input.turn,
-          attempt: input.attempt,
-          messages: host.messages(input.threadId),
-          tools: visibleTools(host, input.threadId),
-          signal: controller.signal,
-        })
+        // Async, so that an adapter throwing before it returns a promise fails like any other.
+        const generate = async (): Promise<unknown> =>
+          host.model.generate({
+            threadId: input.threadId,
+            directiveName: host.directiveName(input.threadId),
+            turn: input.turn,
+            attempt: input.attempt,
+            messages: host.messages(input.threadId),
+            tools: visibleTools(host, input.threadId),
+            signal: controller.signal,
+          })
+        const raw = await abandonable(generate(), controller.signal)
         const checked = ModelResponseSchema.safeParse(raw)
         if (!checked.success) {
           const issue = checked.error.issues[0]!
@@ -208,10 +249,10 @@ export function callModelLogic(host: EffectHost) {
           usage: reply.usage,
         }
       } catch (error) {
-        const timedOut = controller.signal.aborted && (controller.signal.reason as Error)?.name === 'TimeoutError'
+        const timedOut = controller.signal.aborted && controller.signal.reason === timeout
         host.clock.clearTimeout(timer)
         if (controller.signal.aborted && !timedOut) return
-        const judged = await host.judgeModelFailure(input.threadId, timedOut ? controller.signal.reason : error, input)
+        const judged = await host.judgeModelFailure(input.threadId, timedOut ? timeout : error, input)
         if (controller.signal.aborted && !timedOut) return
         if (judged.failure.category === 'context_length' && !judged.decision) {
           if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
@@ -229,6 +270,7 @@ export function callModelLogic(host: EffectHost) {
       } finally {
         host.clock.clearTimeout(timer)
       }
+      if (stopped) return
       settled = true
       if (!controller.signal.aborted || event.type === 'MODEL_FAILED') host.deliver(input.threadId, event)
     })

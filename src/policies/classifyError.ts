@@ -245,6 +245,8 @@ export function classifyError(error: unknown, now = Date.now(), patterns: readon
     retryAfterMs === undefined ? { failure: info(category) } : { failure: info(category), retryAfterMs }
 
   if (isSpindleError(top) && top.code === 'MODEL_SCRIPT_EXHAUSTED') return result('permanent')
+  // timeouts.modelMs ran out: the provider may answer the next attempt in time.
+  if (isSpindleError(top) && top.code === 'MODEL_TIMEOUT') return result('transient')
   if (top instanceof Error && (top.name === 'AbortError' || top.name === 'TimeoutError')) return result('transient')
   if (providerCode !== undefined) return result(CODES[providerCode]!)
   if (networkCode !== undefined) return result('transient')
