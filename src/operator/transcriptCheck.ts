@@ -5,6 +5,7 @@
  */
 import type { TranscriptEntry } from '../../persistence/types.js'
 import { describeError, isSpindleError } from '../base/errors.js'
+import { TOOL_ABORTED_AT_SHUTDOWN } from '../runtime/shutdown.js'
 import { TOOL_CALLS_REPAIRED } from '../thread/messages.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from '../thread/replay.js'
 
@@ -13,6 +14,7 @@ export const NOTE_TYPES: ReadonlySet<string> = new Set([
   SPAWN_ENTRY,
   TOOL_CALLS_REPAIRED,
   'tool_intent',
+  TOOL_ABORTED_AT_SHUTDOWN,
   'retry_succeeded',
   'error_classified',
   'limit_escalation_requested',

@@ -11,7 +11,7 @@ import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { effectOf } from '../../machines/effectOf.js'
 import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
-import type { ThreadEffects } from '../../actors/threadEffects.js'
+import type { ThreadEffects, ToolCut } from '../../actors/threadEffects.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { isStorageFailure } from '../../persistence/storageFailure.js'
 import type { GroupCommit, RegistryPatch } from '../../persistence/groupCommit.js'
@@ -75,8 +75,11 @@ export class LiveThread implements ThreadHandle {
   private unchecked: boolean
   /** Tool call id → tool name, for the conversation built here; allocated on first use. */
   private toolNames: Map<string, string> | null = null
-  /** Keys of tool intents recorded; null while there are none (most threads, most of the time). */
-  private intents: Set<string> | null
+  /**
+   * Keys of tool intents recorded, each with how the run that recorded it ended if it recorded no
+   * result; null while there are none (most threads, most of the time).
+   */
+  private intents: Map<string, ToolCut> | null
   /** The last good snapshot as state.json holds it; null while only `lastGoodRaw` is known. */
   private lastGood: unknown = null
   /** The last good snapshot as the actor made it, persisted on demand (see `persist`). */
@@ -98,12 +101,12 @@ export class LiveThread implements ThreadHandle {
   constructor(
     readonly id: string,
     private readonly services: ThreadServices,
-    options: { messages?: Message[]; intents?: Iterable<string>; seeded?: boolean } = {},
+    options: { messages?: Message[]; intents?: Iterable<readonly [key: string, cut: ToolCut]>; seeded?: boolean } = {},
   ) {
     this.messageLog = options.messages ?? null
     this.unchecked = options.seeded ?? false
     const intents = options.intents ? [...options.intents] : []
-    this.intents = intents.length > 0 ? new Set(intents) : null
+    this.intents = intents.length > 0 ? new Map(intents) : null
     this.done = new Promise<ThreadOutcome>((resolve, reject) => {
       this.resolveDone = resolve
       this.rejectDone = reject
@@ -234,13 +237,15 @@ export class LiveThread implements ThreadHandle {
     this.messageLog.push(...repaired)
   }
 
-  hasToolIntent(key: string): boolean {
-    return this.intents?.has(key) ?? false
+  /** How the run that recorded the intent of call `key` ended without its result; null when none was recorded. */
+  toolIntent(key: string): ToolCut | null {
+    return this.intents?.get(key) ?? null
   }
 
   recordToolIntent(key: string, call: { id: string; name: string }): void {
     this.append('tool_intent', { key, callId: call.id, name: call.name })
-    ;(this.intents ??= new Set()).add(key)
+    // Should this process die before the result is recorded, the next one finds it cut by a crash.
+    ;(this.intents ??= new Map()).set(key, 'crash')
   }
 
   /**

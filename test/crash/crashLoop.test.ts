@@ -247,7 +247,8 @@ describe('crash loops across processes', () => {
       },
     })
     const model = scriptedModel([{ toolCalls: [{ name: 'wait_for_signal', input: {} }] }, { text: 'unreachable' }])
-    const open = () => createRuntime({ dir, model, tools: [waitForever], durability: 'process', userConfig: null })
+    // A short grace: the tool runs until it is stopped, so each close waits it out, then aborts it.
+    const open = () => createRuntime({ dir, model, tools: [waitForever], durability: 'process', userConfig: null, timeouts: { shutdownGraceMs: 100 } })
     const first = await open()
     const thread = await first.spawn({ directive: { name: 'patient', prompt: 'wait' } })
     while (started < 1) await new Promise((resolve) => setImmediate(resolve))

@@ -337,11 +337,15 @@ describe('effects once', () => {
       return r.turn === 1 ? { toolCalls: [{ name: 'charge', input: {} }] } : { text: 'answered' }
     })
 
-  /** A runtime stopped while a `charge` call it started is still running: its intent, no result. */
+  /**
+   * A runtime stopped while a `charge` call it started is still running: its intent, no result.
+   * Closed with no grace, so the call is cut at once, as a crash would cut it (a close notes that it
+   * was a shutdown; test/crash/shutdown.test.ts tells the two apart).
+   */
   async function crashDuringCharge(idempotent: boolean) {
     const dir = tempDir()
     const firstRuns: string[] = []
-    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, idempotent, true)] })
+    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, idempotent, true)], timeouts: { shutdownGraceMs: 0 } })
     const thread = await first.spawn({ directive: { name: 'pay', prompt: 'p' } })
     await until(thread, inState('runningTools'))
     while (firstRuns.length === 0) await new Promise((r) => setImmediate(r))
