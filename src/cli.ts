@@ -4,7 +4,6 @@
  */
 import './threadpool.js'
 import { Command, CommanderError, Option } from 'commander'
-import type { InspectionEvent } from 'xstate'
 import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './operator/demo.js'
 import { runDirective } from './operator/runCommand.js'
@@ -21,6 +20,7 @@ import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
 import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator/operator.js'
 import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
+import { inspectRenamed, statelyInspector } from './operator/statelyInspector.js'
 import { CLI_COLOURS, terminalSafe } from './operator/terminalText.js'
 
 /** Exit statuses, documented in `spindle --help` and docs/cli.md. */
@@ -94,13 +94,12 @@ const wholeNumber = (name: string) => (value: string): number => {
 
 const dirOption = (): Option => new Option('--dir <dir>', 'data directory of the runtime').default('.spindle')
 
-/** The Stately inspector (@statelyai/inspect, loaded only when asked for): it prints the link to open. */
-async function statelyInspector(): Promise<{ inspect: (event: InspectionEvent) => void; stop(): void }> {
-  const { createSkyInspector } = await import('@statelyai/inspect')
-  const inspector = createSkyInspector({ onerror: (error: Error) => process.stderr.write(`inspector: ${error.message}\n`) })
-  const observer = inspector.inspect as { next?: (event: InspectionEvent) => void }
-  return { inspect: (event) => observer.next?.(event), stop: () => inspector.stop() }
-}
+/** `--inspect-stately`: the notice goes to stderr first, so `run --json` keeps stdout for its JSON. */
+const stately = () =>
+  statelyInspector(
+    (notice) => process.stderr.write(`spindle: ${notice}\n`),
+    (error) => process.stderr.write(`inspector: ${error.message}\n`),
+  )
 
 function program(setExit: (code: number) => void): Command {
   const cli = new Command('spindle')
@@ -120,9 +119,11 @@ function program(setExit: (code: number) => void): Command {
     .addOption(dirOption())
     .addOption(new Option('--durability <mode>', 'fsync or process').choices(['fsync', 'process']).default('fsync'))
     .option('--latency <ms>', 'simulated model latency in ms', wholeNumber('latency'))
-    .option('--inspect', 'watch every actor live in the Stately inspector (stately.ai; prints the link)')
-    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean }) => {
-      const inspector = o.inspect ? await statelyInspector() : null
+    .option('--inspect-stately', 'send every snapshot of every thread (prompts, tool results …) to the Stately inspector on stately.ai to watch it there; `spindle inspect` is the local way')
+    .addOption(new Option('--inspect').hideHelp())
+    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean; inspectStately?: boolean }) => {
+      if (o.inspect) throw inspectRenamed('demo')
+      const inspector = o.inspectStately ? await stately() : null
       try {
         setExit(
           await runDemo({
@@ -144,9 +145,11 @@ function program(setExit: (code: number) => void): Command {
     .addOption(dirOption())
     .option('--input <name=value>', 'an input of the directive (repeatable)', (value: string, all: string[]) => [...all, value], [] as string[])
     .option('--json', 'print the outcome as JSON')
-    .option('--inspect', 'watch the thread live in the Stately inspector (stately.ai; prints the link)')
-    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean; inspect?: boolean }) => {
-      const inspector = o.inspect ? await statelyInspector() : null
+    .option('--inspect-stately', 'send every snapshot of the thread (prompts, tool results …) to the Stately inspector on stately.ai to watch it there; `spindle inspect` is the local way')
+    .addOption(new Option('--inspect').hideHelp())
+    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean; inspect?: boolean; inspectStately?: boolean }) => {
+      if (o.inspect) throw inspectRenamed('run')
+      const inspector = o.inspectStately ? await stately() : null
       try {
         setExit(
           await runDirective({ dir: o.dir, directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty, ...(inspector ? { inspect: inspector.inspect } : {}) }),
