@@ -21,6 +21,7 @@ import { doctor, listThreads, rebuildThread, showThread, threadLog } from './ope
 import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
 import { inspectRenamed, statelyInspector } from './operator/statelyInspector.js'
+import { showLines } from './operator/showText.js'
 import { CLI_COLOURS, terminalSafe } from './operator/terminalText.js'
 
 /** Exit statuses, documented in `spindle --help` and docs/cli.md. */
@@ -190,26 +191,11 @@ function program(setExit: (code: number) => void): Command {
     .action((id: string, o: { dir: string; json?: boolean }) => {
       const report = showThread(o.dir, id)
       if (o.json) return json(report)
-      const { record, state, transcript, problems } = report
-      out(`${record.id}  ${colour(record.status)}`)
-      out(`directive   ${record.directiveName}`)
-      if (record.parentId) out(`parent      ${record.parentId}`)
-      if (state) {
-        const c = state.context
-        out(`state       ${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`)
-        out(`usage       ${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, $${c.usage.spend.toFixed(5)}`)
-        out(`limits      ${Object.entries(c.limits).map(([k, v]) => `${k} ${v ?? '∞'}`).join(', ')}`)
-        if (c.policy.tools) out(`tools       ${c.policy.tools.join(', ') || 'none'}`)
-        if (c.policy.permissions) out(`permissions ${Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')}`)
-        if (c.suspendReason) out(`suspended   ${c.suspendReason}${c.limitHit ? ` (${c.limitHit.limit} ${c.limitHit.used}/${c.limitHit.max})` : ''}`)
-        if (c.suspendReason === 'crash_loop' && c.lastFailure) out(`failure     [${c.lastFailure.code ?? c.lastFailure.category}] ${c.lastFailure.message}`)
-        if (c.result !== null) out(`result      ${c.result}`)
-        if (c.error) out(`error       [${c.error.code}] ${c.error.message}`)
-      }
-      if (report.recoveries && report.recoveries.count > 0) out(`recoveries  ${report.recoveries.count} in a row at transcript seq ${report.recoveries.seq} (supervision.maxRecoveries)`)
-      if (transcript) out(`transcript  ${transcript.entries} entries, chain verified${transcript.torn ? ', torn last line' : ''}`)
-      for (const p of problems) out(`problem     [${p.code}] ${p.message}`)
-      if (problems.length > 0) setExit(5)
+      // The checkpoint is ahead of the registry row after a crash: say what each holds.
+      const status = report.state?.status ?? report.record.status
+      out(`${report.record.id}  ${colour(status)}${status !== report.record.status ? ` (the registry row still says ${report.record.status})` : ''}`)
+      for (const [label, text] of showLines(report, o.dir)) out(`${label.padEnd(11)} ${text}`)
+      if (report.problems.length > 0) setExit(5)
     })
 
   cli

@@ -69,7 +69,7 @@ export interface ThreadReport {
   /** How many recoveries in a row found it at the same point (crash-loop detection), and that point. */
   recoveries: RecoveryCount | null
   /** null when state.json is missing; `problem` says why when it could not be read. */
-  state: { value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
+  state: { status: ThreadStatus; value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
   transcript: { entries: number; lastSeq: number; torn: boolean } | null
   problems: Array<{ code: string; message: string }>
 }
@@ -84,7 +84,7 @@ export function showThread(dir: string, id: string): ThreadReport {
     const envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(id)
     if (envelope) {
       const snapshot = envelope.snapshot as { value: unknown; context: ThreadContext }
-      state = { value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
+      state = { status: envelope.status, value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
     }
   } catch (error) {
     problems.push(describeError(error))

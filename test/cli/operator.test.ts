@@ -69,7 +69,7 @@ describe('spindle show and logs', () => {
     expect(report.state.context.limitHit).toMatchObject({ limit: 'turns', used: 2, max: 2, proposed: 4 })
     expect(report.problems).toEqual([])
     const text = spindle('show', suspended, '--dir', dir).stdout
-    expect(text).toMatch(/^suspended   limit \(turns 2\/2\)$/m)
+    expect(text).toMatch(/^suspended   at its turns limit \(2 of 2\), waiting for a person$/m)
     expect(text).toMatch(/^permissions network: false$/m)
   })
 
