@@ -17,7 +17,8 @@ import { approveThread, cancelThread, denyThread, resumeThread, scanOrphans, thr
 import { createRuntime } from './runtime/createRuntime.js'
 import { scriptedModel } from '../actors/scriptedModel.js'
 import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
-import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator/operator.js'
+import { doctor, rebuildThread, showThread, threadLog } from './operator/operator.js'
+import { listThreads } from './operator/threadListing.js'
 import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
 import { inspectRenamed, statelyInspector } from './operator/statelyInspector.js'
@@ -175,7 +176,8 @@ function program(setExit: (code: number) => void): Command {
         ['ID', 'STATUS', 'TURNS', 'SPEND', 'UPDATED'],
         ...threads.map((t) => [
           t.id,
-          colour(t.status),
+          // A limit and a crash-loop quarantine are both 'suspended': the reason tells them apart.
+          `${colour(t.status)}${t.suspendReason ? ` (${t.suspendReason})` : ''}`,
           String(t.cost?.turns ?? 0),
           `$${(t.cost?.spend ?? 0).toFixed(5)}`,
           new Date(t.updatedAt).toISOString(),

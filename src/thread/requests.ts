@@ -36,7 +36,7 @@ export {
 export type { RequestLogEntry } from '../../persistence/requestFiles.js'
 
 export const CancelRequestSchema = z.object({
-  /** The thread's nonce, from its registry row (`spindle show <id>`). */
+  /** The thread's nonce, from its registry row (a secret: the CLI never prints it). */
   nonce: z.string().min(1),
   reason: z.string().optional(),
   by: z.string().optional(),

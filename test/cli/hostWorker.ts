@@ -4,7 +4,8 @@
  *
  * argv: <dir> limit|error|tree|hang|run
  *
- * hang: spawns a thread whose model call never answers, prints its id and waits to be killed.
+ * hang: spawns a thread that takes two turns and then waits for a model call that never answers;
+ * prints its id and waits to be killed.
  */
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
@@ -13,7 +14,7 @@ const [dir, mode] = process.argv.slice(2)
 if (!dir || !mode) throw new Error('usage: hostWorker <dir> limit|error|tree|hang|run')
 const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })
 const model = scriptedModel((r) => {
-  if (mode === 'hang') return { faults: [{ fault: 'hang' }], reply: { text: 'never' } }
+  if (mode === 'hang') return r.turn < 3 ? { toolCalls: [{ name: 'noop', input: {} }] } : { faults: [{ fault: 'hang' }], reply: { text: 'never' } }
   if (mode === 'error' && r.directiveName === 'flaky' && r.attempt <= 4 && r.turn === 1 && !r.messages.some((m) => m.role === 'assistant')) {
     return { faults: [{ fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }], reply: { text: 'recovered' } }
   }
