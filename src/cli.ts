@@ -8,6 +8,7 @@ import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './operator/demo.js'
 import { runDirective } from './operator/runCommand.js'
 import { SpindleError, isSpindleError } from './base/errors.js'
+import { formatUsd } from './base/money.js'
 import type { SpindleErrorCode } from './base/errors.js'
 import { locks } from './operator/locks.js'
 import { startInspector } from './operator/inspector.js'
@@ -23,7 +24,7 @@ import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
 import { inspectRenamed, statelyInspector } from './operator/statelyInspector.js'
 import { showLines } from './operator/showText.js'
-import { CLI_COLOURS, terminalSafe } from './operator/terminalText.js'
+import { CLI_COLOURS, dirArgument, terminalSafe } from './operator/terminalText.js'
 
 /** Exit statuses, documented in `spindle --help` and docs/cli.md. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
@@ -93,6 +94,9 @@ const wholeNumber = (name: string) => (value: string): number => {
   }
   return n
 }
+
+/** How much of an entry's data one line of `spindle logs` shows. */
+const LOG_DATA_WIDTH = 120
 
 const dirOption = (): Option => new Option('--dir <dir>', 'data directory of the runtime').default('.spindle')
 
@@ -179,7 +183,7 @@ function program(setExit: (code: number) => void): Command {
           // A limit and a crash-loop quarantine are both 'suspended': the reason tells them apart.
           `${colour(t.status)}${t.suspendReason ? ` (${t.suspendReason})` : ''}`,
           String(t.cost?.turns ?? 0),
-          `$${(t.cost?.spend ?? 0).toFixed(5)}`,
+          formatUsd(t.cost?.spend ?? 0),
           new Date(t.updatedAt).toISOString(),
         ]),
       ])
@@ -209,13 +213,24 @@ function program(setExit: (code: number) => void): Command {
     .option('--json', 'print JSON lines')
     .action(async (id: string, o: { dir: string; after?: number; follow?: boolean; json?: boolean }) => {
       let last = o.after ?? 0
+      let cutSaid = false
       /** Prints the entries after `last`; returns the status the registry had just before reading them. */
       const print = (): ThreadStatus => {
         const { status, entries } = threadLog(o.dir, id, { after: last })
+        let cut = false
         for (const e of entries) {
           if (o.json) out(JSON.stringify(e))
-          else out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${JSON.stringify(e.data).slice(0, 120)}`)
+          else {
+            const data = JSON.stringify(e.data)
+            cut ||= data.length > LOG_DATA_WIDTH
+            out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${data.length > LOG_DATA_WIDTH ? `${data.slice(0, LOG_DATA_WIDTH - 1)}…` : data}`)
+          }
           last = e.seq
+        }
+        // Once, after the lines it explains (a follow may run for hours).
+        if (cut && !cutSaid) {
+          cutSaid = true
+          out(`(lines ending in … are cut at ${LOG_DATA_WIDTH} characters: \`spindle logs ${id}${dirArgument(o.dir)} --json\` prints every entry whole)`)
         }
         return status
       }
@@ -344,7 +359,7 @@ function program(setExit: (code: number) => void): Command {
       const print = (node: TreeNode, prefix: string, last: boolean, top: boolean): void => {
         const branch = top ? '' : last ? '└─ ' : '├─ '
         const link = node.previousThreadId ? '↪ ' : ''
-        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  $${node.spend.toFixed(4)}  ${node.turns} turns`)
+        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  ${formatUsd(node.spend)}  ${node.turns} turns`)
         const next = top ? '' : prefix + (last ? '   ' : '│  ')
         node.children.forEach((child, i) => print(child, next, i === node.children.length - 1, false))
       }

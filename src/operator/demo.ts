@@ -14,6 +14,7 @@ import type { Durability } from '../../persistence/types.js'
 import type { RuntimeOptions } from '../runtime/api.js'
 import { createRuntime } from '../runtime/createRuntime.js'
 import { SpindleError } from '../base/errors.js'
+import { formatUsd } from '../base/money.js'
 import { showRecovery, statusLine } from './progress.js'
 
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
@@ -129,7 +130,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const summary = (): string => statusLine([...views.values()].map((v) => ({ status: v.status, spend: v.usage.spend })))
   const render = (): void => {
     const rows = [...views.values()].map(
-      (v) => `  ${v.id.padEnd(32)} ${stateLabel(v).padEnd(24)} turn ${String(v.usage.turns).padStart(2)}  $${v.usage.spend.toFixed(5)}`,
+      (v) => `  ${v.id.padEnd(32)} ${stateLabel(v).padEnd(24)} turn ${String(v.usage.turns).padStart(2)}  ${formatUsd(v.usage.spend)}`,
     )
     rows.push(`  ${summary()}`)
     if (tty) {
@@ -143,7 +144,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       const previous = views.get(view.id)
       views.set(view.id, view)
       if (!tty && (previous?.status !== view.status || previous?.usage.turns !== view.usage.turns)) {
-        out.write(`${view.id} ${stateLabel(view)} turn=${view.usage.turns} spend=$${view.usage.spend.toFixed(5)}\n`)
+        out.write(`${view.id} ${stateLabel(view)} turn=${view.usage.turns} spend=${formatUsd(view.usage.spend)}\n`)
         if (previous?.status !== view.status) out.write(`threads: ${summary()}\n`)
       }
     })
@@ -165,7 +166,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   out.write('\nDone:\n')
   for (const [id, outcome] of outcomes) {
     const detail = outcome.result ?? outcome.error?.message ?? (outcome.suspendReason ? `suspended (${outcome.suspendReason})` : '')
-    out.write(`  ${id.padEnd(32)} ${outcome.status.padEnd(10)} turns ${outcome.cost.turns}  $${outcome.cost.spend.toFixed(5)}  ${detail}\n`)
+    out.write(`  ${id.padEnd(32)} ${outcome.status.padEnd(10)} turns ${outcome.cost.turns}  ${formatUsd(outcome.cost.spend)}  ${detail}\n`)
   }
   // After a restart this run carried only the unfinished threads: the rest are counted, so the
   // summary accounts for every thread in the directory.

@@ -5,15 +5,16 @@
 import type { LimitName } from '../../machines/threadPolicy.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import type { RecoveryCount } from '../../persistence/types.js'
+import { formatUsd } from '../base/money.js'
 import type { ThreadReport } from './operator.js'
+import { dirArgument } from './terminalText.js'
 
 /** The `spindle approve` option that sets each limit. */
 export const APPROVE_FLAG: Record<LimitName, string> = { turns: '--turns', tokens: '--tokens', spend: '--spend', durationMs: '--duration-ms' }
 
-/** `--dir DIR` for a command a person copies, unless DIR is the default. */
-function dirArgument(dir: string): string {
-  if (dir === '.spindle') return ''
-  return ` --dir ${/^[\w./@:+-]+$/.test(dir) ? dir : `'${dir.replace(/'/g, `'\\''`)}'`}`
+/** A limit's or a budget's amount as a person reads it: spend in dollars, the rest as numbers. */
+function amount(name: string, value: number): string {
+  return name === 'spend' ? formatUsd(value) : String(value)
 }
 
 function failureText(failure: NonNullable<ThreadContext['lastFailure']>): string {
@@ -34,8 +35,8 @@ function suspensionLines(id: string, context: ThreadContext, dir: string): Array
         ? `spindle approve ${id} ${flag} ${hit.proposed}${at}`
         : `spindle approve ${id} ${flag} <new limit>${at} (its escalation policy proposes none)`
     return [
-      ['suspended', `at its ${hit.limit} limit (${hit.used} of ${hit.max}), waiting for a person`],
-      ['proposed', hit.proposed !== null ? `raise ${hit.limit} to ${hit.proposed}` : 'nothing: approve with a new limit, or deny'],
+      ['suspended', `at its ${hit.limit} limit (${amount(hit.limit, hit.used)} of ${amount(hit.limit, hit.max)}), waiting for a person`],
+      ['proposed', hit.proposed !== null ? `raise ${hit.limit} to ${amount(hit.limit, hit.proposed)}` : 'nothing: approve with a new limit, or deny'],
       ['next', `${approve}, or spindle deny ${id}${at}`],
     ]
   }
@@ -49,7 +50,7 @@ function suspensionLines(id: string, context: ThreadContext, dir: string): Array
       break
     case 'budget': {
       const b = context.budgetHit
-      lines.push(['suspended', b ? `its ${b.amount} budget ran out (${b.used} used of ${b.max})` : 'its budget ran out'])
+      lines.push(['suspended', b ? `its ${b.amount} budget ran out (${amount(b.amount, b.used)} used of ${amount(b.amount, b.max)})` : 'its budget ran out'])
       break
     }
     case 'crash_loop':
@@ -83,8 +84,8 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
   if (state) {
     const c = state.context
     lines.push(['state', `${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`])
-    lines.push(['usage', `${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, $${c.usage.spend.toFixed(5)}`])
-    lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v ?? '∞'}`).join(', ')])
+    lines.push(['usage', `${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, ${formatUsd(c.usage.spend)}`])
+    lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
     if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])
     // A suspension is history once the thread moved on (a cancelled thread keeps its old suspendReason).

@@ -26,12 +26,12 @@ describe('spindle demo', () => {
     const second = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
     expect(second.status).toBe(0)
     // Recovery shows its progress (plain lines off a terminal), then says what it did.
-    const total = Number(second.stdout.match(/^recovering 0\/(\d+) unfinished threads; \$0\.\d{4} spent so far$/m)?.[1])
+    const total = Number(second.stdout.match(/^recovering 0\/(\d+) unfinished threads; \$0\.\d{5} spent so far$/m)?.[1])
     expect(total).toBeGreaterThan(0)
-    expect(second.stdout).toMatch(new RegExp(`^recovering ${total}/${total} unfinished threads: \\d+ resumed[^;]*; \\$\\d+\\.\\d{4} spent so far$`, 'm'))
+    expect(second.stdout).toMatch(new RegExp(`^recovering ${total}/${total} unfinished threads: \\d+ resumed[^;]*; \\$\\d+\\.\\d{5} spent so far$`, 'm'))
     expect(second.stdout).toMatch(/^Resumed \d+ unfinished thread\(s\)/m)
     // Threads by status and spend so far, each time a thread's status changes.
-    expect(second.stdout).toMatch(/^threads: (\d+ \w+, )*\d+ completed(, \d+ \w+)*; \$\d+\.\d{4} spent$/m)
+    expect(second.stdout).toMatch(/^threads: (\d+ \w+, )*\d+ completed(, \d+ \w+)*; \$\d+\.\d{5} spent$/m)
     const done = second.stdout.slice(second.stdout.indexOf('Done:'))
     expect(done.match(/ completed /g)).toHaveLength(5)
     expect(done).toContain('suspended (limit)')

@@ -80,6 +80,21 @@ describe('spindle show and logs', () => {
     expect(lines.at(-1).type).toBe('MODEL_REPLIED')
   })
 
+  it('should mark a line it cuts at 120 characters and say once how to see every entry whole', () => {
+    // Issue 22: lines were cut without a mark.
+    const run = spindle('logs', done, '--dir', dir)
+    expect(run.code).toBe(0)
+    const lines = run.stdout.trimEnd().split('\n')
+    const entries = lines.filter((l) => /^ +\d+  /.test(l))
+    const cut = entries.filter((l) => l.endsWith('…'))
+    // The spawn entry carries the whole directive: always longer than a line.
+    expect(cut.length).toBeGreaterThan(0)
+    for (const line of cut) expect(/^ *\d+ {2}\S+ {2}\S+ +(\S.*)$/.exec(line)![1]).toHaveLength(120)
+    expect(lines.filter((l) => l.includes('prints every entry whole'))).toEqual([
+      `(lines ending in … are cut at 120 characters: \`spindle logs ${done} --dir ${dir} --json\` prints every entry whole)`,
+    ])
+  })
+
   it('should exit 4 for an unknown thread and 3 for an id that is not an id', () => {
     expect(spindle('show', 'ghost-aaaaaaaaaaaa', '--dir', dir).code).toBe(4)
     expect(spindle('logs', '../../etc/passwd', '--dir', dir).code).toBe(3)
