@@ -13,7 +13,7 @@ import { formatUsd } from '../base/money.js'
 import { threadLog } from './operator.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
-import { dataPaths } from '../../persistence/paths.js'
+import { assertDataDir, dataPaths } from '../../persistence/paths.js'
 import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
 import { isActive } from '../thread/threadStatus.js'
 import { stepOfSnapshot } from '../thread/threadView.js'
@@ -98,6 +98,8 @@ async function body(request: http.IncomingMessage): Promise<unknown> {
 const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
 
 export async function startInspector(options: { dir: string; port?: number }): Promise<Inspector> {
+  // A page over a directory that is not there would only show errors, once a second.
+  assertDataDir(dataPaths(options.dir))
   const token = randomBytes(16).toString('hex')
   const expected = Buffer.from(token)
   const authorised = (request: http.IncomingMessage, url: URL): boolean => {

@@ -29,7 +29,7 @@ export function recoveryLine(p: RecoveryProgress): string {
   )
     .filter(([, n]) => n > 0)
     .map(([label, n]) => `${count(n)} ${label}`)
-  return `recovering ${count(p.done)}/${count(p.total)} unfinished threads${parts.length ? `: ${parts.join(', ')}` : ''}; ${money(p.spend)} spent so far`
+  return `recovering ${count(p.done)}/${count(p.total)} unfinished ${p.total === 1 ? 'thread' : 'threads'}${parts.length ? `: ${parts.join(', ')}` : ''}; ${money(p.spend)} spent so far`
 }
 
 /**

@@ -3,8 +3,7 @@
  * that reads threads comes through here, so each refuses a directory without spindle data the
  * same way, and none creates an empty registry where one was lost.
  */
-import fs from 'node:fs'
-import { assertRegistryKept, dataPaths } from '../../persistence/paths.js'
+import { assertDataDir, assertRegistryKept, dataPaths } from '../../persistence/paths.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { Registry, ThreadRecord } from '../../persistence/types.js'
 import { SpindleError } from '../base/errors.js'
@@ -12,17 +11,13 @@ import { assertThreadId } from '../base/ids.js'
 
 function openRegistry(dir: string): Registry {
   const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry) && !fs.existsSync(paths.threads)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
-      details: { dir: paths.root },
-    })
-  }
+  assertDataDir(paths)
   // A lost registry with threads left: say so, and never create an empty one in its place.
   assertRegistryKept(paths)
   return openSqliteRegistry({ path: paths.registry, durability: 'process' })
 }
 
-/** Runs `fn` with the data directory's registry open (THREAD_NOT_FOUND when it has none). */
+/** Runs `fn` with the data directory's registry open (DATA_DIR_NOT_FOUND when it holds no spindle data). */
 export function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
   const registry = openRegistry(dir)
   try {

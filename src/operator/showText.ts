@@ -7,7 +7,7 @@ import type { ThreadContext } from '../../machines/threadContext.js'
 import type { RecoveryCount } from '../../persistence/types.js'
 import { formatUsd } from '../base/money.js'
 import type { ThreadReport } from './operator.js'
-import { dirArgument } from './terminalText.js'
+import { dirArgument, plural } from './terminalText.js'
 
 /** The `spindle approve` option that sets each limit. */
 export const APPROVE_FLAG: Record<LimitName, string> = { turns: '--turns', tokens: '--tokens', spend: '--spend', durationMs: '--duration-ms' }
@@ -84,7 +84,7 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
   if (state) {
     const c = state.context
     lines.push(['state', `${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`])
-    lines.push(['usage', `${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, ${formatUsd(c.usage.spend)}`])
+    lines.push(['usage', `${plural(c.usage.turns, 'turn')}, ${c.usage.inputTokens}+${c.usage.outputTokens} ${c.usage.inputTokens + c.usage.outputTokens === 1 ? 'token' : 'tokens'}, ${formatUsd(c.usage.spend)}`])
     lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
     if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])
@@ -96,7 +96,7 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
   }
   const recovered = report.recoveries ? recoveryLine(report.recoveries) : null
   if (recovered) lines.push(recovered)
-  if (transcript) lines.push(['transcript', `${transcript.entries} entries, chain verified${transcript.torn ? ', torn last line' : ''}`])
+  if (transcript) lines.push(['transcript', `${plural(transcript.entries, 'entry', 'entries')}, chain verified${transcript.torn ? ', torn last line' : ''}`])
   for (const p of problems) lines.push(['problem', `[${p.code}] ${p.message}`])
   return lines
 }

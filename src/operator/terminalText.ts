@@ -39,3 +39,8 @@ export function dirArgument(dir: string): string {
   if (dir === '.spindle') return ''
   return ` --dir ${/^[\w./@:+-]+$/.test(dir) ? dir : `'${dir.replace(/'/g, `'\\''`)}'`}`
 }
+
+/** `1 turn`, `2 turns`, `1 entry`, `3 entries`: a count and its noun, agreeing. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n.toLocaleString('en-US')} ${n === 1 ? one : many}`
+}

@@ -11,7 +11,7 @@ import { LimitsSchema } from '../../config/schema.js'
 import type { Limits, LimitName } from '../../machines/threadPolicy.js'
 import type { Usage } from '../../machines/threadContext.js'
 import type { DataPaths } from '../../persistence/paths.js'
-import { assertRealDirectories, dataPaths, threadDir } from '../../persistence/paths.js'
+import { assertRealDirectories, assertRegistryKept, dataDirNotFound, dataPaths, threadDir } from '../../persistence/paths.js'
 import { APPROVALS_DIR, approvalFiles, cancelFile, readRequestJson, readRequestText, resumeFile, writeRequestFile } from '../../persistence/requestFiles.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../../persistence/types.js'
@@ -108,9 +108,9 @@ export function cancelRefusal(
 function withRegistry<T>(dir: string, fn: (registry: ReturnType<typeof openSqliteRegistry>, paths: DataPaths) => T): T {
   const paths = dataPaths(dir)
   if (!fs.existsSync(paths.registry)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} has no registry.db: it is not a spindle data directory.`, {
-      details: { dir: paths.root },
-    })
+    // Threads without their registry: say the registry was lost, not that the directory is wrong.
+    assertRegistryKept(paths)
+    throw dataDirNotFound(paths)
   }
   const registry = openSqliteRegistry({ path: paths.registry, durability: 'fsync' })
   try {

@@ -29,7 +29,7 @@ describe('spindle demo', () => {
     const total = Number(second.stdout.match(/^recovering 0\/(\d+) unfinished threads; \$0\.\d{5} spent so far$/m)?.[1])
     expect(total).toBeGreaterThan(0)
     expect(second.stdout).toMatch(new RegExp(`^recovering ${total}/${total} unfinished threads: \\d+ resumed[^;]*; \\$\\d+\\.\\d{5} spent so far$`, 'm'))
-    expect(second.stdout).toMatch(/^Resumed \d+ unfinished thread\(s\)/m)
+    expect(second.stdout).toMatch(/^Resumed \d+ unfinished threads? /m)
     // Threads by status and spend so far, each time a thread's status changes.
     expect(second.stdout).toMatch(/^threads: (\d+ \w+, )*\d+ completed(, \d+ \w+)*; \$\d+\.\d{5} spent$/m)
     const done = second.stdout.slice(second.stdout.indexOf('Done:'))
@@ -67,7 +67,7 @@ describe('spindle demo', () => {
     expect(approve.status).toBe(0)
     const third = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
     expect(third.status).toBe(0)
-    expect(third.stdout).toMatch(/^Resumed 0 unfinished thread\(s\) from .*; carried on 1 approved or resumed while the demo was stopped/m)
+    expect(third.stdout).toMatch(/^Resumed 0 unfinished threads from .*; carried on 1 approved or resumed while the demo was stopped/m)
     const last = third.stdout.slice(third.stdout.indexOf('Done:'))
     expect(last).toMatch(new RegExp(`^  ${coral} +completed `, 'm'))
     expect(last).toMatch(/^  and, stopped before this run: 5 completed; /m)
