@@ -8,6 +8,7 @@ import { scriptedModel } from '../../actors/scriptedModel.js'
 import { findDirective, renderDirective } from './directiveFile.js'
 import { SpindleError, isSpindleError } from '../base/errors.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import { formatUsd } from '../base/money.js'
 import { createRuntime } from '../runtime/createRuntime.js'
 import type { RuntimeOptions } from '../runtime/api.js'
 import { showRecovery } from './progress.js'
@@ -67,7 +68,7 @@ export async function runDirective(options: {
     say(`${thread.id}: started (${file.file})`)
     let last = ''
     thread.subscribe((view) => {
-      const line = `${thread.id}: ${view.status}${typeof view.state === 'object' ? ` (${Object.values(view.state)[0]})` : ''}  turns ${view.usage.turns}  $${view.usage.spend.toFixed(4)}`
+      const line = `${thread.id}: ${view.status}${typeof view.state === 'object' ? ` (${Object.values(view.state)[0]})` : ''}  turns ${view.usage.turns}  ${formatUsd(view.usage.spend)}`
       if (line !== last) say(line)
       last = line
     })

@@ -51,7 +51,7 @@ export function checkTranscript(entries: readonly TranscriptEntry[], knownThread
     if (type === 'MODEL_REPLIED') {
       const ids = ((entry.data as { toolCalls?: Array<{ id: string }> }).toolCalls ?? []).map((c) => c.id)
       const repeated = ids.filter((id, i) => ids.indexOf(id) !== i)
-      if (repeated.length) findings.push({ seq, type, kind: 'duplicate_tool_call_id', message: `the reply at entry ${seq} repeats tool call id(s) ${[...new Set(repeated)].join(', ')}: one of each gets no result` })
+      if (repeated.length) findings.push({ seq, type, kind: 'duplicate_tool_call_id', message: `the reply at entry ${seq} repeats ${new Set(repeated).size === 1 ? 'the tool call id' : 'tool call ids'} ${[...new Set(repeated)].join(', ')}: one of each gets no result` })
     }
     const data = entry.data as Record<string, unknown> | null
     for (const key of ['childId', 'nextThreadId'] as const) {

@@ -70,8 +70,10 @@ export interface RuntimeOptions {
   /** Give every thread the built-in `spawn_thread` and `wait_threads` tools (default true). */
   builtinTools?: boolean
   /**
-   * XState inspection of every thread actor and the orchestrator — pass `inspector.inspect` of
-   * @statelyai/inspect to watch them live in the Stately inspector (`spindle demo --inspect`).
+   * XState inspection of every thread actor and the orchestrator: it sees every event and snapshot
+   * (prompts, replies, tool results). `inspector.inspect` of @statelyai/inspect's sky inspector
+   * shows them in the Stately inspector by sending them to its relay on the internet
+   * (`spindle demo --inspect-stately`).
    */
   inspect?: (event: InspectionEvent) => void
 }

@@ -87,6 +87,8 @@ export class LiveThread implements ThreadHandle {
   private lastStatus: ThreadStatus | null = null
   private lastValue: StateValue | null = null
   private lastTurns = -1
+  /** The suspend reason last staged for the registry: a reason changes with a status, or alone. */
+  private lastSuspendReason: ThreadContext['suspendReason'] = null
   private finished = false
   private pendingNotes: Array<[string, unknown]> = []
   private pendingInput: ThreadEvent | null = null
@@ -436,6 +438,7 @@ export class LiveThread implements ThreadHandle {
       this.lastStatus = status
       this.lastValue = snapshot.value
       this.lastTurns = snapshot.context.usage.turns
+      this.lastSuspendReason = status === 'suspended' ? snapshot.context.suspendReason : null
       this.runEffect(snapshot)
       return
     }
@@ -453,17 +456,21 @@ export class LiveThread implements ThreadHandle {
     commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
     const stopped = !isActive(status)
-    if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
+    // Only a suspended thread's reason is kept (the context keeps a cancelled one's old reason).
+    const reason = status === 'suspended' ? snapshot.context.suspendReason : null
+    if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped || reason !== this.lastSuspendReason) {
       // Built field by field: a literal of spreads and fields is a slow path in V8.
       const patch: RegistryPatch = { cost: { ...usage } }
-      if (status !== this.lastStatus) {
+      if (status !== this.lastStatus || reason !== this.lastSuspendReason) {
         patch.status = status
         patch.at = this.services.now()
+        patch.suspendReason = reason
       }
       if (stopped) patch.outcome = { result: snapshot.context.result ?? undefined, error: snapshot.context.error }
       commit.stageRegistry(this.id, patch)
       this.lastStatus = status
       this.lastTurns = usage.turns
+      this.lastSuspendReason = reason
     }
     if (this.services.observe) {
       try {

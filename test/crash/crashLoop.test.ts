@@ -188,6 +188,8 @@ describe('crash loops across processes', () => {
     for (const run of runs.slice(0, -1)) expect(run.recovery?.quarantined ?? []).toEqual([])
 
     expect(poison.status).toBe('suspended')
+    // Issue 22: the registry row itself tells a quarantine from a thread waiting at a limit.
+    expect(poison.suspendReason).toBe('crash_loop')
     const files = readThreadFiles(dir, poison.id)
     const context = (files.envelope!.snapshot as { context: { suspendReason: string; lastFailure: { code: string; message: string } } }).context
     expect(context.suspendReason).toBe('crash_loop')
