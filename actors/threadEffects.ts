@@ -11,7 +11,7 @@
  */
 import type { CallModelInput, DecideLimitInput, RunToolInput, SettleChildrenInput, WaitUntilInput } from '../machines/effectOf.js'
 import type { FailureInfo, HookVerdict, ThreadEvent, ToolCall } from '../machines/threadEvents.js'
-import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
+import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
 import { atDeadline } from '../src/base/clock.js'
 import type { Clock } from '../src/base/clock.js'
 import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
@@ -45,7 +45,8 @@ export interface EffectHost {
   /** Records the event in the transcript, then sends it to the thread. False when dropped as stale. */
   deliver(threadId: string, event: ThreadEvent): boolean
   messages(threadId: string): readonly Message[]
-  directiveName(threadId: string): string
+  /** The thread's directive: its name and instructions. */
+  directive(threadId: string): { name: string; instructions?: string }
   /**
    * Classifies a model failure, decides the wait before the next attempt and asks the thread's
    * `error` hooks; records the classification in the transcript.
@@ -143,6 +144,11 @@ function recordableInput(adapter: string, call: { id: string; name: string; inpu
 }
 
 /** The tools the model is shown: its directive's, less those needing a capability the thread lacks. */
+/** What a model request says of the directive: its name, and its instructions when it has some. */
+function directiveFields(directive: { name: string; instructions?: string }): Pick<ModelRequest, 'directiveName' | 'instructions'> {
+  return { directiveName: directive.name, ...(directive.instructions ? { instructions: directive.instructions } : {}) }
+}
+
 function visibleTools(host: EffectHost, threadId: string): readonly ToolDefinition[] {
   const allowed = host.allowedTools(threadId)
   const permissions = host.permissions(threadId)
@@ -204,7 +210,7 @@ export function callModelLogic(host: EffectHost) {
         const generate = async (): Promise<unknown> =>
           host.model.generate({
             threadId: input.threadId,
-            directiveName: host.directiveName(input.threadId),
+            ...directiveFields(host.directive(input.threadId)),
             turn: input.turn,
             attempt: input.attempt,
             messages: host.messages(input.threadId),

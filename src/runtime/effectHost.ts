@@ -98,7 +98,7 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     },
     deliver: (id, event) => table.get(id)?.deliver(event) ?? false,
     messages: (id) => table.running(id).messages(),
-    directiveName: (id) => table.running(id).directiveName(),
+    directive: (id) => table.running(id).directive(),
     judgeModelFailure: (id, error, at) => deps.policies.judgeModelFailure(id, error, at),
     decideLimit: (id, hit) => deps.policies.decideLimit(id, hit),
     toolIntent: (id, key) => table.get(id)?.toolIntent(key) ?? null,
