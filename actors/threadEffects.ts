@@ -52,8 +52,11 @@ export interface EffectHost {
   decideLimit(threadId: string, hit: DecideLimitInput['hit']): Promise<Omit<Extract<ThreadEvent, { type: 'LIMIT_DECIDED' }>, 'type' | 'at'>>
   /** Whether a tool call's intent was recorded before (by a run that did not record its result). */
   hasToolIntent(threadId: string, idempotencyKey: string): boolean
-  /** Records the intent to run a tool call and waits until that record is durable. */
-  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<void>
+  /**
+   * Records the intent to run a tool call and waits until that record is durable. A step stopped
+   * (`signal` aborted) before its turn came records nothing: the tool will not run.
+   */
+  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }, signal: AbortSignal): Promise<void>
   /** An unexpected exception inside an effect: the supervisor restarts the thread or ends it in `error`. */
   crash(threadId: string, error: unknown): void
   /**
@@ -276,7 +279,7 @@ export function runToolLogic(host: EffectHost) {
         }
       }
       if (!outcome) {
-        await host.recordToolIntent(threadId, key, call)
+        await host.recordToolIntent(threadId, key, call, controller.signal)
         if (stopped) return
         outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
       }

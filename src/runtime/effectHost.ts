@@ -93,9 +93,14 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     judgeModelFailure: (id, error, at) => deps.policies.judgeModelFailure(id, error, at),
     decideLimit: (id, hit) => deps.policies.decideLimit(id, hit),
     hasToolIntent: (id, key) => table.get(id)?.hasToolIntent(key) ?? false,
-    recordToolIntent: async (id, key, call) => {
+    recordToolIntent: async (id, key, call, signal) => {
       await crashLoop.waitTurn(id)
-      table.running(id).recordToolIntent(key, call)
+      // A suspect cancelled (or detached) while it waited for its turn: its step was stopped, and
+      // nothing of a tool that will not run belongs in its transcript.
+      if (signal.aborted) return
+      const thread = table.get(id)
+      if (!thread || thread.stopped) return
+      thread.recordToolIntent(key, call)
       await commit.whenLogged()
       crashLoop.starting(id)
     },
