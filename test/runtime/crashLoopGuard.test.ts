@@ -156,7 +156,7 @@ describe('crash-loop probation', () => {
     await null
     expect(timers.map((t) => t.cleared)).toEqual([true, false])
     expect(await settled(turns[1])).toBe(true)
-    guard.close([id('t1')])
+    guard.close()
     expect(timers.map((t) => t.cleared)).toEqual([true, true])
   })
 
@@ -187,6 +187,6 @@ describe('crash-loop probation', () => {
     // Neither was counted: a death from now on is no evidence against them.
     expect(registry.recoveryCount(id('t1'))).toEqual({ count: 1, seq: SEQ })
     expect(registry.recoveryCount(id('t2'))).toEqual({ count: 1, seq: SEQ })
-    guard.close([])
+    guard.close()
   })
 })
