@@ -97,38 +97,18 @@ export function readSmallRegular(file: string, max: number, flags = 0): string {
 }
 
 /**
- * Appends the line(s) `text` to `file` (created if missing) only when it is a regular file: never
- * through a symlink (O_NOFOLLOW), which could point at a file outside the data directory, and never
- * waiting on a FIFO put in its place (with O_NONBLOCK and no reader the open fails with ENXIO at once).
+ * Appends `text` to `file` (created if missing) only when it is a regular file: never through a
+ * symlink (O_NOFOLLOW), which could point at a file outside the data directory, and never waiting
+ * on a FIFO put in its place (with O_NONBLOCK and no reader the open fails with ENXIO at once).
  * Throws NotRegularFile or the fs error otherwise; `notRegularReason` tells the two kinds apart.
- *
- * A file that does not end with a newline holds a line cut short (a full disk, a power loss): the
- * new line starts on a line of its own, so that only the cut one is lost, not the next one too.
  */
 export function appendRegular(file: string, text: string): void {
   const { O_WRONLY, O_APPEND, O_CREAT, O_NOFOLLOW } = fs.constants
-  // Write-only: a FIFO in its place fails the open at once (ENXIO), as no reader holds it.
-  const { fd, size } = openRegular(file, O_WRONLY | O_APPEND | O_CREAT | (O_NOFOLLOW ?? 0))
+  const { fd } = openRegular(file, O_WRONLY | O_APPEND | O_CREAT | (O_NOFOLLOW ?? 0))
   try {
-    writeAll(fd, Buffer.from(size > 0 && !endsWithNewline(file, size) ? `\n${text}` : text))
+    writeAll(fd, Buffer.from(text))
   } finally {
     fs.closeSync(fd)
-  }
-}
-
-/** Whether the byte before `size` in `file` is a newline (read through a descriptor of its own). */
-function endsWithNewline(file: string, size: number): boolean {
-  let opened: { fd: number }
-  try {
-    opened = openRegular(file, fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0))
-  } catch {
-    // Swapped since the open for writing: nothing is written on its word.
-    return true
-  }
-  try {
-    return readRange(opened.fd, size - 1, size)[0] === 0x0a
-  } finally {
-    fs.closeSync(opened.fd)
   }
 }
 

@@ -15,10 +15,16 @@
  * never one of another host's that may be alive. Files of older versions, whose names give a pid
  * but no host, are only reported (by `spindle doctor`), as is a temp file beside its target (its
  * folder on another filesystem than `tmp/`). Side effects.
+ *
+ * Not here: the checkpoint store's `state.json.tmp` (a fixed name in the thread's folder), which
+ * the next checkpoint of its thread makes anew and renames; a kill before its rename leaves the
+ * registry behind the transcript, so recovery writes that checkpoint. Nor files kept on purpose,
+ * as evidence: `transcript.jsonl.torn-*`, `.pre-compact-*`, a rejected or claimed approval answer.
  */
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
+import { isThreadId } from '../src/base/ids.js'
 import type { Writer } from '../src/base/processes.js'
 import { markedWriter, writerGone, writerMark } from '../src/base/processes.js'
 import { TEMP_INFIX } from './atomicFile.js'
@@ -64,7 +70,8 @@ export function claimName(threadId: string, kind: 'cancel' | 'resume'): string {
 /** What a name in `tmp/` says of a claimed request, or null when it names none. */
 export function parseClaimName(name: string): ClaimName | null {
   const found = CLAIM.exec(name)
-  if (!found) return null
+  // A name no thread can have is none of spindle's: left alone, and unreported.
+  if (!found || !isThreadId(found[1])) return null
   return { threadId: found[1]!, kind: found[2] === CANCEL_FILE ? 'cancel' : 'resume', writer: markedWriter(found[3]!) }
 }
 
@@ -120,8 +127,8 @@ function tmpLeftovers(paths: DataPaths): Leftover[] {
   return found
 }
 
-/** Journal epochs without a header, and birth-time probes, in `journal/`. */
-function journalLeftovers(paths: DataPaths): Leftover[] {
+/** Journal epochs without a header in `journal/`: one read of each journal's head. */
+function emptyJournals(paths: DataPaths): Leftover[] {
   const found: Leftover[] = []
   for (const index of readJournals(paths.journal, '\0', HEADER_BYTES)) {
     // A header, or a record: a journal that vouches for something (foreignJournals.ts).
@@ -136,6 +143,12 @@ function journalLeftovers(paths: DataPaths): Leftover[] {
       writer: writer.pid === null ? 'unknown' : judge(writer),
     })
   }
+  return found
+}
+
+/** Birth-time probes in `journal/`. */
+function probes(paths: DataPaths): Leftover[] {
+  const found: Leftover[] = []
   for (const name of list(paths.journal)) {
     if (!name.startsWith(PROBE_PREFIX)) continue
     const writer = markedWriter(name.slice(PROBE_PREFIX.length))
@@ -173,7 +186,7 @@ function bellLeftovers(paths: DataPaths): Leftover[] {
 
 /** What stopped processes left in `tmp/`, `journal/` and the root of the data directory. Reads only. */
 export function findLeftovers(paths: DataPaths): Leftover[] {
-  return [...tmpLeftovers(paths), ...journalLeftovers(paths), ...bellLeftovers(paths)]
+  return [...tmpLeftovers(paths), ...emptyJournals(paths), ...probes(paths), ...bellLeftovers(paths)]
 }
 
 /** A claim in a thread folder: `<request>.<pid>.claimed` (older versions), `<request>.claimed-<mark>` (tmp/ on another filesystem). */
@@ -244,8 +257,9 @@ export function threadFolderLeftovers(folder: string, threadId: string): Leftove
  */
 export function removeLeftovers(paths: DataPaths): string[] {
   const removed: string[] = []
-  for (const leftover of findLeftovers(paths)) {
-    if (leftover.writer !== 'gone' || leftover.kind === 'claim' || leftover.kind === 'journal') continue
+  // Not the journals: reading their heads is the transcript store's job, once, when it opens.
+  for (const leftover of [...tmpLeftovers(paths), ...probes(paths), ...bellLeftovers(paths)]) {
+    if (leftover.writer !== 'gone' || leftover.kind === 'claim') continue
     try {
       // unlink acts on the entry, never on what a link there points at; a directory (something
       // planted at a bell's place, moved aside) is left for a person.

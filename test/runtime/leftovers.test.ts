@@ -1,17 +1,13 @@
 /**
  * Leftovers of killed processes that no kill in this test can make (issue 22, item 8), planted
  * exactly as they are left: files of a process on another host sharing the directory, of a boot
- * before this one, and of older versions (whose names give a pid but no host); and log lines cut
- * short — a single small write() is not cut by a kill, but a full disk or a power loss cuts one.
+ * before this one, and of older versions (whose names give a pid but no host).
  * (test/crash/leftovers.test.ts kills real processes for the rest.)
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { BELL_FILE, BellReader, ringBell } from '../../persistence/requestBell.js'
-import { logRequest, readRequestLog } from '../../persistence/requestFiles.js'
-import type { RequestLogEntry } from '../../persistence/requestFiles.js'
 import { writerMark } from '../../src/base/processes.js'
 import type { Runtime } from '../../src/index.js'
 import { createRuntime, scriptedModel } from '../../src/index.js'
@@ -79,24 +75,19 @@ describe('leftovers whose writer cannot be told from this host', () => {
     for (const file of unjudged) expect(fs.existsSync(file), file).toBe(true)
     expect(fs.existsSync(earlierBoot)).toBe(false)
   })
-})
 
-describe('log lines cut short', () => {
-  const entry = (reason: string): RequestLogEntry => ({ at: new Date(0).toISOString(), kind: 'cancel', threadId: 'a-aaaaaaaaaaaa', file: 'x', outcome: 'refused', reason })
+  it('should leave a file in tmp/ whose name gives no thread id alone, and doctor should not choke on it', async () => {
+    const dir = tempDir('spindle-leftovers-planted')
+    await (await createRuntime({ dir, model, userConfig: null })).close()
+    fs.mkdirSync(path.join(dir, 'tmp'), { recursive: true })
+    // Upper case: no thread has such an id, so the file is none of spindle's.
+    const planted = path.join(dir, 'tmp', `Not-A-Thread.cancel.requested.claimed-${markWith({ 0: String(deadPid()), 2: '00000000' })}-a1b2c3`)
+    fs.writeFileSync(planted, '{"nonce":"n"}')
 
-  it('should start the next request log line on a line of its own, so that only the cut one is lost', () => {
-    const dir = tempDir('spindle-log-cut')
-    fs.writeFileSync(path.join(dir, 'requests.log.jsonl'), `${JSON.stringify(entry('first'))}\n${JSON.stringify(entry('cut')).slice(0, 25)}`)
-    expect(logRequest(dir, entry('after'))).toBeNull()
-    expect(readRequestLog(dir).map((e) => e.reason)).toEqual(['first', 'after'])
-  })
-
-  it('should read a ring after a ring cut short', () => {
-    const dir = tempDir('spindle-bell-cut')
-    const reader = new BellReader(dir)
-    reader.read()
-    fs.writeFileSync(path.join(dir, BELL_FILE), 'cut-sh')
-    ringBell(dir, 'after-aaaaaaaaaaaa')
-    expect(reader.read().ids.has('after-aaaaaaaaaaaa')).toBe(true)
+    expect(doctor(dir).findings.filter((f) => f.code === 'LEFTOVER_FILE')).toEqual([])
+    const next = await createRuntime({ dir, model, userConfig: null })
+    open.push(next)
+    await next.checkRequests({ sweep: true })
+    expect(fs.existsSync(planted)).toBe(true)
   })
 })
