@@ -65,12 +65,13 @@ export interface EffectHost {
   toolIntent(threadId: string, idempotencyKey: string): ToolCut | null
   /**
    * Records the intent to run a tool call and waits until that record is durable. Null, with
-   * nothing recorded, once the runtime is closing: the call is left to the next process. From its
-   * intent on, the call is under way until the returned function is called (once its result is
-   * delivered, or it was stopped): a closing runtime lets it finish within
+   * nothing recorded, once the runtime is closing (the call is left to the next process) or when
+   * the step was stopped (`signal` aborted) while it waited for its turn: the tool will not run.
+   * From its intent on, the call is under way until the returned function is called (once its
+   * result is delivered, or it was stopped): a closing runtime lets it finish within
    * `timeouts.shutdownGraceMs` and records its result.
    */
-  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<(() => void) | null>
+  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }, signal: AbortSignal): Promise<(() => void) | null>
   /** The runtime is closing: no effect starts any more (the next process takes the step). */
   closing(): boolean
   /** An unexpected exception inside an effect: the supervisor restarts the thread or ends it in `error`. */
@@ -319,7 +320,7 @@ export function runToolLogic(host: EffectHost) {
         host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
         return
       }
-      underWay = await host.recordToolIntent(threadId, key, call)
+      underWay = await host.recordToolIntent(threadId, key, call, controller.signal)
       if (!underWay) return
       try {
         if (stopped) return
