@@ -31,7 +31,11 @@ export type ToolCut = 'crash' | 'shutdown'
 /** What the runtime lends to effects. Effects never touch persistence or the machine directly. */
 export interface EffectHost {
   readonly clock: Clock
-  readonly model: ModelAdapter
+  /**
+   * The model a thread runs on: its name among the runtime's models and its adapter. Throws
+   * MODEL_NOT_FOUND when the runtime has no model of the thread's name.
+   */
+  model(threadId: string): { name: string; adapter: ModelAdapter }
   readonly tools: ReadonlyMap<string, Tool>
   readonly toolDefinitions: readonly ToolDefinition[]
   /** The tools a thread may use (its directive's `tools`), or null for every tool of the runtime. */
@@ -207,9 +211,11 @@ export function callModelLogic(host: EffectHost) {
       const timer = host.clock.setTimeout(() => controller.abort(timeout), host.modelTimeoutMs)
       let event: ThreadEvent
       try {
+        // Inside the try: a model this runtime lacks fails the attempt like any other failure.
+        const model = host.model(input.threadId)
         // Async, so that an adapter throwing before it returns a promise fails like any other.
         const generate = async (): Promise<unknown> =>
-          host.model.generate({
+          model.adapter.generate({
             threadId: input.threadId,
             ...directiveFields(host.directive(input.threadId)),
             turn: input.turn,
@@ -222,11 +228,11 @@ export function callModelLogic(host: EffectHost) {
         const checked = ModelResponseSchema.safeParse(raw)
         if (!checked.success) {
           const issue = checked.error.issues[0]!
-          throw new InvalidModelResponseError(host.model.name, `${issue.path.join('.') || 'the response'}: ${issue.message}`)
+          throw new InvalidModelResponseError(model.adapter.name, `${issue.path.join('.') || 'the response'}: ${issue.message}`)
         }
         const reply = checked.data as ModelResponse
         uniqueCallIds(reply.toolCalls)
-        for (const call of reply.toolCalls) call.input = recordableInput(host.model.name, call)
+        for (const call of reply.toolCalls) call.input = recordableInput(model.adapter.name, call)
         event = {
           type: 'MODEL_REPLIED',
           at: host.clock.now(),
@@ -235,6 +241,7 @@ export function callModelLogic(host: EffectHost) {
           text: reply.text,
           toolCalls: reply.toolCalls,
           usage: reply.usage,
+          model: model.name,
         }
       } catch (error) {
         const timedOut = controller.signal.aborted && controller.signal.reason === timeout

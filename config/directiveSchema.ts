@@ -22,7 +22,7 @@ export const DirectiveFrontMatterSchema = z.strictObject({
    * are filled in as in the prompt ({{name}}). A YAML block (`instructions: |`) keeps line breaks.
    */
   instructions: z.string().min(1).optional(),
-  /** Which model runs it: `scripted` (built in) in the CLI; host code passes its own adapter. */
+  /** The name of one of the runtime's models (`createRuntime({ models })`) to run it on; the CLI runs every directive on its scripted model. */
   model: z.string().min(1).optional(),
   limits: ConfigLayerSchema.shape.limits,
   retry: ConfigLayerSchema.shape.retry,

@@ -17,8 +17,8 @@
  */
 import { and, setup } from 'xstate'
 import { assign } from './assign.js'
-import type { ErrorCategory, ThreadEvent } from './threadEvents.js'
-import type { ThreadContext, ThreadInput } from './threadContext.js'
+import type { ErrorCategory, ModelUsage, ThreadEvent } from './threadEvents.js'
+import type { ThreadContext, ThreadInput, UsageTotals } from './threadContext.js'
 import { exceeded } from './threadContext.js'
 import type { TerminalStatus, ThreadOutcome } from './threadOutcome.js'
 import { outcomeOf } from './threadOutcome.js'
@@ -45,6 +45,16 @@ function isCurrentFailure(
   event: ThreadEvent,
 ): event is Extract<ThreadEvent, { type: 'MODEL_FAILED' }> {
   return event.type === 'MODEL_FAILED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt
+}
+
+/** Totals with one more reply counted in. */
+function addReply(totals: UsageTotals | undefined, usage: ModelUsage): UsageTotals {
+  return {
+    turns: (totals?.turns ?? 0) + 1,
+    inputTokens: (totals?.inputTokens ?? 0) + usage.inputTokens,
+    outputTokens: (totals?.outputTokens ?? 0) + usage.outputTokens,
+    spend: (totals?.spend ?? 0) + (usage.cost ?? 0),
+  }
 }
 
 function isRetryable(category: ErrorCategory): boolean {
@@ -106,10 +116,12 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         usage: {
-          turns: context.usage.turns + 1,
-          inputTokens: context.usage.inputTokens + event.usage.inputTokens,
-          outputTokens: context.usage.outputTokens + event.usage.outputTokens,
-          spend: context.usage.spend + (event.usage.cost ?? 0),
+          ...addReply(context.usage, event.usage),
+          ...(event.model !== undefined
+            ? { byModel: { ...context.usage.byModel, [event.model]: addReply(context.usage.byModel?.[event.model], event.usage) } }
+            : context.usage.byModel
+              ? { byModel: context.usage.byModel }
+              : {}),
         },
         toolCalls: event.toolCalls,
         toolsDone: [],

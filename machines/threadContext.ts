@@ -17,11 +17,20 @@ export interface LimitHit {
   requestId: string | null
 }
 
-export interface Usage {
+/** What a thread's model calls used: replies (turns), tokens and US dollars. */
+export interface UsageTotals {
   turns: number
   inputTokens: number
   outputTokens: number
   spend: number
+}
+
+export interface Usage extends UsageTotals {
+  /**
+   * The same, per model name (`default`, `fast` …) of the replies that named one. Absent until
+   * such a reply; a continuation carries it on with the rest.
+   */
+  byModel?: Record<string, UsageTotals>
 }
 
 /**
@@ -39,6 +48,11 @@ export interface ThreadDirective {
    * a thread carried on later runs with the instructions it started with.
    */
   instructions?: string
+  /**
+   * The name of the runtime's model that runs the thread (`createRuntime({ models })`); absent:
+   * `default`.
+   */
+  model?: string
 }
 
 export interface ThreadContext {

@@ -62,6 +62,8 @@ export type ThreadEvent =
       text: string
       toolCalls: ToolCall[]
       usage: ModelUsage
+      /** The name of the runtime's model that replied (`default`, `fast` …); absent in transcripts from before several models. */
+      model?: string
     }
   | {
       type: 'MODEL_FAILED'

@@ -64,7 +64,8 @@ export async function runDirective(options: {
   const interrupted = (): void => {}
   for (const signal of INTERRUPTS) process.on(signal, interrupted)
   try {
-    const thread = await rt.spawn({ directive })
+    // The CLI has one model, its scripted one: a directive's `model` names a model of host code's.
+    const thread = await rt.spawn({ directive, model: 'default' })
     say(`${thread.id}: started (${file.file})`)
     let last = ''
     thread.subscribe((view) => {

@@ -91,8 +91,14 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
   if (state) {
     const c = state.context
     if (c.directive.instructions) lines.push(['instructions', oneLine(c.directive.instructions, 240)])
+    if (c.directive.model) lines.push(['model', c.directive.model])
     lines.push(['state', `${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`])
     lines.push(['usage', `${plural(c.usage.turns, 'turn')}, ${c.usage.inputTokens}+${c.usage.outputTokens} ${c.usage.inputTokens + c.usage.outputTokens === 1 ? 'token' : 'tokens'}, ${formatUsd(c.usage.spend)}`])
+    const byModel = Object.entries(c.usage.byModel ?? {})
+    // One model's line would only repeat the usage line.
+    if (byModel.length > 1) {
+      lines.push(['by model', byModel.map(([name, u]) => `${name} ${plural(u.turns, 'turn')}, ${u.inputTokens}+${u.outputTokens} tokens, ${formatUsd(u.spend)}`).join('; ')])
+    }
     lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
     if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])

@@ -261,6 +261,9 @@ export function classifyError(error: unknown, now = Date.now(), patterns: readon
     if (isSpindleError(top) && top.code === 'MODEL_SCRIPT_EXHAUSTED') return 'permanent'
     // timeouts.modelMs ran out: the provider may answer the next attempt in time.
     if (isSpindleError(top) && top.code === 'MODEL_TIMEOUT') return 'transient'
+    // This runtime lacks the thread's model: one with it may carry the thread on. The thread
+    // suspends after its retries instead of ending, so `resume` can carry it on then.
+    if (isSpindleError(top) && top.code === 'MODEL_NOT_FOUND') return 'transient'
     if (top instanceof Error && (top.name === 'AbortError' || top.name === 'TimeoutError')) return 'transient'
     const byCode = providerCode !== undefined ? CODES[providerCode] : undefined
     if (byCode === undefined && networkCode !== undefined) return 'transient'

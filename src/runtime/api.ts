@@ -20,7 +20,14 @@ import type { InspectionEvent } from 'xstate'
 export interface RuntimeOptions {
   /** Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. */
   dir: string
-  model: ModelAdapter
+  /** The model threads run on; the same as `models: { default: model }`. */
+  model?: ModelAdapter
+  /**
+   * Several models by name, e.g. `{ default, fast, smart }`: a directive, a spawn or a
+   * `spawn_thread` call names the one its thread runs on (a child inherits its parent's unless it
+   * names its own); `default` runs threads that name none. Give `model` or `models`, not both.
+   */
+  models?: Record<string, ModelAdapter>
   tools?: Tool<any>[]
   /**
    * 'fsync' (default): an acknowledged step survives power loss — every effect waits until the
@@ -134,6 +141,8 @@ export interface DirectiveSpec {
    * with `spawn_thread` has only the instructions that call gives it.
    */
   instructions?: string
+  /** The name of one of the runtime's `models` to run it on (default: its parent's, else `default`). */
+  model?: string
   /** The tools the thread may use, by name (each must be a tool of the runtime); absent: all of them. */
   tools?: string[]
   /**
@@ -150,6 +159,8 @@ export interface DirectiveSpec {
 
 export interface SpawnOptions {
   directive: DirectiveSpec
+  /** The name of one of the runtime's `models`, over the directive's `model`. */
+  model?: string
   /** Per-spawn overrides, over the directive's. A child's limits are also capped by its parent's. */
   limits?: Partial<Limits>
   retry?: Partial<RetryPolicy>

@@ -5,7 +5,6 @@
  */
 import { systemClock } from '../base/clock.js'
 import { SpindleError } from '../base/errors.js'
-import type { ModelAdapter } from '../../actors/model.js'
 import type { ThreadEffects } from '../../actors/threadEffects.js'
 import { createThreadEffects } from '../../actors/threadEffects.js'
 import type { Config } from '../../config/schema.js'
@@ -26,6 +25,7 @@ import { registerIntrospection } from './introspect.js'
 import { Leases } from './leases.js'
 import { ThreadLoader } from './loadThread.js'
 import { ModelGate } from './modelGate.js'
+import { Models, modelsByName } from './models.js'
 import { openStores } from './openStores.js'
 import type { Stores } from './openStores.js'
 import type { Parts } from './parts.js'
@@ -50,11 +50,8 @@ function validateOptions(options: RuntimeOptions): Durability {
       details: { field: 'dir' },
     })
   }
-  if (!options.model || typeof (options.model as ModelAdapter).generate !== 'function') {
-    throw new SpindleError('INVALID_OPTIONS', 'createRuntime needs `model`, a model adapter such as scriptedModel(script).', {
-      details: { field: 'model' },
-    })
-  }
+  // Checked before anything is opened; built again (cheaply) where the parts are wired.
+  modelsByName(options)
   validShutdownSignals(options.shutdownSignals)
   const durability: Durability = options.durability ?? 'fsync'
   if (durability !== 'fsync' && durability !== 'process') {
@@ -136,6 +133,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const clock = clockOf(options)
   const life = new Lifecycle()
   const { config, hooks } = resolveSettings(options, dir, bus)
+  const models = new Models(modelsByName(options))
   const { transcripts, checkpoints, registry } = stores
   const crashLoop = new CrashLoopGuard(registry, config.supervision.maxRecoveries, (error, threadId) => bus.report(error, threadId), {
     ms: config.supervision.aloneMs,
@@ -211,8 +209,8 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
           },
         })
   const tools = toolTable(builtin, options.tools ?? [])
-  const spawner: Spawner = new Spawner({ dir, config, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
-  const gate = new ModelGate({ model: options.model, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
+  const spawner: Spawner = new Spawner({ dir, config, models, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
+  const gate = new ModelGate({ models, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
   const approvals = new Approvals({ inbox: stores.inbox, transcripts, commit, clock, bus, life })
   const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
@@ -270,7 +268,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, model: options.model, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, decisions, parking, reactions, supervisor, bus }),
+    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, decisions, parking, reactions, supervisor, bus }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {

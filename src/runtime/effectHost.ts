@@ -5,7 +5,6 @@
  */
 import type { Clock } from '../base/clock.js'
 import { isSpindleError } from '../base/errors.js'
-import type { ModelAdapter } from '../../actors/model.js'
 import type { EffectHost } from '../../actors/threadEffects.js'
 import type { Tool } from '../../actors/tools.js'
 import { toolDefinition } from '../../actors/tools.js'
@@ -22,13 +21,15 @@ import type { Reactions } from './reactions.js'
 import type { Shutdown } from './shutdown.js'
 import type { Supervisor } from './supervisor.js'
 import type { ThreadTable } from './threadTable.js'
+import { DEFAULT_MODEL } from './models.js'
+import type { Models } from './models.js'
 
 /** Errors that say a thread's own files are damaged: the thread cannot go on from them, and they are left as they are. */
 const DAMAGED_FILES = new Set<string>(['TRANSCRIPT_CHAIN_BROKEN', 'TRANSCRIPT_CORRUPT', 'STATE_CORRUPT'])
 
 export interface EffectHostDeps {
   clock: Clock
-  model: ModelAdapter
+  models: Models
   tools: ReadonlyMap<string, Tool>
   /**
    * Tools a closing runtime stops at once rather than letting them finish: the built-in ones, which
@@ -80,7 +81,10 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
 
   return {
     clock: deps.clock,
-    model: deps.model,
+    model: (id) => {
+      const name = table.running(id).directive().model ?? DEFAULT_MODEL
+      return { name, adapter: deps.models.get(name, id) }
+    },
     tools: deps.tools,
     toolDefinitions: [...deps.tools.values()].map(toolDefinition),
     allowedTools: (id) => {

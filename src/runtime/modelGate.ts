@@ -5,7 +5,6 @@
  */
 import type { Clock } from '../base/clock.js'
 import { newThreadId } from '../base/ids.js'
-import type { ModelAdapter } from '../../actors/model.js'
 import type { Config } from '../../config/schema.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import type { RecoveryStore, Registry } from '../../persistence/types.js'
@@ -16,6 +15,8 @@ import { checkGovernance } from '../policies/governance.js'
 import type { HookInput } from '../policies/hookInput.js'
 import type { Budgets } from './budgets.js'
 import type { Emitter } from './events.js'
+import { DEFAULT_MODEL } from './models.js'
+import type { Models } from './models.js'
 import type { Parking } from './parking.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { ThreadStarter } from './threadStarter.js'
@@ -24,7 +25,7 @@ import type { ThreadTable } from './threadTable.js'
 type HandOffCause = 'context_window_pressure' | 'context_length' | 'reduced_context'
 
 export interface ModelGateDeps {
-  model: Pick<ModelAdapter, 'contextWindow'>
+  models: Pick<Models, 'has' | 'get'>
   table: ThreadTable
   registry: Registry
   recoveryStore: Pick<RecoveryStore, 'degradeStep' | 'bumpDegradeStep'>
@@ -43,6 +44,12 @@ export class ModelGate {
 
   constructor(private readonly deps: ModelGateDeps) {}
 
+  /** The context window of the thread's model, when its adapter says (none for a model this runtime lacks). */
+  private windowOf(thread: LiveThread): number | undefined {
+    const name = thread.directive().model
+    return this.deps.models.has(name ?? DEFAULT_MODEL) ? this.deps.models.get(name).contextWindow : undefined
+  }
+
   async beforeModelCall(id: string, at: { turn: number; attempt: number }): Promise<'proceed' | 'stop'> {
     const { table, registry, budgets, clock, config } = this.deps
     const thread = table.get(id)
@@ -51,7 +58,7 @@ export class ModelGate {
     // History just read back (recovery, restart) of a thread killed between registering its
     // successor and recording the hand-off: the successor runs the task; hand off before any call.
     if (toCheck && registry.successorOf(id) !== null) {
-      const window = this.deps.model.contextWindow
+      const window = this.windowOf(thread)
       const pressed = window !== undefined && thread.context().promptTokens / window >= config.context.pressureRatio
       await this.handOff(thread, pressed ? 'context_window_pressure' : 'context_length')
       return 'stop'
@@ -69,7 +76,7 @@ export class ModelGate {
     }
     const context = thread.context()
     if ((await this.govern(thread, context)) === 'stopped') return 'stop'
-    const window = this.deps.model.contextWindow
+    const window = this.windowOf(thread)
     if (window && context.promptTokens > 0) {
       const ratio = context.promptTokens / window
       if (ratio >= config.context.pressureRatio) {
@@ -145,7 +152,7 @@ export class ModelGate {
       if (existing) {
         nextId = existing.id
       } else {
-        const window = this.deps.model.contextWindow ?? config.context.defaultContextWindow
+        const window = this.windowOf(thread) ?? config.context.defaultContextWindow
         const ceiling = config.context.resumeCeilingTokens ?? Math.floor(window * config.context.resumeCeilingRatio)
         // A provider that refused the history outright gets half of that.
         const messages = continuationMessages(thread.messages(), {

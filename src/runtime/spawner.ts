@@ -26,8 +26,11 @@ import { validateLayer } from './settings.js'
 import { notCreated } from './threadStarter.js'
 import type { ThreadStarter } from './threadStarter.js'
 import type { ThreadTable } from './threadTable.js'
+import { DEFAULT_MODEL } from './models.js'
+import type { Models } from './models.js'
 
 export interface SpawnerDeps {
+  models: Pick<Models, 'has' | 'names' | 'notFound'>
   dir: string
   config: Config
   toolNames: ReadonlySet<string>
@@ -63,7 +66,7 @@ export class Spawner {
   /** Resolves, reserves and starts a thread; `id` and `task` are set by spawn_thread and recovery attempts. */
   async spawn(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
     const { toolNames, table, leases, budgets } = this.deps
-    const { name, prompt, instructions, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
+    const { name, prompt, instructions, model: directiveModel, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
     if (allowedTools !== undefined) {
       const unknown = allowedTools.filter((tool) => !toolNames.has(tool))
       if (!Array.isArray(allowedTools) || unknown.length > 0) {
@@ -114,8 +117,9 @@ export class Spawner {
       const capped = capPermissions(parentPermissions, policy.permissions)
       if (capped) policy.permissions = { ...capped }
     }
+    const model = this.modelOf(options.model ?? directiveModel, options.parentId)
     // Empty instructions are none: the model is sent no system message at all.
-    const directive: ThreadDirective = { name, prompt, ...(instructions ? { instructions } : {}) }
+    const directive: ThreadDirective = { name, prompt, ...(instructions ? { instructions } : {}), ...(model !== DEFAULT_MODEL ? { model } : {}) }
     const threadId = id ?? newThreadId(directive.name)
     // Before its lease is taken (renewed, were it this process's): nothing of a live thread is touched.
     table.assertVacant(threadId)
@@ -185,6 +189,7 @@ export class Spawner {
           ...(parentTools ? { tools: parentTools } : {}),
         },
         ...(spec.limits ? { limits: spec.limits } : {}),
+        ...(spec.model ? { model: spec.model } : {}),
         parentId,
       },
       id,
@@ -198,6 +203,18 @@ export class Spawner {
     // A cancel of the parent that arrives now must wait for this child: it is not registered yet.
     const thread = await family.track(parentId, id, spawning)
     return { threadId: id, status: thread.status, limits: thread.context().limits, existing: false }
+  }
+
+  /** The model a new thread runs on: the one named, else its parent's, else `default`; refused unless the runtime has it. */
+  private modelOf(named: unknown, parentId: string | undefined): string {
+    if (named !== undefined && typeof named !== 'string') {
+      throw new SpindleError('INVALID_OPTIONS', `model must be the name of one of the runtime's models (${this.deps.models.names().join(', ')}), not ${typeof named}.`, {
+        details: { field: 'model' },
+      })
+    }
+    const model = named ?? (parentId !== undefined ? this.deps.table.contextOf(parentId)?.directive.model : undefined) ?? DEFAULT_MODEL
+    if (!this.deps.models.has(model)) throw this.deps.models.notFound(model)
+    return model
   }
 
   /**

@@ -118,6 +118,7 @@ export class TaskRecovery {
             // A handler of the same directive is the same agent trying again; another one is told
             // nothing of the failed agent's role.
             ...(record.handler === context.directive.name && context.directive.instructions ? { instructions: context.directive.instructions } : {}),
+            ...(record.handler === context.directive.name && context.directive.model ? { model: context.directive.model } : {}),
           },
           ...(failed.parentId ? { parentId: failed.parentId } : {}),
         },

@@ -26,6 +26,10 @@ export const SpawnThreadInput = z.strictObject({
     .string()
     .optional()
     .describe("The child's system prompt: its role and how to work. It does not inherit yours; give it what it needs."),
+  model: z
+    .string()
+    .optional()
+    .describe("The name of one of the runtime's models to run the child on (e.g. a faster or a stronger one); default: yours."),
   limits: LimitsInput.optional(),
 })
 
