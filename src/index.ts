@@ -9,6 +9,7 @@ export type {
   SpawnOptions,
   DirectiveSpec,
   ApproveOptions,
+  FollowUpOptions,
   CancelResult,
   RequestsReport,
   RecoveryReport,

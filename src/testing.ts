@@ -77,6 +77,7 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     approve: (id, approveOptions) => runtime.approve(id, approveOptions),
     deny: (id, reason, denyOptions) => runtime.deny(id, reason, denyOptions),
     resume: (id, resumeOptions) => runtime.resume(id, resumeOptions),
+    followUp: (id, message, followUpOptions) => runtime.followUp(id, message, followUpOptions),
     checkRequests: (requestOptions) => runtime.checkRequests(requestOptions),
     waitThreads: (ids, waitOptions) => runtime.waitThreads(ids, waitOptions),
     chain: (id) => runtime.chain(id),

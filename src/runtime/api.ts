@@ -104,6 +104,7 @@ export type LifecycleEvent =
    * process running it died: it is suspended (CRASH_LOOP) instead of run again. `seq`: where it stuck.
    */
   | { type: 'thread_quarantined'; at: number; threadId: string; recoveries: number; seq: number; error: { code: 'CRASH_LOOP'; message: string } }
+  | { type: 'thread_followed_up'; at: number; threadId: string; nextThreadId: string }
   | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' | 'reduced_context' }
   | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }
   /** A thread's share of its tree's budget ran out: it suspended (reason `budget`). */
@@ -173,6 +174,11 @@ export interface SpawnOptions {
   childStrategy?: SupervisionStrategy
 }
 
+export interface FollowUpOptions {
+  /** Limits over the conversation's so far: they count its whole usage, not this exchange's alone. */
+  limits?: Partial<Limits>
+}
+
 export interface ApproveOptions {
   /** New limits; default: the proposal of the approval request. */
   limits?: Partial<Limits>
@@ -240,6 +246,14 @@ export interface Runtime {
   deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome>
   /** Carries on a thread suspended for a reason other than a limit (an error that outlasted its retries). */
   resume(id: string, options?: { by?: string }): Promise<ThreadHandle>
+  /**
+   * The next user message of a conversation: starts the successor of a completed thread spawned by
+   * host code, with the whole conversation so far, its directive, limits and usage carried on, and
+   * the message as the last user turn. Resolves with the successor's handle once it is durable.
+   * FOLLOW_UP_REFUSED for a thread not completed, a child, or one already followed up (the message
+   * names the conversation's latest thread).
+   */
+  followUp(id: string, message: string, options?: FollowUpOptions): Promise<ThreadHandle>
   /** Acts on cancel and approval-response files now (the runtime also polls for them). */
   checkRequests(options?: { sweep?: boolean }): Promise<RequestsReport>
   /**

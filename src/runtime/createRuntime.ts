@@ -17,6 +17,7 @@ import { Approvals } from './approvals.js'
 import { Budgets } from './budgets.js'
 import { CrashLoopGuard } from './crashLoop.js'
 import { Decisions } from './decisions.js'
+import { FollowUps } from './followUps.js'
 import { createEffectHost } from './effectHost.js'
 import { EventBus, Lifecycle } from './events.js'
 import { Family } from './family.js'
@@ -253,6 +254,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     bus,
     life,
   })
+  const followUps = new FollowUps({ dir, registry, table, transcripts, budgets, policies, starter, clock, bus })
   const inbox = new InboxPoller({
     dir,
     inbox: stores.inbox,
@@ -310,6 +312,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     loader,
     recovery,
     decisions,
+    followUps,
     inbox,
     shutdown,
   }

@@ -8,6 +8,7 @@ import type { Approvals } from './approvals.js'
 import type { Budgets } from './budgets.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import type { Decisions } from './decisions.js'
+import type { FollowUps } from './followUps.js'
 import type { EventBus, Lifecycle } from './events.js'
 import type { Family } from './family.js'
 import type { InboxPoller } from './inboxPoller.js'
@@ -55,6 +56,7 @@ export interface Parts {
   loader: ThreadLoader
   recovery: Recovery
   decisions: Decisions
+  followUps: FollowUps
   inbox: InboxPoller
   shutdown: Shutdown
 }

@@ -13,7 +13,7 @@ import type { ThreadHandle } from '../thread/threadView.js'
 import { viewOf } from '../thread/threadView.js'
 import { isActive } from '../thread/threadStatus.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
-import type { ApproveOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions } from './api.js'
+import type { ApproveOptions, FollowUpOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions } from './api.js'
 import type { Parts } from './parts.js'
 import { TOOL_ABORTED_AT_SHUTDOWN } from './shutdown.js'
 import { validateSpawn } from './spawner.js'
@@ -107,6 +107,11 @@ export class SpindleRuntime implements Runtime {
 
   resume(id: string, options?: { by?: string }): Promise<ThreadHandle> {
     return this.parts.decisions.resume(id, options)
+  }
+
+  followUp(id: string, message: string, options?: FollowUpOptions): Promise<ThreadHandle> {
+    this.parts.life.assertOpen()
+    return this.parts.followUps.followUp(id, message, options)
   }
 
   settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason?: string): Promise<ThreadOutcome> {
