@@ -140,3 +140,97 @@ describe('group commit in a process that lost threads to another', () => {
     t.registry.close()
   })
 })
+
+/**
+ * Issue 22, item 7: `done` waits for the settle round, which makes a stopped thread's end durable —
+ * its transcript file, its state.json, its registry row — and waits for no checkpoint round of the
+ * threads still running. Real stores (fsync); the checkpoint round under way is held by a sync of
+ * every staged state.json whose transcript sync has not returned.
+ */
+describe('group commit: a stopped thread settles in a round of its own', () => {
+  const STOPPED = 'stopped-aaaaaaaaaaaa'
+  const RUNNING = 'running-aaaaaaaaaaaa'
+
+  async function twoRunning() {
+    const root = tempDir('spindle-group-commit-settle')
+    const paths = dataPaths(root)
+    const transcripts = createJsonlTranscriptStore({ paths, durability: 'fsync' })
+    const checkpoints = createFileCheckpointStore({ paths, durability: 'fsync' })
+    const registry = openSqliteRegistry({ path: path.join(root, 'registry.db'), durability: 'fsync' })
+    const commit = new GroupCommit({ transcripts, checkpoints, registry })
+    for (const id of [STOPPED, RUNNING]) {
+      transcripts.open(id)
+      transcripts.append(id, 'NOTE', { step: 1 })
+      commit.stageRegistration({ id, directiveName: id.split('-')[0]!, directive: {}, nonce: 'n', createdAt: 0 })
+      checkpoints.stage(id, envelope(id, 1))
+      commit.noteCheckpoint(id)
+      commit.stageRegistry(id, { status: 'running', at: 1 })
+    }
+    await commit.whenDurable()
+    /** What a process opening the directory now would read: state.json from disk, the registry row through its own connection. */
+    const onDisk = (id: string) => {
+      const state = JSON.parse(fs.readFileSync(path.join(paths.threads, id, 'state.json'), 'utf8')) as { status: string; transcript: { seq: number } }
+      const reader = openSqliteRegistry({ path: path.join(root, 'registry.db'), durability: 'fsync' })
+      try {
+        const row = reader.get(id)!
+        return { state: state.status, seq: state.transcript.seq, row: row.status, result: row.result, spend: row.cost?.spend ?? 0 }
+      } finally {
+        reader.close()
+      }
+    }
+    return { transcripts, checkpoints, registry, commit, onDisk }
+  }
+
+  it("should settle a stopped thread while a checkpoint round that took its end is held, with its end on disk, and the held round publish nothing older of it", async () => {
+    const t = await twoRunning()
+    // Both step on; then STOPPED ends. Its end is staged before the checkpoint round starts.
+    t.transcripts.append(STOPPED, 'NOTE', { step: 2 })
+    t.checkpoints.stage(RUNNING, envelope(RUNNING, 2))
+    t.commit.noteCheckpoint(RUNNING)
+    t.commit.stageRegistry(RUNNING, { cost: { turns: 2, inputTokens: 0, outputTokens: 0, spend: 0.5 } })
+    t.checkpoints.stage(STOPPED, { ...envelope(STOPPED, 2), status: 'completed' })
+    t.commit.noteCheckpoint(STOPPED)
+    t.commit.stageRegistry(STOPPED, { status: 'completed', at: 2, outcome: { result: 'the end' } })
+
+    // The fault: a slow disk holds a checkpoint round of everything staged (its transcript sync
+    // has not returned), and the group commit's own round, which took the registry changes, queues behind it.
+    let release!: () => void
+    const held = t.checkpoints.sync({ beforePublish: () => new Promise<void>((resolve) => (release = resolve)) })
+    const commitsBefore = t.commit.stats.commits
+    let roundDone = false
+    const round = t.commit.whenDurable().then(() => void (roundDone = true))
+    await new Promise((resolve) => setImmediate(resolve))
+
+    await t.commit.whenSettled(STOPPED)
+    // What must hold: the end is on disk, and no checkpoint round ran for it.
+    expect(t.onDisk(STOPPED)).toMatchObject({ state: 'completed', seq: 2, row: 'completed', result: 'the end' })
+    expect(t.onDisk(RUNNING)).toMatchObject({ state: 'running', seq: 1, row: 'running', spend: 0 })
+    expect(roundDone).toBe(false)
+    expect(t.commit.stats).toMatchObject({ commits: commitsBefore, settleCommits: 1 })
+
+    // Once the disk answers, the held rounds publish the running thread, and nothing of the stopped one.
+    release()
+    await held
+    await round
+    expect(t.onDisk(RUNNING)).toMatchObject({ state: 'running', seq: 2, row: 'running', spend: 0.5 })
+    expect(t.onDisk(STOPPED)).toMatchObject({ state: 'completed', seq: 2, row: 'completed', result: 'the end' })
+    t.registry.close()
+  })
+
+  it('should make the stopped thread wait for the round that registers it when its registration has not committed', async () => {
+    const t = await twoRunning()
+    const NEW = 'new-aaaaaaaaaaaa'
+    t.transcripts.open(NEW)
+    t.transcripts.append(NEW, 'NOTE', { step: 1 })
+    t.commit.stageRegistration({ id: NEW, directiveName: 'new', directive: {}, nonce: 'n', createdAt: 0 })
+    t.checkpoints.stage(NEW, { ...envelope(NEW, 1), status: 'cancelled' })
+    t.commit.noteCheckpoint(NEW)
+    t.commit.stageRegistry(NEW, { status: 'cancelled', at: 1, outcome: { result: null } })
+    const commitsBefore = t.commit.stats.commits
+    await t.commit.whenSettled(NEW)
+    // Its row, state.json and status commit together: a registered thread always has files.
+    expect(t.onDisk(NEW)).toMatchObject({ state: 'cancelled', seq: 1, row: 'cancelled' })
+    expect(t.commit.stats).toMatchObject({ commits: commitsBefore + 1, settleCommits: 0 })
+    t.registry.close()
+  })
+})
