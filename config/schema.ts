@@ -33,6 +33,12 @@ export const RetrySchema = z.strictObject({
 export const TimeoutsSchema = z.strictObject({
   modelMs: z.number().positive().describe('A model call still running after this many ms is abandoned and counts as a transient failure, retried under `retry`.'),
   toolMs: z.number().positive().describe('Time a tool call may take, in ms, for tools that set no timeout of their own; a call that takes longer is stopped and the model gets a TOOL_TIMEOUT error result.'),
+  shutdownGraceMs: z
+    .number()
+    .nonnegative()
+    .describe(
+      'When the runtime closes (`rt.close()`, or a signal of `shutdownSignals`), how long tool calls already running may take to finish, in ms: their results are recorded as usual. Nothing new starts meanwhile; what is still running after it is aborted, and the model is told on the next run that the process shut down. Keep it below the time your process manager waits before it kills (10 s for `docker stop`); 0 aborts at once.',
+    ),
 })
 
 export const ERROR_CATEGORIES = [
@@ -261,7 +267,7 @@ export const ConfigSchema = z.strictObject({
   retry: RetrySchema.describe(
     'How failed model calls are retried: with exponential backoff and jitter, up to a cap. When the retries are used up the thread suspends (`spindle resume` carries it on); a permanent failure is not retried and ends the thread in `error`.',
   ),
-  timeouts: TimeoutsSchema.describe('How long a model call and a tool call may take.'),
+  timeouts: TimeoutsSchema.describe('How long a model call and a tool call may take, and how long a closing runtime waits for the tool calls under way.'),
   errors: z
     .strictObject({
       patterns: z

@@ -3,6 +3,7 @@
  * implementation per backend behind each. Side effects live behind these; nothing here knows
  * about machines beyond "a persisted snapshot is JSON".
  */
+import type { SuspendReason } from '../machines/threadContext.js'
 import type { PrefetchedState, PrefetchedTranscript } from './prefetch.js'
 
 export type ThreadStatus = 'created' | 'running' | 'suspended' | 'completed' | 'error' | 'cancelled' | 'continued'
@@ -162,10 +163,16 @@ export interface ThreadRecord {
   parentId: string | null
   previousThreadId: string | null
   status: ThreadStatus
+  /**
+   * Why a suspended thread waits (a limit, errors, its budget, a crash-loop quarantine …); null
+   * in any other status. Set with the status it explains.
+   */
+  suspendReason: SuspendReason | null
+  /** The secret a request file for the thread must carry: never print it. */
   nonce: string
   /** ms since epoch */
   createdAt: number
-  /** ms since epoch */
+  /** ms since epoch: the last change of status (not of cost). */
   updatedAt: number
   cost: Cost | null
   result: unknown
@@ -194,7 +201,11 @@ export interface RecoveryCount {
 
 export interface Registry {
   register(thread: RegisterThread): void
-  updateStatus(id: string, status: ThreadStatus, at: number): void
+  /**
+   * Sets the thread's status, the time of the change and its suspend reason: `suspendReason` when
+   * `status` is 'suspended' (null when not given), null for any other status.
+   */
+  updateStatus(id: string, status: ThreadStatus, at: number, suspendReason?: SuspendReason | null): void
   get(id: string): ThreadRecord | null
   setResult(id: string, outcome: { result?: unknown; error?: { code: string; message: string } | null }): void
   updateCostSnapshot(id: string, cost: Cost): void

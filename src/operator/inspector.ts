@@ -10,10 +10,12 @@ import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { describeError, isSpindleError } from '../base/errors.js'
-import { recordOf, threadLog, withRegistry } from './operator.js'
+import { formatUsd } from '../base/money.js'
+import { threadLog } from './operator.js'
+import { recordOf, withRegistry } from './registryAccess.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
-import { dataPaths } from '../../persistence/paths.js'
+import { assertDataDir, dataPaths } from '../../persistence/paths.js'
 import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
 import { isActive } from '../thread/threadStatus.js'
 import { stepOfSnapshot } from '../thread/threadView.js'
@@ -105,6 +107,8 @@ async function body(request: http.IncomingMessage): Promise<unknown> {
 const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
 
 export async function startInspector(options: { dir: string; port?: number }): Promise<Inspector> {
+  // A page over a directory that is not there would only show errors, once a second.
+  assertDataDir(dataPaths(options.dir))
   const token = randomBytes(16).toString('hex')
   const expected = Buffer.from(token)
   const authorised = (request: http.IncomingMessage, url: URL): boolean => {
@@ -194,13 +198,14 @@ pre{white-space:pre-wrap;margin:0}.answered{color:#080;font-weight:600}.failed{c
 <div id="detail"><p>Select a thread.</p></div>
 <script>
 const token='__TOKEN__';let selected=null;let data=null;const failures={}
+${String(formatUsd)}
 const api=(path,opts={})=>fetch(path,{...opts,headers:{'x-spindle-token':token,'content-type':'application/json'}}).then(r=>r.json())
 const esc=s=>String(s).replace(/[&<>"]/g,c=>({'&':'&amp;','<':'&lt;','>':'&gt;','"':'&quot;'}[c]))
 // Cut, then escape (an entity cut in half shows as text: {&qu), by characters not UTF-16 units, and say so.
 const clip=(s,max)=>{const c=Array.from(String(s));return c.length<=max?esc(s):esc(c.slice(0,max).join(''))+'<span class="cut" title="cut at '+max+' characters">… '+(c.length-max)+' more characters</span>'}
 let chart='';api('/api/statechart').then(c=>{chart=c.svg;if(selected)renderDetail()})
 const flat=v=>typeof v==='string'?v:Object.entries(v).map(([k,s])=>k+'.'+flat(s)).join()
-function renderTree(nodes,depth){return nodes.map(n=>'<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+n.id+'" title="'+n.id+'" style="padding-left:'+(depth*14+4)+'px">'+(n.previousThreadId?'↪ ':'')+esc(n.directive)+' <span class="id">'+esc(n.id.slice(-4))+'</span> <span class="st '+n.status+'">'+n.status+'</span> $'+n.spend.toFixed(4)+(data.orphans[n.id]?' <span class="orphan" title="no live runtime process holds it">⚠ orphan</span>':'')+'</div>'+renderTree(n.children,depth+1)).join('')}
+function renderTree(nodes,depth){return nodes.map(n=>'<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+n.id+'" title="'+n.id+'" style="padding-left:'+(depth*14+4)+'px">'+(n.previousThreadId?'↪ ':'')+esc(n.directive)+' <span class="id">'+esc(n.id.slice(-4))+'</span> <span class="st '+n.status+'">'+n.status+'</span> '+formatUsd(n.spend)+(data.orphans[n.id]?' <span class="orphan" title="no live runtime process holds it">⚠ orphan</span>':'')+'</div>'+renderTree(n.children,depth+1)).join('')}
 async function refresh(){data=await api('/api/overview');document.getElementById('nodes').innerHTML=renderTree(data.tree,0)||'no threads';
 for(const el of document.querySelectorAll('.node'))el.onclick=()=>{selected=el.dataset.id;refresh()};if(selected)await renderDetail()}
 async function renderDetail(){const t=data.threads.find(x=>x.id===selected);if(!t)return;const current=t.state?flat(t.state):'';
@@ -211,11 +216,11 @@ const who=t.orphan?'<p class="orphan">⚠ No live runtime process holds this thr
 const policy=(t.tools?'<p class="who">tools: '+esc(t.tools.join(', ')||'none')+'</p>':'')+(t.permissions?'<p class="who">permissions: '+esc(Object.entries(t.permissions).map(([k,v])=>k+': '+v).join(', '))+'</p>':'')
 const lim=k=>t.limits&&t.limits[k]!==null?t.limits[k]:'∞';const u=t.usage||{turns:0,inputTokens:0,outputTokens:0,spend:0}
 const answered=a=>'<span class="answered">'+(a.answer.approved?'approved':'denied')+(a.answer.by?' by '+esc(a.answer.by):'')+': '+(a.answer.state==='taken'?'the runtime is acting on it':'waiting for the runtime running this directory to act on it')+'</span>'
-const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.proposed)+' '+(a.answer?answered(a):'<button class="approve">Approve</button> <button class="deny">Deny</button>')+'<span class="failed">'+esc(failures[a.id]||'')+'</span></div>').join('')
+const approvals=t.approvals.map(a=>'<div class="approval" data-request="'+esc(a.id)+'"><b>'+esc(a.message)+'</b><br>proposed '+esc(a.limit)+': '+esc(a.limit==='spend'&&a.proposed!==null?formatUsd(a.proposed):a.proposed)+' '+(a.answer?answered(a):'<button class="approve">Approve</button> <button class="deny">Deny</button>')+'<span class="failed">'+esc(failures[a.id]||'')+'</span></div>').join('')
 const [log,rejected]=await Promise.all([api('/api/threads/'+t.id+'/transcript'),api('/api/threads/'+t.id+'/rejected')])
 const refused=Array.isArray(rejected)&&rejected.length?'<h3>rejected answers</h3>'+rejected.map(r=>'<div class="rejected" data-request="'+esc(r.requestId)+'"><b>'+esc(r.summary)+'</b> to '+esc(r.requestId)+(r.at?' at '+esc(r.at):'')+': <span class="why">'+esc(r.reason||'requests.log.jsonl does not say why')+'</span><br><span class="id">kept as '+esc(r.file)+'</span></div>').join(''):''
 document.getElementById('detail').innerHTML='<h2>'+esc(t.id)+' <span class="st '+t.status+'">'+t.status+'</span></h2>'+now+who+approvals+refused+policy+'<h3>statechart</h3><div id="chart">'+chart+'</div>'+
-'<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>$'+u.spend.toFixed(4)+' / '+lim('spend')+'</td></tr></table>'+
+'<h3>cost against limits</h3><table><tr><th>turns</th><td>'+u.turns+' / '+lim('turns')+'</td></tr><tr><th>tokens</th><td>'+(u.inputTokens+u.outputTokens)+' / '+lim('tokens')+'</td></tr><tr><th>spend</th><td>'+formatUsd(u.spend)+' / '+(t.limits&&t.limits.spend!==null?formatUsd(t.limits.spend):'∞')+'</td></tr></table>'+
 (t.result?'<h3>result</h3><pre>'+esc(t.result)+'</pre>':'')+(t.error?'<h3>error</h3><pre>'+esc(t.error.code+': '+t.error.message)+'</pre>':'')+
 '<h3>transcript</h3><table>'+log.map(e=>'<tr><td>'+e.seq+'</td><td>'+esc(e.type)+'</td><td><pre>'+clip(JSON.stringify(e.data),400)+'</pre></td></tr>').join('')+'</table>'
 for(const el of document.querySelectorAll('#chart [data-state]')){const s=el.dataset.state;el.classList.toggle('current',s===current);el.classList.toggle('within',current.startsWith(s+'.'))}

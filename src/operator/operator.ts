@@ -10,18 +10,19 @@ import { writeFileAtomicSync } from '../../persistence/atomicFile.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
-import { assertDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../../persistence/paths.js'
+import { assertDirectories, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../../persistence/paths.js'
 import { staleLinesMessage } from '../../persistence/transcriptLines.js'
 import { journalLag, refuseIfBehindJournal } from '../../persistence/foreignJournals.js'
 import type { SkippedJournal } from '../../persistence/journalFiles.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
-import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { RequestLogEntry } from '../../persistence/requestFiles.js'
 import { readRequestLog } from '../../persistence/requestFiles.js'
 import { locks } from './locks.js'
-import type { RecoveryCount, Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
+import { recordOf, withRegistry } from './registryAccess.js'
+import { withoutNonce } from './threadListing.js'
+import type { ThreadListing } from './threadListing.js'
+import type { RecoveryCount, StateEnvelope, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
-import { assertThreadId } from '../base/ids.js'
 import { replayTranscript } from '../thread/replay.js'
 import type { RejectedAnswer } from '../thread/approvalRecords.js'
 import { rejectedAnswers } from '../thread/approvalRecords.js'
@@ -34,50 +35,13 @@ import type { TranscriptFinding } from './transcriptCheck.js'
 import { isActive } from '../thread/threadStatus.js'
 import { loadFileLayers } from '../../config/load.js'
 
-function openRegistry(dir: string): Registry {
-  const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry) && !fs.existsSync(paths.threads)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
-      details: { dir: paths.root },
-    })
-  }
-  // A lost registry with threads left: say so, and never create an empty one in its place.
-  assertRegistryKept(paths)
-  return openSqliteRegistry({ path: paths.registry, durability: 'process' })
-}
-
-/** Runs `fn` with the data directory's registry open (THREAD_NOT_FOUND when it has none). */
-export function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
-  const registry = openRegistry(dir)
-  try {
-    return fn(registry)
-  } finally {
-    registry.close()
-  }
-}
-
-/** A thread's registry row; INVALID_THREAD_ID or THREAD_NOT_FOUND otherwise. */
-export function recordOf(registry: Registry, dir: string, id: string): ThreadRecord {
-  assertThreadId(id)
-  const record = registry.get(id)
-  if (!record) {
-    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dataPaths(dir).root}. \`spindle ls\` lists the threads there.`, {
-      details: { threadId: id },
-    })
-  }
-  return record
-}
-
-export function listThreads(dir: string, filter: { status?: ThreadStatus[] } = {}): ThreadRecord[] {
-  return withRegistry(dir, (registry) => registry.list(filter.status?.length ? { status: filter.status } : {}))
-}
-
 export interface ThreadReport {
-  record: ThreadRecord
+  /** Its registry row, without the nonce. */
+  record: ThreadListing
   /** How many recoveries in a row found it at the same point (crash-loop detection), and that point. */
   recoveries: RecoveryCount | null
   /** null when state.json is missing; `problem` says why when it could not be read. */
-  state: { value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
+  state: { status: ThreadStatus; value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
   transcript: { entries: number; lastSeq: number; torn: boolean } | null
   /** The approval request it waits at (null: none), and the answers to its requests a runtime rejected. */
   approvals: { open: ApprovalRequest | null; rejected: RejectedAnswer[] }
@@ -86,7 +50,7 @@ export interface ThreadReport {
 
 /** Everything known about one thread; damage is reported, not thrown. */
 export function showThread(dir: string, id: string): ThreadReport {
-  const { record, recoveries } = withRegistry(dir, (registry) => ({ record: recordOf(registry, dir, id), recoveries: registry.recoveryCount(id) }))
+  const { record, recoveries } = withRegistry(dir, (registry) => ({ record: withoutNonce(recordOf(registry, dir, id)), recoveries: registry.recoveryCount(id) }))
   const paths = dataPaths(dir)
   const problems: ThreadReport['problems'] = []
   let state: ThreadReport['state'] = null
@@ -94,7 +58,7 @@ export function showThread(dir: string, id: string): ThreadReport {
     const envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(id)
     if (envelope) {
       const snapshot = envelope.snapshot as { value: unknown; context: ThreadContext }
-      state = { value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
+      state = { status: envelope.status, value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
     }
   } catch (error) {
     problems.push(describeError(error))
@@ -210,7 +174,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
         if (!isActive(full.status)) {
           registry.setResult(id, { result: context.result ?? undefined, error: context.error })
         }
-        registry.updateStatus(id, full.status, Date.now())
+        registry.updateStatus(id, full.status, Date.now(), context.suspendReason)
       })
       report.applied = true
       // A process killed between recording a decision and writing its file: the file, from the transcript.

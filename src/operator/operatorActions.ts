@@ -11,7 +11,8 @@ import { SpindleError } from '../base/errors.js'
 import { assertThreadId } from '../base/ids.js'
 import { locks } from './locks.js'
 import type { LockView } from './locks.js'
-import { recordOf, withRegistry } from './operator.js'
+import { recordOf, withRegistry } from './registryAccess.js'
+import { listThreads } from './threadListing.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from '../thread/requests.js'
 
 export interface RequestWritten {
@@ -79,7 +80,8 @@ export interface TreeNode {
  */
 export function threadTree(dir: string, root?: string): TreeNode[] {
   const paths = dataPaths(dir)
-  const records = withRegistry(dir, (registry) => registry.list())
+  // As `spindle ls` shows them: a row a crash left behind reads as its last checkpoint.
+  const records = listThreads(dir)
   const nodes = new Map<string, TreeNode>()
   for (const r of records) {
     nodes.set(r.id, {

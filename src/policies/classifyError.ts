@@ -259,6 +259,8 @@ export function classifyError(error: unknown, now = Date.now(), patterns: readon
 
   function decide(): ErrorCategory {
     if (isSpindleError(top) && top.code === 'MODEL_SCRIPT_EXHAUSTED') return 'permanent'
+    // timeouts.modelMs ran out: the provider may answer the next attempt in time.
+    if (isSpindleError(top) && top.code === 'MODEL_TIMEOUT') return 'transient'
     if (top instanceof Error && (top.name === 'AbortError' || top.name === 'TimeoutError')) return 'transient'
     const byCode = providerCode !== undefined ? CODES[providerCode] : undefined
     if (byCode === undefined && networkCode !== undefined) return 'transient'

@@ -33,6 +33,8 @@ import { SpindleRuntime } from './runtimeFacade.js'
 import { Parking } from './parking.js'
 import { PolicyDesk } from './policyDesk.js'
 import { Reactions } from './reactions.js'
+import { Shutdown } from './shutdown.js'
+import { validShutdownSignals } from './shutdownSignals.js'
 import { Recovery } from './recovery.js'
 import { resolveSettings, toolTable } from './settings.js'
 import { Spawner } from './spawner.js'
@@ -53,6 +55,7 @@ function validateOptions(options: RuntimeOptions): Durability {
       details: { field: 'model' },
     })
   }
+  validShutdownSignals(options.shutdownSignals)
   const durability: Durability = options.durability ?? 'fsync'
   if (durability !== 'fsync' && durability !== 'process') {
     throw new SpindleError('INVALID_OPTIONS', `durability must be 'fsync' or 'process' (got ${JSON.stringify(durability)}).`, {
@@ -91,14 +94,27 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   }
   const runtime = new SpindleRuntime(parts)
   registerIntrospection(runtime, parts)
-  if (options.recover !== false) {
-    // Before any recovered thread can re-run the spawn_thread call that made one of them.
-    parts.budgets.dropUnborn()
-    await parts.recovery.recover()
-    // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
-    parts.recovery.settleLeftDecisions(parts.leases.dropUnborn())
+  // From here a signal closes the runtime, once it has opened: closing halfway through recovery
+  // would leave threads half taken over.
+  let markOpened!: () => void
+  const opened = new Promise<void>((resolve) => (markOpened = resolve))
+  const life = parts.life
+  parts.shutdown.listen(validShutdownSignals(options.shutdownSignals), { close: () => opened.then(() => runtime.close()), closing: () => life.closed })
+  try {
+    if (options.recover !== false) {
+      // Before any recovered thread can re-run the spawn_thread call that made one of them.
+      parts.budgets.dropUnborn()
+      await parts.recovery.recover()
+      // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
+      parts.recovery.settleLeftDecisions(parts.leases.dropUnborn())
+    }
+    await parts.inbox.check({ sweep: true })
+  } catch (error) {
+    parts.shutdown.close()
+    throw error
+  } finally {
+    markOpened()
   }
-  await parts.inbox.check({ sweep: true })
   // Other processes leave requests only in a shared inbox, and may take over only shared leases.
   if (stores.shared) {
     parts.inbox.start()
@@ -252,8 +268,9 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     bus,
     life,
   })
+  const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, model: options.model, tools, config, table, commit, crashLoop, policies, gate, decisions, parking, reactions, supervisor, bus }),
+    createEffectHost({ clock, model: options.model, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, decisions, parking, reactions, supervisor, bus }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {
@@ -296,5 +313,6 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     recovery,
     decisions,
     inbox,
+    shutdown,
   }
 }

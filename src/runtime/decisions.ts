@@ -68,7 +68,7 @@ export interface DecisionsDeps {
   life: Lifecycle
 }
 
-type Suspended = { snapshot: unknown; context: ThreadContext; intents: string[] }
+type Suspended = { snapshot: unknown; context: ThreadContext; intents: ReturnType<typeof intentsOf> }
 
 export class Decisions {
   constructor(private readonly deps: DecisionsDeps) {}
@@ -107,7 +107,7 @@ export class Decisions {
   }
 
   /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
-  private wake(id: string, stored: { snapshot: unknown; intents: string[] }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+  private wake(id: string, stored: { snapshot: unknown; intents: ReturnType<typeof intentsOf> }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
     const { table, registry } = this.deps
     try {
       this.deps.leases.take(id)
@@ -284,7 +284,7 @@ export class Decisions {
     }
     this.deps.leases.take(id)
     let snapshot: unknown
-    let intents: string[]
+    let intents: ReturnType<typeof intentsOf>
     try {
       const read = this.deps.loader.load(id, record.status)
       snapshot = read.snapshot

@@ -43,6 +43,8 @@ export class Leases {
   /** Why the last heartbeat could not renew the leases; null once one did. */
   private renewFailure: unknown = null
   private heartbeat: NodeJS.Timeout | null = null
+  /** `close` ran: no renewal, no fencing (what the close still writes is this process's own). */
+  private stopped = false
 
   constructor(private readonly deps: LeaseDeps) {}
 
@@ -173,7 +175,7 @@ export class Leases {
 
   /** Why this process may not write for its threads any more: its leases ran out unrenewed. */
   fenced(): SpindleError | null {
-    if (!this.deps.shared || this.deps.life.closed) return null
+    if (!this.deps.shared || this.stopped) return null
     if (Date.now() < this.validUntil) return null
     return new SpindleError(
       'LEASE_LOST',
@@ -190,13 +192,18 @@ export class Leases {
     this.heartbeat.unref()
   }
 
+  /**
+   * Stops the heartbeat. A closing runtime calls it last, once the tool calls it let finish are
+   * done: until then their leases are renewed, and a lease lost meanwhile still fences them.
+   */
   close(): void {
+    this.stopped = true
     if (this.heartbeat) clearInterval(this.heartbeat)
     this.heartbeat = null
   }
 
   private beat(): void {
-    if (this.deps.life.closed) return
+    if (this.stopped) return
     const { table, bus } = this.deps
     const now = Date.now()
     let lost: string[] = []

@@ -224,6 +224,7 @@ export class Recovery {
       commit.stageRegistry(id, {
         status,
         at: clock.now(),
+        suspendReason: status === 'suspended' ? context.suspendReason : null,
         cost: { ...context.usage },
         outcome: { result: context.result ?? undefined, error: context.error },
       })

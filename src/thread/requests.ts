@@ -11,7 +11,7 @@ import { LimitsSchema } from '../../config/schema.js'
 import type { Limits, LimitName } from '../../machines/threadPolicy.js'
 import type { ThreadContext, Usage } from '../../machines/threadContext.js'
 import type { DataPaths } from '../../persistence/paths.js'
-import { assertRealDirectories, dataPaths, threadDir } from '../../persistence/paths.js'
+import { assertRealDirectories, assertRegistryKept, dataDirNotFound, dataPaths, threadDir } from '../../persistence/paths.js'
 import { APPROVALS_DIR, approvalFiles, cancelFile, readRequestJson, readRequestText, resumeFile, writeRequestFile } from '../../persistence/requestFiles.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../../persistence/types.js'
@@ -38,7 +38,7 @@ export {
 export type { RequestLogEntry } from '../../persistence/requestFiles.js'
 
 export const CancelRequestSchema = z.object({
-  /** The thread's nonce, from its registry row (`spindle show <id>`). */
+  /** The thread's nonce, from its registry row (a secret: the CLI never prints it). */
   nonce: z.string().min(1),
   reason: z.string().optional(),
   by: z.string().optional(),
@@ -110,9 +110,9 @@ export function cancelRefusal(
 function withRegistry<T>(dir: string, fn: (registry: ReturnType<typeof openSqliteRegistry>, paths: DataPaths) => T): T {
   const paths = dataPaths(dir)
   if (!fs.existsSync(paths.registry)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} has no registry.db: it is not a spindle data directory.`, {
-      details: { dir: paths.root },
-    })
+    // Threads without their registry: say the registry was lost, not that the directory is wrong.
+    assertRegistryKept(paths)
+    throw dataDirNotFound(paths)
   }
   const registry = openSqliteRegistry({ path: paths.registry, durability: 'fsync' })
   try {

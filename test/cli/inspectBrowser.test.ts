@@ -12,6 +12,8 @@ import { chromium } from 'playwright-core'
 import { describe, expect, it } from 'vitest'
 import { startInspector } from '../../src/operator/inspector.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
+import { formatUsd } from '../../src/base/money.js'
+import { readThreadFiles } from '../../src/operator/inspectThread.js'
 
 const CHROMIUM = process.env.SPINDLE_CHROMIUM ?? '/usr/bin/chromium'
 
@@ -80,6 +82,30 @@ describe.skipIf(!fs.existsSync(CHROMIUM))(`spindle inspect in headless Chromium 
       expect(await rejected.locator('.why').textContent()).toContain(`Approving thread ${id} with these limits would suspend it again at once`)
       // The request is still open: its buttons are there to answer it again.
       await page.locator('button.approve').waitFor()
+    } finally {
+      await browser.close()
+      await inspector.close()
+    }
+  }, 60_000)
+
+  it('should show spend to a thousandth of a cent, as the CLI prints it', async () => {
+    // Issue 22: the page showed $0.0000 (or $0.0001) where `spindle ls` showed $0.00011.
+    const dir = tempDir('spindle-browser-money')
+    const id = host(dir, 'limit')
+    const spend = formatUsd((readThreadFiles(dir, id).envelope!.snapshot as { context: { usage: { spend: number } } }).context.usage.spend)
+    expect(spend).toMatch(/^\$0\.000\d[1-9]$/)
+    const inspector = await startInspector({ dir })
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] })
+    try {
+      const page = await browser.newPage()
+      await page.goto(inspector.url)
+      const node = page.locator(`.node[data-id="${id}"]`)
+      await node.waitFor()
+      expect(await node.textContent()).toContain(spend)
+      await node.click()
+      const cost = page.locator('table th', { hasText: 'spend' }).locator('xpath=following-sibling::td')
+      await cost.waitFor()
+      expect(await cost.textContent()).toBe(`${spend} / ∞`)
     } finally {
       await browser.close()
       await inspector.close()

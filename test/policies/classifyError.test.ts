@@ -247,6 +247,8 @@ const cases: Case[] = [
   { name: 'a thrown string', error: () => 'weird', category: 'permanent' },
   { name: 'null', error: () => null, category: 'permanent' },
   { name: 'an exhausted script', error: () => new SpindleError('MODEL_SCRIPT_EXHAUSTED', 'no more turns'), category: 'permanent', code: 'MODEL_SCRIPT_EXHAUSTED' },
+  // Whatever its message says: the deadline is spindle's own (timeouts.modelMs), worth another attempt.
+  { name: 'a model call abandoned at timeouts.modelMs', error: () => new SpindleError('MODEL_TIMEOUT', 'no answer within 300 ms'), category: 'transient', code: 'MODEL_TIMEOUT' },
 ]
 
 describe('classifyError', () => {
