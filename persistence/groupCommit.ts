@@ -254,7 +254,8 @@ export class GroupCommit {
       // A settle round may have taken threads' ends out of this one: its waiters were promised
       // those too. Asked until none is under way, so none takes a registry change from this round
       // between the last look and the transaction below.
-      while (this.settleInFlight) await this.settleInFlight
+      // A settle round's failure is for its own waiters (they ask again), not this round's.
+      while (this.settleInFlight) await this.settleInFlight.catch(() => {})
       for (const id of patches.keys()) if (this.discarded.has(id)) patches.delete(id)
       if (patches.size > 0 || registrations.length > 0) {
         this.mayPublish()
