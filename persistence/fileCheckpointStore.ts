@@ -2,6 +2,9 @@
  * state.json per thread, written by group commit: every staged envelope of a batch is written to a
  * temp file, the temp files are fsynced in parallel, renamed into place, and the directories
  * fsynced in parallel — one round of fsync latency for the whole batch instead of one per thread.
+ * A sync of a few threads (`only`: threads that stopped, whose `done` waits for it) does not queue
+ * behind a batch of every thread under way: it takes their envelopes, out of that batch if it has
+ * not published them, and makes no call on the threadpool but its fsyncs.
  *
  * Caveats: one writer per data directory (the temp name `state.json.tmp` is fixed, so two
  * processes syncing the same thread would write into each other's temp file). A crash mid-batch
@@ -18,18 +21,13 @@ import { upgradeEnvelope } from './envelope.js'
 import type { DataPaths } from './paths.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import { PinnedFolders } from './pinnedFolders.js'
+import type { FileCalls } from './stateTempFile.js'
+import { call, INLINE, POOLED, TEMP, writeTemp } from './stateTempFile.js'
 import { assertThreadDir, forgetThreadDir, STATE_FILE, threadDir, threadFile } from './paths.js'
 import type { CheckpointStore, Durability, StagedEnvelope } from './types.js'
 import { stagedEnvelope } from './types.js'
 
-const TEMP = `${STATE_FILE}.tmp`
 const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
-/**
- * The temp file is always made anew: O_EXCL (which never follows a link at the name) and
- * O_NOFOLLOW, so a symlink or FIFO planted at `state.json.tmp` is neither written through nor
- * waited on. Costs nothing over a plain open: the previous temp file was renamed away.
- */
-const CREATE_TEMP = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | NOFOLLOW
 
 /** A state.json's text; it must be a regular file, not a link to one (see openRegular). */
 function readRegular(file: string): string {
@@ -41,68 +39,14 @@ function readRegular(file: string): string {
   }
 }
 
+/** Envelopes taken by one sync, by thread. */
+type Batch = Map<string, StagedEnvelope>
+
 /** One thread of a batch that was not made durable, and the file or directory that failed. */
 interface WriteFailure {
   threadId: string
   file: string
   error: unknown
-}
-
-/** A callback-style fs call as a promise: it runs on the libuv threadpool, so many run at once. */
-function call<T = void>(fn: (cb: (error: NodeJS.ErrnoException | null, value?: T) => void) => void): Promise<T> {
-  return new Promise((resolve, reject) => fn((error, value) => (error ? reject(error) : resolve(value as T))))
-}
-
-/**
- * Writes `data` to `<dir>/state.json.tmp`, making the thread's folder when it is missing.
- * `onMkdir` gets the directories whose entries changed because of a mkdir here: they need an
- * fsync before the new directory is durable. The folder is checked to be a real directory (not a
- * link out of the data directory) when it is first written or was opened by the transcript store
- * (see assertThreadDir), and written through its descriptor (`folders`), so a folder swapped for a
- * link since is refused, not written through.
- */
-async function writeTemp(
-  paths: DataPaths,
-  folders: PinnedFolders,
-  threadId: string,
-  dir: string,
-  data: string,
-  fsync: boolean,
-  onMkdir: (changedParents: string[]) => void,
-): Promise<void> {
-  const made = (fresh: boolean): void => {
-    const check = assertThreadDir(paths, threadId, { create: true, known: !fresh })
-    if (check.made.length > 0) onMkdir(check.made.map((d) => path.dirname(d)))
-  }
-  const write = async (base: string): Promise<void> => {
-    const temp = base + path.sep + TEMP
-    let fd: number
-    try {
-      fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
-    } catch (error) {
-      // A temp file a crash left, or whatever was planted at its name: removed (unlink never
-      // follows a link), never opened.
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
-      await fs.promises.rm(temp, { force: true })
-      fd = await call<number>((cb) => fs.open(temp, CREATE_TEMP, 0o666, cb))
-    }
-    try {
-      await call((cb) => fs.writeFile(fd, data, cb))
-      // fdatasync flushes the data and the size (what reading it back needs), not the timestamps.
-      if (fsync) await call((cb) => fs.fdatasync(fd, cb))
-    } finally {
-      await call((cb) => fs.close(fd, cb))
-    }
-  }
-  made(false)
-  try {
-    await folders.within(threadId, dir, write)
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
-    // The folder went away since it was checked: made again, and checked again.
-    made(true)
-    await folders.within(threadId, dir, write)
-  }
 }
 
 function describeFailures(failures: readonly WriteFailure[]): string {
@@ -137,23 +81,69 @@ export function createFileCheckpointStore(options: {
   let staged = new Map<string, StagedEnvelope>()
   /** Threads this process lost (`discard`): a batch under way publishes nothing of theirs. */
   const dropped = new Set<string>()
+  /** Syncs without `only`, one after another. */
   let chain: Promise<void> = Promise.resolve()
   /** Directories that gained an entry by a mkdir and are not fsynced yet, with the threads that need them. */
   const unsyncedParents = new Map<string, Set<string>>()
+  /**
+   * The batch that holds each thread's newest envelope until it has published it: a batch that
+   * finds another here (an `only` sync took the thread from it) publishes nothing of the thread.
+   */
+  const owners = new Map<string, Batch>()
+  /**
+   * Per thread, the last file operation queued on its folder (writing its temp file, renaming it):
+   * two batches under way at once never write one temp file together or rename out of order.
+   */
+  const busy = new Map<string, Promise<void>>()
 
-  /** Puts failed envelopes back for the next sync, unless a newer one of that thread was staged meanwhile. */
-  function restage(batch: Map<string, StagedEnvelope>, threadIds: Iterable<string>): void {
+  /** Runs `fn` once every file operation queued on the thread's folder before it has ended. */
+  function exclusive(threadId: string, fn: () => Promise<void>): Promise<void> {
+    const before = busy.get(threadId)
+    const run = before ? before.then(fn) : fn()
+    const after = run.catch(() => {})
+    busy.set(threadId, after)
+    void after.then(() => {
+      if (busy.get(threadId) === after) busy.delete(threadId)
+    })
+    return run
+  }
+
+  /** Takes every staged envelope, or those of `only` (from a batch under way if it has them). */
+  function take(only: ReadonlySet<string> | undefined): Batch {
+    let batch: Batch
+    if (only === undefined) {
+      batch = staged
+      staged = new Map()
+    } else {
+      batch = new Map()
+      for (const id of only) {
+        const envelope = staged.get(id) ?? owners.get(id)?.get(id)
+        if (envelope === undefined) continue
+        staged.delete(id)
+        batch.set(id, envelope)
+      }
+    }
+    for (const id of batch.keys()) owners.set(id, batch)
+    return batch
+  }
+
+  /** Puts failed envelopes back for the next sync, unless a newer one of that thread was staged or taken meanwhile. */
+  function restage(batch: Batch, threadIds: Iterable<string>): void {
     for (const id of threadIds) {
       const envelope = batch.get(id)
-      if (envelope && !staged.has(id) && !dropped.has(id)) staged.set(id, envelope)
+      if (envelope && owners.get(id) === batch && !staged.has(id) && !dropped.has(id)) staged.set(id, envelope)
     }
   }
 
-  async function writeBatch(batch: Map<string, StagedEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
-    const folders = new PinnedFolders(paths)
+  async function writeBatch(batch: Batch, publishAfter: Promise<unknown>, only: ReadonlySet<string> | undefined): Promise<void> {
+    // A few threads' batch, which a stopped thread's `done` waits for, makes no call on the
+    // threadpool but its fsyncs (see INLINE).
+    const inline = only !== undefined
+    const folders = new PinnedFolders(paths, { inline })
     try {
-      await writeBatchIn(folders, batch, publishAfter)
+      await writeBatchIn(folders, inline ? INLINE : POOLED, batch, publishAfter, only)
     } finally {
+      for (const id of batch.keys()) if (owners.get(id) === batch) owners.delete(id)
       await folders.close()
     }
   }
@@ -171,9 +161,17 @@ export function createFileCheckpointStore(options: {
     return true
   }
 
-  async function writeBatchIn(folders: PinnedFolders, batch: Map<string, StagedEnvelope>, publishAfter: Promise<unknown>): Promise<void> {
+  async function writeBatchIn(
+    folders: PinnedFolders,
+    io: FileCalls,
+    batch: Batch,
+    publishAfter: Promise<unknown>,
+    only: ReadonlySet<string> | undefined,
+  ): Promise<void> {
     const failures: WriteFailure[] = []
     const written: Array<{ id: string; dir: string; settled: boolean }> = []
+    /** Whether this batch still holds the thread's newest envelope (see `owners`). */
+    const ours = (id: string): boolean => owners.get(id) === batch
     await eachLimited([...batch], CONCURRENCY, async ([id, envelope]) => {
       const dir = threadDir(paths, id)
       // Recorded at once, whatever happens next: a retry finds the directory and does not mkdir.
@@ -182,38 +180,45 @@ export function createFileCheckpointStore(options: {
         for (const parent of changedParents) unsyncedParents.set(parent, (unsyncedParents.get(parent) ?? new Set()).add(id))
       }
       try {
-        const full = stagedEnvelope(envelope)
-        await writeTemp(paths, folders, id, dir, JSON.stringify(full), fsync, onMkdir)
-        written.push({ id, dir, settled: full.status !== 'created' && full.status !== 'running' })
+        await exclusive(id, async () => {
+          if (!ours(id)) return
+          const full = stagedEnvelope(envelope)
+          await writeTemp(paths, folders, io, id, dir, JSON.stringify(full), fsync, onMkdir)
+          written.push({ id, dir, settled: full.status !== 'created' && full.status !== 'running' })
+        })
       } catch (error) {
         if (!folderInvalid(id, error)) failures.push({ threadId: id, file: path.join(dir, TEMP), error })
       }
     })
 
     const removeTemp = (w: { id: string; dir: string }): Promise<void> =>
-      folders.within(w.id, w.dir, (base) => fs.promises.rm(base + path.sep + TEMP, { force: true })).catch(() => {})
+      folders.within(w.id, w.dir, (base) => io.remove(base + path.sep + TEMP)).catch(() => {})
     try {
       await publishAfter
     } catch (error) {
-      // Nothing is published past a transcript that is not durable: drop the temp files, keep the batch.
-      await eachLimited(written, CONCURRENCY, removeTemp)
+      // Nothing is published past a transcript that is not durable: drop the temp files, keep the
+      // batch. A temp file of a thread a later batch took is that batch's (it opens it anew).
+      await eachLimited(written, CONCURRENCY, (w) => exclusive(w.id, async () => (ours(w.id) ? removeTemp(w) : undefined)))
       restage(batch, batch.keys())
       throw error
     }
 
     // Renamed into place and, with fsync, the folder synced, through one descriptor of the folder.
     await eachLimited(written, CONCURRENCY, async (w) => {
-      if (dropped.has(w.id)) return removeTemp(w)
       let renamed = false
       try {
-        await folders.within(w.id, w.dir, async (base, fd) => {
-          await call((cb) => fs.rename(base + path.sep + TEMP, base + path.sep + STATE_FILE, cb))
-          renamed = true
-          if (fsync) await (fd === null ? fsyncDir(w.dir) : call((cb) => fs.fsync(fd, cb)))
+        await exclusive(w.id, async () => {
+          if (!ours(w.id)) return
+          if (dropped.has(w.id)) return removeTemp(w)
+          await folders.within(w.id, w.dir, async (base, fd) => {
+            await io.rename(base + path.sep + TEMP, base + path.sep + STATE_FILE)
+            renamed = true
+            if (fsync) await (fd === null ? fsyncDir(w.dir) : call((cb) => fs.fsync(fd, cb)))
+          })
         })
         // A thread that stopped writes here again only when someone resumes it or rebuilds its file:
         // its folder is checked again then (one lstat), and a long-running host does not hold its id.
-        if (w.settled) forgetThreadDir(paths, w.id)
+        if (w.settled && renamed) forgetThreadDir(paths, w.id)
       } catch (error) {
         if (!folderInvalid(w.id, error)) failures.push({ threadId: w.id, file: renamed ? w.dir : path.join(w.dir, STATE_FILE), error })
       }
@@ -223,6 +228,7 @@ export function createFileCheckpointStore(options: {
       // New thread directories: their entries in `threads` (and `threads` in the root, the first
       // time) must be durable too, or a renamed state.json could vanish with its directory.
       for (const [dir, ids] of unsyncedParents) {
+        if (only && ![...ids].some((id) => only.has(id))) continue
         try {
           await fsyncDir(dir)
           unsyncedParents.delete(dir)
@@ -262,11 +268,9 @@ export function createFileCheckpointStore(options: {
     },
 
     sync(options = {}) {
-      // Serialised: two batches must never write the same temp file at once, and a later batch
-      // must never be overtaken by an earlier one.
-      const run = chain.then(() => {
-        const batch = staged
-        staged = new Map()
+      const { only } = options
+      const start = (): Promise<void> => {
+        const batch = take(only)
         let publishAfter: Promise<unknown>
         try {
           publishAfter = Promise.resolve(options.beforePublish?.())
@@ -276,8 +280,13 @@ export function createFileCheckpointStore(options: {
         // Handled here so a rejection while the temp files are written is not reported as
         // unhandled (which would end the process); writeBatch awaits it and sees the error.
         publishAfter.catch(() => {})
-        return batch.size > 0 ? writeBatch(batch, publishAfter) : publishAfter.then(() => undefined)
-      })
+        return batch.size > 0 ? writeBatch(batch, publishAfter, only) : publishAfter.then(() => undefined)
+      }
+      // A few threads' syncs (a stopped thread's `done` waits for them) start at once; each thread's
+      // files are still written by one batch at a time, in order (`exclusive`, `owners`).
+      if (only) return start()
+      // Serialised: a later batch of everything is never overtaken by an earlier one.
+      const run = chain.then(start)
       chain = run.catch(() => {})
       return run
     },

@@ -1,6 +1,6 @@
 /**
  * Group commit: many threads' writes made durable together, so one round of fsyncs serves every
- * thread that is waiting. Two levels, because they cost very different amounts:
+ * thread that is waiting. Three kinds of round, because they cost very different amounts:
  *
  * - **logged** — the transcript lines appended so far are durable (one write and fdatasync of the
  *   transcript journal; see persistence/transcriptJournal.ts). The transcript is the source of
@@ -10,8 +10,13 @@
  * - **checkpointed** — additionally the thread files are fdatasynced (so the journal epochs before
  *   them can go), every staged state.json is replaced atomically (temp file, fsync, rename,
  *   directory fsync) and the registry updated in one transaction. This is the fast
- *   path to resume; it runs continuously in the background and never blocks an effect. `spawn` and
- *   `done` wait for it, so what a host is told agrees with every store.
+ *   path to resume; it runs continuously in the background and never blocks an effect. `spawn`
+ *   waits for it, so what a host is told agrees with every store.
+ * - **settled** — the same for the threads that stopped, and nothing else: their own thread files,
+ *   their state.json, their registry rows. `done` waits for this, so it settles as soon as the
+ *   thread's end is as durable as the stores promise, not when a round over every running thread's
+ *   state.json ends; a thread's end is taken out of a checkpoint round under way that has not
+ *   published it yet.
  *
  * Order that recovery relies on: a state.json is published only after the transcript it points
  * into is durable, and the registry is updated only after state.json, so the registry is never
@@ -20,7 +25,10 @@
  */
 import type { SuspendReason } from '../machines/threadContext.js'
 import { SpindleError } from '../src/base/errors.js'
+import { Rounds } from './rounds.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
+
+export { FAILED_ROUND_BACKOFF_MAX_MS } from './rounds.js'
 
 /** A registry change for one thread; the newest value of each field wins within a commit. */
 export interface RegistryPatch {
@@ -39,6 +47,8 @@ export interface CommitStats {
   logCommits: number
   /** Checkpoint rounds: thread files fdatasynced, state.json files and the registry written. */
   commits: number
+  /** Settle rounds: the files, state.json and registry rows of threads that stopped (what `done` waits for). */
+  settleCommits: number
   /** Checkpoints staged (one per transition). */
   checkpointsStaged: number
   /** state.json files written (staged checkpoints of one thread within a round coalesce). */
@@ -50,124 +60,31 @@ const LOG_ROUND_EAGER = 48
 const LOG_ROUNDS_IN_FLIGHT = 4
 /** See `Rounds.spacingMs`. */
 const CHECKPOINT_SPACING_MS = 500
-/**
- * After a failed round (a full disk, an I/O error) the next waits 100 ms, doubling up to this:
- * its waiters are still served as soon as the disk takes writes again, without a round per
- * event-loop turn hammering it meanwhile.
- */
-export const FAILED_ROUND_BACKOFF_MAX_MS = 5000
 
-type Waiter = { resolve: () => void; reject: (e: unknown) => void }
-
-/**
- * Runs `work` in rounds: waiters that arrive while rounds are in flight are served by a later one.
- * Up to `concurrency` rounds may be in flight (each covers what was written before it started).
- */
-class Rounds {
-  private waiting: Waiter[] = []
-  private inFlight = 0
-  private scheduled = false
-  private spacing: ReturnType<typeof setTimeout> | null = null
-  /** When the timer in `spacing` fires. */
-  private spacingDue = 0
-  private lastEnd = Number.NEGATIVE_INFINITY
-  /** Rounds failed in a row; 0 after one succeeds. */
-  failures = 0
-
-  constructor(
-    private readonly work: () => Promise<void>,
-    private readonly concurrency = 1,
-  ) {}
-
-  wait(): Promise<void> {
-    return new Promise((resolve, reject) => {
-      this.waiting.push({ resolve, reject })
-      // Enough waiters to be worth a round: start it now, so its fsyncs run on the pool while the
-      // threads that are still busy finish their steps (they join a later round).
-      if (this.waiting.length >= this.eager && this.inFlight < this.concurrency && this.failures === 0) this.startNow()
-      else this.schedule()
-    })
-  }
-
-  /** Waiters that start a round at once rather than at the end of the event-loop turn. */
-  eager = Number.POSITIVE_INFINITY
-
-  /**
-   * A round with nobody waiting and nothing `urgent` starts at least this long after the previous
-   * round ended; anything else starts one at once. Each round rewrites every file changed since
-   * the last, so spaced rounds write fewer files for the same transitions.
-   */
-  spacingMs = 0
-
-  /** Starts a round even with nobody waiting (background work). */
-  poke(): void {
-    this.schedule()
-  }
-
-  pending: () => boolean = () => false
-  /** Pending background work that should not wait for the spacing. */
-  urgent: () => boolean = () => false
-
-  private schedule(): void {
-    if (this.inFlight >= this.concurrency) return
-    const now = this.waiting.length > 0 || this.urgent()
-    // Nothing to do (a closed commit, or a round that took everything): no timer keeps the process up.
-    if (!now && !this.pending()) return
-    const backoff = this.failures > 0 ? this.lastEnd + Math.min(FAILED_ROUND_BACKOFF_MAX_MS, 100 * 2 ** (this.failures - 1)) : 0
-    const due = Math.max(now ? 0 : this.lastEnd + this.spacingMs, backoff)
-    if (this.spacing !== null) {
-      if (this.spacingDue <= due) return
-      clearTimeout(this.spacing)
-      this.spacing = null
-    }
-    if (this.scheduled) return
-    const wait = due - performance.now()
-    if (wait > 0) {
-      this.spacingDue = due
-      this.spacing = setTimeout(() => {
-        this.spacing = null
-        this.schedule()
-      }, wait)
-      return
-    }
-    this.scheduled = true
-    // setImmediate lets every thread that transitions in this turn of the event loop join the round.
-    setImmediate(() => {
-      this.scheduled = false
-      if (this.inFlight < this.concurrency && (this.waiting.length > 0 || this.pending())) this.startNow()
-    })
-  }
-
-  private startNow(): void {
-    this.inFlight++
-    const waiters = this.waiting
-    this.waiting = []
-    this.work()
-      .then(
-        () => {
-          this.failures = 0
-          waiters.forEach((w) => w.resolve())
-        },
-        (error: unknown) => {
-          this.failures++
-          waiters.forEach((w) => w.reject(error))
-        },
-      )
-      .finally(() => {
-        this.inFlight--
-        this.lastEnd = performance.now()
-        if (this.waiting.length > 0 || this.pending()) this.schedule()
-      })
-  }
+/** `newer`'s fields over `older`'s: what applying both, in order, leaves. */
+function mergePatches(older: RegistryPatch | undefined, newer: RegistryPatch | undefined): RegistryPatch | undefined {
+  if (!older) return newer
+  return newer ? { ...older, ...newer } : older
 }
 
 export class GroupCommit {
   private registrations: RegisterThread[] = []
+  /** Threads whose registration no round has committed yet: their end waits for that round. */
+  private readonly unregistered = new Set<string>()
   private patches = new Map<string, RegistryPatch>()
+  /** The registry changes the checkpoint round under way took and has not applied yet. */
+  private applying: Map<string, RegistryPatch> | null = null
+  /** The threads whose state.json the checkpoint round under way writes (for `stats`). */
+  private writing: Set<string> | null = null
   private staged = new Set<string>()
-  readonly stats: CommitStats = { logCommits: 0, commits: 0, checkpointsStaged: 0, checkpointsWritten: 0 }
+  /** Threads waiting for the next settle round (`whenSettled`). */
+  private settling = new Set<string>()
+  /** The settle round under way: a checkpoint round finishes only after it (see `commitCheckpoints`). */
+  private settleInFlight: Promise<void> | null = null
+  readonly stats: CommitStats = { logCommits: 0, commits: 0, settleCommits: 0, checkpointsStaged: 0, checkpointsWritten: 0 }
   private readonly log: Rounds
   private readonly checkpoint: Rounds
+  private readonly settle: Rounds
 
   constructor(
     private readonly parts: { transcripts: TranscriptStore; checkpoints: CheckpointStore; registry: Registry },
@@ -201,9 +118,13 @@ export class GroupCommit {
       !this.closed && (this.staged.size > 0 || this.patches.size > 0 || this.registrations.length > 0)
     this.log.eager = LOG_ROUND_EAGER
     // Checkpoints that only carry a thread forward (its snapshot, its cost) are spaced; a new
-    // thread or a status change is written at once, so the registry keeps up with the threads.
+    // thread or a status change is written at once, so the registry keeps up with the threads. A
+    // stopped thread's status is the settle round's, which starts at once (`whenSettled`).
     this.checkpoint.spacingMs = CHECKPOINT_SPACING_MS
-    this.checkpoint.urgent = () => this.registrations.length > 0 || this.statusChanged
+    this.checkpoint.urgent = () => this.registrations.length > 0 || this.statusChanged.size > 0
+    // A thread's end is written at once; the ends that come while it is written share the next round.
+    this.settle = new Rounds(() => this.commitSettled())
+    this.settle.eager = 1
   }
 
   /** Commits what is staged, then accepts nothing more (the stores are about to close). */
@@ -211,6 +132,8 @@ export class GroupCommit {
     this.closing = true
     try {
       await this.whenDurable()
+      // A settle round queued or under way ends before the stores close, as a checkpoint round does.
+      while (this.settling.size > 0 || this.settleInFlight) await this.settle.wait()
     } finally {
       // Failed too (a full disk): what is left stays in the transcripts, and no round runs on
       // closed stores.
@@ -224,8 +147,11 @@ export class GroupCommit {
   private closed = false
   /** Threads discarded (lost to another process) and not staged again since. */
   private readonly discarded = new Set<string>()
-  /** A status or outcome is staged for the registry (cleared when a round takes the patches). */
-  private statusChanged = false
+  /**
+   * Threads with a status or outcome staged for the registry that no settle round is to write
+   * (cleared when a round takes the patches): a checkpoint round for them starts at once.
+   */
+  private statusChanged = new Set<string>()
 
   /** Records that a thread staged a checkpoint; the background round will write it. */
   noteCheckpoint(threadId: string): void {
@@ -241,22 +167,23 @@ export class GroupCommit {
    */
   stageRegistration(thread: RegisterThread): void {
     this.registrations.push(thread)
+    this.unregistered.add(thread.id)
     if (!this.closed) this.checkpoint.poke()
   }
 
   /** A registration staged and not yet committed is taken back (a spawn that failed). */
   withdrawRegistration(threadId: string): void {
     this.registrations = this.registrations.filter((r) => r.id !== threadId)
+    this.unregistered.delete(threadId)
   }
 
   stageRegistry(threadId: string, patch: RegistryPatch): void {
     this.discarded.delete(threadId)
-    if (patch.status !== undefined || patch.outcome !== undefined) this.statusChanged = true
+    if ((patch.status !== undefined || patch.outcome !== undefined) && !this.settling.has(threadId)) this.statusChanged.add(threadId)
     // The token of when it was staged: a patch staged before this process released the thread
     // is still refused once another process has claimed it.
     const token = this.tokenOf(threadId)
-    const prev = this.patches.get(threadId)
-    const merged = prev ? { ...prev, ...patch } : { ...patch }
+    const merged = mergePatches(this.patches.get(threadId), patch)!
     if (token !== undefined) merged.token = token
     this.patches.set(threadId, merged)
     if (!this.closed) this.checkpoint.poke()
@@ -270,6 +197,7 @@ export class GroupCommit {
     this.discarded.add(threadId)
     this.staged.delete(threadId)
     this.patches.delete(threadId)
+    this.statusChanged.delete(threadId)
     this.parts.checkpoints.discard(threadId)
   }
 
@@ -283,44 +211,130 @@ export class GroupCommit {
     return this.checkpoint.wait()
   }
 
+  /**
+   * Resolves when the thread's end is durable in every store — its transcript file, the state.json
+   * and the registry change staged for it — without waiting for other threads' checkpoints: a
+   * stopped thread's `done` waits for this. A thread whose registration is still to commit waits
+   * for that round instead, which writes its row, state.json and status together.
+   */
+  whenSettled(threadId: string): Promise<void> {
+    if (this.unregistered.has(threadId)) return this.whenDurable()
+    this.settling.add(threadId)
+    // Its status is the settle round's: no checkpoint round need start at once for it.
+    this.statusChanged.delete(threadId)
+    return this.settle.wait()
+  }
+
+  /** Throws while this process may not publish (see `fenced`). */
+  private mayPublish(): void {
+    const fenced = this.fenced()
+    if (fenced) throw fenced
+  }
+
   private async commitCheckpoints(): Promise<void> {
     const registrations = this.registrations
     this.registrations = []
     const patches = this.patches
     this.patches = new Map()
+    this.applying = patches
     const statusChanged = this.statusChanged
-    this.statusChanged = false
+    this.statusChanged = new Set()
     const staged = this.staged
     this.staged = new Set()
+    this.writing = staged
     try {
       // A process stopped or starved past its leases' validity publishes nothing until its
       // heartbeat has found out which threads are still its own (the rest are discarded).
-      const mayPublish = (): void => {
-        const fenced = this.fenced()
-        if (fenced) throw fenced
-      }
       await this.parts.checkpoints.sync({
         beforePublish: async () => {
           await this.parts.transcripts.sync({ files: true })
-          mayPublish()
+          this.mayPublish()
         },
       })
+      // A settle round may have taken threads' ends out of this one: its waiters were promised
+      // those too. Asked until none is under way, so none takes a registry change from this round
+      // between the last look and the transaction below.
+      // A settle round's failure is for its own waiters (they ask again), not this round's.
+      while (this.settleInFlight) await this.settleInFlight.catch(() => {})
       for (const id of patches.keys()) if (this.discarded.has(id)) patches.delete(id)
       if (patches.size > 0 || registrations.length > 0) {
-        mayPublish()
+        this.mayPublish()
         this.applyRegistry(registrations, patches)
       }
       this.stats.commits++
       this.stats.checkpointsWritten += staged.size
     } catch (error) {
-      // What was not applied goes back so the next round retries it, unless something newer replaced it.
+      // What was not applied goes back so the next round retries it, under anything newer.
       this.registrations.unshift(...registrations)
       // The store re-stages what it could not write; remember those threads so the next round runs.
       for (const id of staged) if (!this.discarded.has(id)) this.staged.add(id)
-      for (const [id, patch] of patches) if (!this.patches.has(id) && !this.discarded.has(id)) this.patches.set(id, patch)
-      if (statusChanged) this.statusChanged = true
+      this.restorePatches(patches)
+      for (const id of statusChanged) if (patches.has(id) && !this.settling.has(id)) this.statusChanged.add(id)
       if (this.checkpoint.failures === 0) this.onBackgroundError(error)
       throw error
+    } finally {
+      this.applying = null
+      this.writing = null
+    }
+  }
+
+  /**
+   * The settle round: the threads waiting in `whenSettled`, and nothing else, made durable — their
+   * thread files, their newest state.json, their registry changes — including what of them a
+   * checkpoint round under way took and has not published (it leaves them to this round).
+   */
+  private async commitSettled(): Promise<void> {
+    const ids = this.settling
+    this.settling = new Set()
+    const patches = new Map<string, RegistryPatch>()
+    for (const id of ids) {
+      const taken = this.applying?.get(id)
+      this.applying?.delete(id)
+      const patch = mergePatches(taken, this.patches.get(id))
+      this.patches.delete(id)
+      if (patch) patches.set(id, patch)
+      this.staged.delete(id)
+      this.writing?.delete(id)
+    }
+    const round = this.settleThreads(ids, patches)
+    this.settleInFlight = round
+    try {
+      await round
+    } finally {
+      this.settleInFlight = null
+    }
+  }
+
+  private async settleThreads(ids: Set<string>, patches: Map<string, RegistryPatch>): Promise<void> {
+    try {
+      await this.parts.checkpoints.sync({
+        only: ids,
+        beforePublish: async () => {
+          await this.parts.transcripts.sync({ threads: [...ids] })
+          this.mayPublish()
+        },
+      })
+      for (const id of patches.keys()) if (this.discarded.has(id)) patches.delete(id)
+      if (patches.size > 0) {
+        this.mayPublish()
+        this.applyRegistry([], patches)
+      }
+      this.stats.settleCommits++
+      this.stats.checkpointsWritten += ids.size
+    } catch (error) {
+      // Back to the checkpoint rounds (the store re-staged the state.json files it did not
+      // publish), and to the next settle round once `done` asks again.
+      for (const id of ids) if (!this.discarded.has(id)) this.staged.add(id)
+      this.restorePatches(patches)
+      if (!this.closed) this.checkpoint.poke()
+      throw error
+    }
+  }
+
+  /** Registry changes a failed round took go back, under whatever was staged since. */
+  private restorePatches(patches: Map<string, RegistryPatch>): void {
+    for (const [id, patch] of patches) {
+      if (!this.discarded.has(id)) this.patches.set(id, mergePatches(patch, this.patches.get(id))!)
     }
   }
 
@@ -358,5 +372,7 @@ export class GroupCommit {
         }
       }
     })
+    // Committed, or refused for good (reported): either way no later round registers it.
+    for (const thread of registrations) this.unregistered.delete(thread.id)
   }
 }

@@ -302,7 +302,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       return { ...open.position }
     },
 
-    async sync(options?: { files?: boolean }): Promise<void> {
+    async sync(options?: { files?: boolean; threads?: readonly string[] }): Promise<void> {
       if (durability !== 'fsync') return
       const dirs = [...newDirs]
       newDirs = new Set()
@@ -320,7 +320,26 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       let parts: Promise<unknown>[]
       let finish: (() => void) | null = null
       const ownJournal = journal
-      if (ownJournal && !options?.files) {
+      if (options?.threads && !options.files) {
+        // The named threads' own files, whatever they hold: their state.json is about to point
+        // into them. Out of `dirty` (a files sync in flight or to come waits for this one before
+        // it deletes a journal epoch, as for one of its own: it is in `inFlight`), no rotation.
+        const wanted = new Set(options.threads)
+        const batch = options.threads.flatMap((id) => files.get(id) ?? [])
+        for (const open of closing) if (wanted.has(open.threadId)) batch.push(open)
+        for (const open of batch) {
+          dirty.delete(open)
+          closing.delete(open)
+          open.syncing++
+        }
+        earlier = [...dirsInFlight].filter((d) => !dirSyncs.includes(d))
+        const errors: unknown[] = []
+        parts = [
+          eachLimited(batch, poolShare(), (open) => syncFile(open).catch((error: unknown) => void errors.push(error))).then(() => {
+            if (errors.length > 0) throw errors[0]
+          }),
+        ]
+      } else if (ownJournal && !options?.files) {
         // One write and one fdatasync of the journal vouch for every line appended so far (the
         // journal orders its own syncs). It does not wait for a files sync in flight, which takes
         // a whole round of thread files, only for the directories that name new files.

@@ -28,14 +28,38 @@ function close(fd: number): Promise<void> {
   return new Promise((resolve) => fs.close(fd, () => resolve()))
 }
 
+async function openInline(file: string): Promise<number> {
+  return fs.openSync(file, OPEN_DIR)
+}
+
+async function closeInline(fd: number): Promise<void> {
+  try {
+    fs.closeSync(fd)
+  } catch {
+    // As `close`: a descriptor that will not close leaves nothing to do.
+  }
+}
+
 /** One checkpoint round's view of the thread folders: `threads/` opened once, each folder per use. */
 export class PinnedFolders {
   private threads: Promise<number> | null = null
+  private readonly openDir: (file: string) => Promise<number>
+  private readonly closeDir: (fd: number) => Promise<void>
 
-  constructor(private readonly paths: DataPaths) {}
+  /**
+   * @param options.inline open and close the folders with synchronous calls (a round of a few
+   * folders, where a call on the threadpool would cost a turn of the event loop each).
+   */
+  constructor(
+    private readonly paths: DataPaths,
+    options: { inline?: boolean } = {},
+  ) {
+    this.openDir = options.inline ? openInline : open
+    this.closeDir = options.inline ? closeInline : close
+  }
 
   private async threadsFd(): Promise<number> {
-    this.threads ??= open(this.paths.threads)
+    this.threads ??= this.openDir(this.paths.threads)
     try {
       return await this.threads
     } catch (error) {
@@ -53,7 +77,7 @@ export class PinnedFolders {
     if (!pinningAvailable()) return use(folderPath, null)
     let fd: number
     try {
-      fd = await open(`${FD_DIR}/${await this.threadsFd()}/${threadId}`)
+      fd = await this.openDir(`${FD_DIR}/${await this.threadsFd()}/${threadId}`)
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code
       if (code === 'ELOOP' || code === 'ENOTDIR') throw threadFolderProblem(this.paths, threadId, error)
@@ -62,13 +86,13 @@ export class PinnedFolders {
     try {
       return await use(`${FD_DIR}/${fd}`, fd)
     } finally {
-      await close(fd)
+      await this.closeDir(fd)
     }
   }
 
   async close(): Promise<void> {
     const threads = this.threads
     this.threads = null
-    if (threads) await threads.then(close, () => {})
+    if (threads) await threads.then(this.closeDir, () => {})
   }
 }

@@ -66,8 +66,13 @@ export interface CheckpointStore {
    * `beforePublish`: called once the batch is taken; temp files are written and synced at once,
    * but renamed into place only after its promise resolves (group commit passes a transcript sync,
    * so a state.json never points past a transcript that is not yet durable).
+   * `only`: write just these threads' envelopes (the rest stay staged for a later sync), at once:
+   * not behind a sync under way unless it is writing one of them. What of them an earlier sync
+   * still under way took and has not published is taken from it, which then publishes nothing of
+   * those threads; one it is publishing is written again after it. Syncs without `only` run one
+   * after another.
    */
-  sync(options?: { beforePublish?: () => Promise<unknown> }): Promise<void>
+  sync(options?: { beforePublish?: () => Promise<unknown>; only?: ReadonlySet<string> }): Promise<void>
   /**
    * Forgets what is staged for the thread, and keeps a sync already under way from publishing it:
    * this process lost the thread to another, which writes its state.json now. A later `stage`
@@ -134,9 +139,10 @@ export interface TranscriptStore {
   /**
    * Make every append so far survive power loss (no-op for durability 'process'). A backend may
    * vouch through a journal; `files: true` asks for the thread files themselves to be durable
-   * (what a state.json that points into them needs).
+   * (what a state.json that points into them needs). `threads`: instead, just these threads'
+   * files (what their state.json needs; the appends of other threads are not this sync's).
    */
-  sync(options?: { files?: boolean }): Promise<void>
+  sync(options?: { files?: boolean; threads?: readonly string[] }): Promise<void>
   /**
    * Deletes the journals of dead processes whose lines every thread they name now holds durably
    * (backends without a journal leave it out). A thread that lacks them and that `mayWriteBack`

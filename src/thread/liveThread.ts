@@ -541,8 +541,10 @@ export class LiveThread implements ThreadHandle {
     const actor = this.actor
     // Stop outside the notification that brought us here; persistence is already detached.
     queueMicrotask(() => actor?.stop())
+    // Its own end, not a round over every running thread: its transcript file, state.json and
+    // registry row (so what `done` says, every store says, and a crash keeps).
     const settle = (): void => {
-      this.services.commit.whenDurable().then(
+      this.services.commit.whenSettled(this.id).then(
         () => {
           this.services.transcripts.close(this.id)
           this.services.forget(this)

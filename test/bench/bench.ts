@@ -29,10 +29,12 @@ const f = (n: unknown, digits = 0): string => (typeof n === 'number' ? n.toFixed
 
 console.log(`spindle bench: ${threads} threads x ${turns} turns, scripted model answering at once, one tool call per turn (${os.cpus().length} cores, node ${process.version})\n`)
 console.log('checkpoints: transitions checkpointed / state.json files written (a round coalesces a thread\'s transitions);')
-console.log('rounds: transcript journal rounds (what effects wait for) / checkpoint rounds (thread files, state.json, registry)\n')
+console.log('rounds: transcript journal rounds (what effects wait for) / checkpoint rounds (thread files, state.json, registry) /')
+console.log('settle rounds (a stopped thread\'s file, state.json and registry row: what `done` waits for)\n')
 console.log('RSS at open: the process with spindle loaded and its runtime open, before a thread runs; young gen: V8\'s')
-console.log('young generation (both semi-spaces) then and at the end of the run (docs/benchmark.md, "Memory")\n')
-console.log('store      turns/s  checkpoints      rounds  bytes on disk  p50 turn ms  p99 turn ms  peak RSS MB  RSS at open  young gen MB')
+console.log('young generation (both semi-spaces) then and at the end of the run (docs/benchmark.md, "Memory")')
+console.log('done ms: from a thread\'s final model reply to its `done` resolving, p50 / p99 (docs/benchmark.md, "Running it")\n')
+console.log('store      turns/s  checkpoints      rounds  bytes on disk  p50 turn ms  p99 turn ms  done ms p50/p99  peak RSS MB  RSS at open  young gen MB')
 let full: Record<string, number | string> = {}
 let small: Record<string, number | string> = {}
 const runs: Array<[label: string, store: string, flags: string[]]> = [
@@ -48,9 +50,10 @@ for (const [label, store, flags] of runs) {
   if (label === 'fsync *') small = r
   const young = `${f(r.openYoungMb)} -> ${f(r.endYoungMb)}`
   const checkpoints = `${r.checkpointsStaged}/${r.checkpointsWritten}`
-  const rounds = `${r.logCommits}/${r.commits}`
+  const rounds = `${r.logCommits}/${r.commits}/${r.settleCommits}`
+  const done = `${f(r.doneP50ms, 1)} / ${f(r.doneP99ms, 1)}`
   console.log(
-    `${label.padEnd(9)}  ${f(r.turnsPerSecond).padStart(7)}  ${checkpoints.padStart(11)}  ${rounds.padStart(10)}  ${f(r.bytesOnDisk).padStart(13)}  ${f(r.p50ms, 2).padStart(11)}  ${f(r.p99ms, 2).padStart(11)}  ${f(r.peakRssMb, 1).padStart(11)}  ${f(r.openRssMb, 1).padStart(11)}  ${young.padStart(12)}`,
+    `${label.padEnd(9)}  ${f(r.turnsPerSecond).padStart(7)}  ${checkpoints.padStart(11)}  ${rounds.padStart(10)}  ${f(r.bytesOnDisk).padStart(13)}  ${f(r.p50ms, 2).padStart(11)}  ${f(r.p99ms, 2).padStart(11)}  ${done.padStart(15)}  ${f(r.peakRssMb, 1).padStart(11)}  ${f(r.openRssMb, 1).padStart(11)}  ${young.padStart(12)}`,
   )
   fs.rmSync(dir, { recursive: true, force: true })
 }

@@ -35,11 +35,15 @@ if (mode === 'turns') {
   const turns = Number(c)
   const lastCall = new Map<string, number>()
   const latencies: number[] = []
+  /** When each thread's final reply left the scripted model (it answers at once): `done` is timed from there. */
+  const finalReply = new Map<string, number>()
+  const doneLatencies: number[] = []
   const model = scriptedModel((r) => {
     const now = performance.now()
     const prev = lastCall.get(r.threadId)
     if (prev !== undefined) latencies.push(now - prev)
     lastCall.set(r.threadId, now)
+    if (r.turn >= turns) finalReply.set(r.threadId, now)
     return r.turn < turns ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }] } : { text: 'done' }
   })
   const rt = await createRuntime({
@@ -55,12 +59,20 @@ if (mode === 'turns') {
   const openYoungMb = youngMb()
   const started = performance.now()
   const handles = await Promise.all(Array.from({ length: threads }, (_, i) => rt.spawn({ directive: { name: `bench${i}`, prompt: 'go' } })))
-  const outcomes = await Promise.all(handles.map((h) => h.done))
+  const outcomes = await Promise.all(
+    handles.map((h) =>
+      h.done.then((outcome) => {
+        doneLatencies.push(performance.now() - finalReply.get(h.id)!)
+        return outcome
+      }),
+    ),
+  )
   const seconds = (performance.now() - started) / 1000
   const totalTurns = outcomes.reduce((n, o) => n + o.cost.turns, 0)
   const stats = rt.stats()
   await rt.close()
   latencies.sort((x, y) => x - y)
+  doneLatencies.sort((x, y) => x - y)
   process.stdout.write(
     JSON.stringify({
       store,
@@ -73,11 +85,14 @@ if (mode === 'turns') {
       checkpointsWritten: stats.checkpointsWritten,
       logCommits: stats.logCommits,
       commits: stats.commits,
+      settleCommits: stats.settleCommits,
       // A turn records a reply and a tool result: two messages.
       messages: totalTurns * 2,
       bytesOnDisk: store === 'memory' ? 0 : diskBytes(dir),
       p50ms: percentile(latencies, 50),
       p99ms: percentile(latencies, 99),
+      doneP50ms: percentile(doneLatencies, 50),
+      doneP99ms: percentile(doneLatencies, 99),
       peakRssMb: process.resourceUsage().maxRSS / 1024,
       openRssMb,
       openYoungMb,

@@ -137,6 +137,53 @@ export function checkpointContract(name: string, create: () => CheckpointBackend
       expect(store.load(A)).toEqual(envelope(A, 2))
     }))
 
+    it('should publish only the threads named by `only`, and leave the rest staged for the next sync', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      store.stage(B, envelope(B, 1))
+      await store.sync({ only: new Set([A]) })
+      expect([store.load(A), store.load(B)]).toEqual([envelope(A, 1), null])
+      await store.sync()
+      expect(store.load(B)).toEqual(envelope(B, 1))
+    }))
+
+    // A stopped thread's end (GroupCommit's settle round) does not wait for a round of every thread.
+    it('should publish an `only` sync while an earlier sync of everything waits, which then publishes nothing older of it', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      store.stage(B, envelope(B, 1))
+      const slow = gate()
+      const everything = store.sync({ beforePublish: () => slow.promise })
+      store.stage(A, envelope(A, 2))
+      await store.sync({ only: new Set([A]) })
+      expect([store.load(A), store.load(B)]).toEqual([envelope(A, 2), null])
+      slow.open()
+      await everything
+      expect([store.load(A), store.load(B)]).toEqual([envelope(A, 2), envelope(B, 1)])
+    }))
+
+    it("should take a thread's envelope out of a sync under way that has not published it", withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      store.stage(B, envelope(B, 1))
+      const slow = gate()
+      const everything = store.sync({ beforePublish: () => slow.promise })
+      await store.sync({ only: new Set([A]) })
+      expect([store.load(A), store.load(B)]).toEqual([envelope(A, 1), null])
+      slow.open()
+      await everything
+      expect([store.load(A), store.load(B)]).toEqual([envelope(A, 1), envelope(B, 1)])
+    }))
+
+    it('should put back what an `only` sync could not publish, under an envelope staged since', withStore(async (store) => {
+      store.stage(A, envelope(A, 1))
+      const failing = gate()
+      const settling = store.sync({ only: new Set([A]), beforePublish: () => failing.promise })
+      store.stage(A, envelope(A, 2))
+      failing.fail(new Error('transcript fsync failed'))
+      await expect(settling).rejects.toThrow('transcript fsync failed')
+      expect(store.load(A)).toBeNull()
+      await store.sync()
+      expect(store.load(A)).toEqual(envelope(A, 2))
+    }))
+
     it('should refuse an id that is not a thread id', withStore((store) => {
       expect(() => store.stage('Not An Id', envelope('Not An Id'))).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))
       expect(() => store.load('Not An Id')).toThrow(expect.objectContaining({ code: 'INVALID_THREAD_ID' }))

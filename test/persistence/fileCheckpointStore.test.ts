@@ -262,6 +262,26 @@ describe('file checkpoint store: durability', () => {
       expect(disk.store.load(T)).toEqual(envelope(T, 2))
       expect(fs.readdirSync(path.dirname(disk.file(T)))).toEqual(['state.json'])
     })
+
+    // Issue 22: a stopped thread's sync (`only`) runs beside a sync of everything under way.
+    it(`should leave the newest state.json and no temp file when an \`only\` sync took a thread whose temp file a sync under way had written ('${durability}')`, async () => {
+      const disk = fileStore(durability)
+      await synced(disk, 1)
+      disk.store.stage(T, envelope(T, 2))
+      let release!: () => void
+      const everything = disk.store.sync({ beforePublish: () => new Promise<void>((resolve) => (release = resolve)) })
+      // The sync under way writes its temp file before it waits to publish; nothing else says when.
+      const temp = `${disk.file(T)}.tmp`
+      for (let turn = 0; turn < 10_000 && !fs.existsSync(temp); turn++) await new Promise((resolve) => setImmediate(resolve))
+      expect(fs.existsSync(temp)).toBe(true)
+      disk.store.stage(T, envelope(T, 3))
+      await disk.store.sync({ only: new Set([T]) })
+      expect(disk.store.load(T)).toEqual(envelope(T, 3))
+      release()
+      await everything
+      expect(disk.store.load(T)).toEqual(envelope(T, 3))
+      expect(fs.readdirSync(path.dirname(disk.file(T)))).toEqual(['state.json'])
+    })
   }
 })
 

@@ -273,6 +273,27 @@ describe('transcript journal', () => {
     expect(journals().length).toBeGreaterThan(0)
   })
 
+  // Issue 22: a stopped thread's state.json points into its own file, made durable for it alone.
+  it("should fdatasync just the named threads' files, delete no journal epoch, and leave the rest to the next files sync", async () => {
+    const { store, journals } = setup()
+    const s = store()
+    for (const id of IDS) s.open(id)
+    await appendAndJournal(s, IDS, 2)
+    const original = fs.fdatasync
+    const synced: string[] = []
+    vi.spyOn(fs, 'fdatasync').mockImplementation(((fd: number, callback: (error: NodeJS.ErrnoException | null) => void) => {
+      synced.push(fs.readlinkSync(`/proc/self/fd/${fd}`))
+      return original(fd, callback)
+    }) as typeof fs.fdatasync)
+    await s.sync({ threads: [IDS[0]] })
+    expect(synced.map((file) => path.basename(path.dirname(file)))).toEqual([IDS[0]])
+    expect(journals()).toHaveLength(1)
+    synced.length = 0
+    await s.sync({ files: true })
+    expect(synced.map((file) => path.basename(path.dirname(file))).sort()).toEqual([IDS[1], IDS[2]])
+    expect(journals()).toHaveLength(0)
+  })
+
   it('should keep the journal when the store is closed while a files sync is still running', async () => {
     const { store, journals } = setup()
     const s = store()
