@@ -19,6 +19,7 @@
  * beyond state.json is replayed on recovery.
  */
 import { SpindleError } from '../src/base/errors.js'
+import { isDescriptorShortage } from './storageFailure.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
 /** A registry change for one thread; the newest value of each field wins within a commit. */
@@ -316,6 +317,9 @@ export class GroupCommit {
       for (const id of staged) if (!this.discarded.has(id)) this.staged.add(id)
       for (const [id, patch] of patches) if (!this.patches.has(id) && !this.discarded.has(id)) this.patches.set(id, patch)
       if (statusChanged) this.statusChanged = true
+      // Short of descriptors (a state.json's temp file, a folder to fsync): the transcripts' idle
+      // ones go first, so that what this process holds itself never keeps checkpoints from being written.
+      if (isDescriptorShortage(error)) this.parts.transcripts.releaseDescriptors?.()
       if (this.checkpoint.failures === 0) this.onBackgroundError(error)
       throw error
     }

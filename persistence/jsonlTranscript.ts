@@ -1,13 +1,14 @@
 /**
  * transcript.jsonl per thread: append-only, one hash-chained entry per line. Side effects.
  *
- * Caveats: one writer per data directory (nothing locks the files); an open thread holds one file
- * descriptor until it is closed; a transcript is read into memory whole when opened without a
- * position, so very long transcripts should be opened from their checkpoint's position.
+ * Caveats: one writer per data directory (nothing locks the files); a transcript is read into
+ * memory whole when opened without a position, so very long transcripts should be opened from
+ * their checkpoint's position.
  *
- * This module is the store's bookkeeping: the files it holds open, what each sync covers, the
+ * This module is the store's bookkeeping: the threads it has open, what each sync covers, the
  * journal. The work on one file (opening it, checking its anchor, setting bytes aside, bytes
- * another writer appended) is in transcriptFile.ts.
+ * another writer appended) is in transcriptFile.ts; which descriptors it keeps open, bounded, in
+ * descriptorPool.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -22,8 +23,21 @@ import { recordIdentity } from './journalFiles.js'
 import type { SkippedJournal } from './journalFiles.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import { fdatasync, readRange, writeAll } from './fdio.js'
-import type { ForeignTail, OpenFile } from './transcriptFile.js'
-import { checkAnchor, corrupt, isNoEntry, NOFOLLOW, notOpen, OPEN_EXISTING, openTranscript, saveTorn, settleForeignTail } from './transcriptFile.js'
+import { DescriptorPool, defaultMaxOpenTranscripts } from './descriptorPool.js'
+import { isDescriptorShortage } from './storageFailure.js'
+import type { ForeignTail, Handle, OpenFile } from './transcriptFile.js'
+import {
+  checkAnchor,
+  corrupt,
+  isNoEntry,
+  NOFOLLOW,
+  notOpen,
+  OPEN_EXISTING,
+  openTranscript,
+  reopenTranscript,
+  saveTorn,
+  settleForeignTail,
+} from './transcriptFile.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -48,10 +62,20 @@ export interface JsonlTranscriptOptions {
    * opened (see `append`): they were moved aside to `savedTo` and cut off before its next line.
    */
   onForeignTail?: (found: ForeignTail) => void
+  /**
+   * Most descriptors the store keeps open on the transcripts of open threads (default: a quarter of
+   * the process's descriptor limit, from 16 to 4096; see defaultMaxOpenTranscripts). A thread whose
+   * file is not among them (the least recently written are closed first) has it opened again at
+   * its next append. Files closed with lines not yet fdatasynced stay open until they are, at most
+   * as many again (see descriptorPool.ts).
+   */
+  maxOpen?: number
 }
 
 /**
- * Opens, appends to and syncs `transcript.jsonl` files, one file descriptor per open thread.
+ * Opens, appends to and syncs `transcript.jsonl` files, keeping at most `maxOpen` descriptors open
+ * however many threads are open (see descriptorPool.ts): a thread's file is opened again when it is
+ * appended to after its descriptor was given up, at the position the store knows (nothing is read).
  *
  * `append` hands each line to the OS with one `writeSync` (it survives a process crash when it
  * returns). With durability 'fsync', `sync()` makes every line appended so far survive power loss
@@ -75,11 +99,16 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   const { paths, durability } = options
   const files = new Map<string, OpenFile>()
   // Only tracked with durability 'fsync': with 'process' there is nothing for sync() to do.
-  // Files appended to since their last fdatasync.
-  let dirty = new Set<OpenFile>()
-  // Closed files whose appends only the journal holds: the next files sync fdatasyncs and closes them.
-  let closing = new Set<OpenFile>()
+  // Descriptors appended through since their last fdatasync.
+  let dirty = new Set<Handle>()
+  // Descriptors retired (their thread closed, or the pool gave them up) with appends no fdatasync
+  // covers yet: the next files sync fdatasyncs and closes them.
+  let closing = new Set<Handle>()
+  // Of those, the ones the pool gave up, waiting for the fdatasync started ahead of that sync (see flushAhead).
+  const ahead = new Set<Handle>()
+  let aheadRunning = 0
   let newDirs = new Set<string>()
+  // Open threads whose file failed an fdatasync (sticky until the thread is closed).
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
   const dirsInFlight = new Set<Promise<unknown>>()
@@ -93,9 +122,136 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
 
   const fileOf = (threadId: string): string => threadFile(paths, threadId, TRANSCRIPT_FILE)
 
+  const pool = new DescriptorPool(options.maxOpen ?? defaultMaxOpenTranscripts(), {
+    idle: (handle) => handle.syncing === 0 && !dirty.has(handle),
+    waiting: () => closing,
+    retire: (handle) => evict(handle, true),
+    flush: flushNow,
+  })
+
+  /** The thread's descriptor is `fd` from now on. */
+  function adopt(open: OpenFile, fd: number): Handle {
+    const handle: Handle = { fd, owner: open, syncing: 0, retired: false }
+    open.handle = handle
+    pool.adopt(handle)
+    return handle
+  }
+
+  function closeHandle(handle: Handle): void {
+    pool.closed()
+    fs.closeSync(handle.fd)
+  }
+
+  /** The thread's descriptor stops being its own (the thread closed, or the pool gave it up). */
+  function retire(open: OpenFile): Handle | null {
+    const handle = open.handle
+    if (!handle) return null
+    open.handle = null
+    pool.leave(handle)
+    handle.retired = true
+    return handle
+  }
+
+  /**
+   * The pool gives a thread's descriptor up: closed now when idle; with appends no fdatasync covers
+   * yet, kept in `closing` and (with `flush`) fdatasynced ahead of the next files sync; under an
+   * fdatasync, closed when that ends. Its file's device and inode are kept, so that the file opened
+   * again at the next append can be checked to be the same.
+   */
+  function evict(handle: Handle, flush: boolean): void {
+    const open = handle.owner
+    if (!open.inode) {
+      const stat = fs.fstatSync(handle.fd)
+      open.inode = { dev: stat.dev, ino: stat.ino }
+    }
+    retire(open)
+    if (dirty.delete(handle)) {
+      closing.add(handle)
+      if (flush) {
+        ahead.add(handle)
+        flushAhead()
+      }
+    } else if (handle.syncing === 0) closeHandle(handle)
+  }
+
+  /**
+   * fdatasyncs descriptors the pool gave up, a bounded number at a time on the threadpool (as a
+   * files sync does, leaving room for the journal's), so that each is closed as soon as its lines
+   * are durable rather than at the next checkpoint round: when more threads write at once than the
+   * pool holds, descriptors come back at the disk's pace, not the rounds'. One a files sync took
+   * meanwhile is left to it; one taken while its fdatasync runs waits for that one (`flushing`), so
+   * a failure is seen by every sync that needs the lines.
+   */
+  function flushAhead(): void {
+    for (const handle of ahead) {
+      if (aheadRunning >= poolShare()) return
+      ahead.delete(handle)
+      if (!closing.has(handle) || handle.syncing > 0) continue
+      aheadRunning++
+      handle.syncing++
+      const flushed = syncFile(handle)
+      handle.flushing = flushed
+      flushed
+        .then(
+          () => {
+            // Durable: closed now, unless a files sync took it meanwhile (that closes it).
+            if (closing.delete(handle) && handle.syncing === 0) closeHandle(handle)
+          },
+          // Sticky with its file (syncFile): the next files sync reports it, then closes it.
+          () => {},
+        )
+        .finally(() => {
+          aheadRunning--
+          flushAhead()
+        })
+    }
+  }
+
+  /**
+   * Makes the appends through a descriptor no fdatasync is under way on durable now, then closes
+   * it: the pool's last resort for room (see descriptorPool.ts). A failure is the file's, sticky,
+   * as in a files sync; the journal keeps its lines.
+   */
+  function flushNow(handle: Handle): void {
+    if (!handle.retired) evict(handle, false)
+    ahead.delete(handle)
+    if (!closing.delete(handle)) return
+    try {
+      if (!handle.owner.syncError) fs.fdatasyncSync(handle.fd)
+    } catch (error) {
+      fileSyncFailed(handle.owner, error)
+    } finally {
+      closeHandle(handle)
+    }
+  }
+
+  /**
+   * Opens a descriptor (`open`) within the pool's bound. Short of descriptors (EMFILE, ENFILE), the
+   * pool gives up its idle ones, so that the store never starves the process of what it holds
+   * itself, and the open is tried once more; failing again, the error is thrown as it is.
+   */
+  function opening<T>(open: () => T): T {
+    pool.makeRoom()
+    try {
+      return open()
+    } catch (error) {
+      if (!isDescriptorShortage(error) || pool.shed() === 0) throw error
+      return open()
+    }
+  }
+
+  /** The thread's descriptor, its file opened again if the pool gave the last one up. */
+  function descriptorOf(open: OpenFile): Handle {
+    if (open.handle) {
+      pool.touch(open.handle)
+      return open.handle
+    }
+    return adopt(open, opening(() => reopenTranscript(open, durability === 'fsync', options.onForeignTail)))
+  }
+
   function openOrNull(file: string): number | null {
     try {
-      return openTranscript(file, OPEN_EXISTING)
+      return opening(() => openTranscript(file, OPEN_EXISTING))
     } catch (error) {
       if (isNoEntry(error)) return null
       throw error
@@ -110,7 +266,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     const dir = path.dirname(file)
     // `known`: open() checked the folder a moment ago when it exists; a missing one is made here.
     const { made } = assertThreadDir(paths, threadId, { create: true, known: true })
-    const fd = openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT)
+    const fd = opening(() => openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT))
     if (durability === 'fsync') {
       // A new file's name is durable once its directory is fsynced; a new directory's name once
       // its parent is. sync() does both, once per batch.
@@ -121,36 +277,58 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   }
 
   function register(threadId: string, file: string, fd: number, position: TranscriptPosition, inherited = true): void {
-    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, identity: null, inherited })
+    const open: OpenFile = { threadId, file, position, handle: null, inode: null, closed: false, syncError: null, appendError: null, identity: null, inherited }
+    files.set(threadId, open)
+    // A descriptor the prefetch opened counts from here: room is made now (a no-op after `opening`).
+    pool.makeRoom()
+    adopt(open, fd)
   }
 
-  /** fdatasyncs one file; the caller has counted it in `open.syncing` (see the files sync). */
-  async function syncFile(open: OpenFile): Promise<void> {
+  /** A file's fdatasync failed (through any of its descriptors): sticky, see below. */
+  function fileSyncFailed(open: OpenFile, error: unknown): Error {
+    // Sticky: after a failed fsync the kernel may have dropped the dirty pages and a retry can
+    // succeed without them, so no later sync may vouch for this file (the PostgreSQL "fsyncgate").
+    const cause = error as NodeJS.ErrnoException
+    open.syncError ??= Object.assign(new Error(`fdatasync of ${open.file} failed: ${cause.message}`, { cause }), {
+      code: cause.code,
+      path: open.file,
+    })
+    // An open file stays failed until it is closed (every files sync reports it); a closed one
+    // is reported by this round only. Either way `pinned` keeps the journal's copy of its lines.
+    if (!open.closed) failed.add(open)
+    // And the journal keeps every epoch from here on: it may hold the only durable copy of lines
+    // this file dropped, whatever later syncs of other files (or of this one, closed) report.
+    if (journal) pinned ??= open.syncError
+    return open.syncError
+  }
+
+  /** fdatasyncs one descriptor; the caller has counted it in `handle.syncing` (see the files sync). */
+  async function syncFile(handle: Handle): Promise<void> {
+    const open = handle.owner
     try {
       // Never retried: a retry can succeed without the pages the failed one dropped.
       if (open.syncError) throw open.syncError
-      await fdatasync(open.fd)
+      // A retired descriptor takes no more lines: the fdatasync started when the pool gave it up
+      // covers them all. A second one could report success where that one failed (the error is
+      // reported once per open file).
+      const started = handle.flushing
+      if (started) await started
+      else await fdatasync(handle.fd)
     } catch (error) {
       if (error === open.syncError) throw error
-      // Sticky: after a failed fsync the kernel may have dropped the dirty pages and a retry can
-      // succeed without them, so no later sync may vouch for this file (the PostgreSQL "fsyncgate").
-      const cause = error as NodeJS.ErrnoException
-      open.syncError ??= Object.assign(new Error(`fdatasync of ${open.file} failed: ${cause.message}`, { cause }), {
-        code: cause.code,
-        path: open.file,
-      })
-      // An open file stays failed until it is closed (every files sync reports it); a closed one
-      // is reported by this round only. Either way `pinned` keeps the journal's copy of its lines.
-      if (!open.closed) failed.add(open)
-      // And the journal keeps every epoch from here on: it may hold the only durable copy of lines
-      // this file dropped, whatever later syncs of other files (or of this one, closed) report.
-      if (journal) pinned ??= open.syncError
-      throw open.syncError
+      throw fileSyncFailed(open, error)
     } finally {
-      open.syncing--
-      // A closed file waiting in `closing` is the next files sync's to fdatasync, then close.
-      if (open.closed && open.syncing === 0 && !closing.has(open)) fs.close(open.fd, () => {})
+      handle.syncing--
+      // A retired descriptor waiting in `closing` is the next files sync's to fdatasync, then close.
+      if (handle.retired && handle.syncing === 0 && !closing.has(handle)) closeHandle(handle)
     }
+  }
+
+  /** fsyncs directories, a bounded number at a time; rejects with the first failure once all were tried. */
+  async function syncDirs(dirs: readonly string[]): Promise<void> {
+    const errors: unknown[] = []
+    await eachLimited(dirs, poolShare(), (dir) => syncDir(dir).catch((error: unknown) => void errors.push(error)))
+    if (errors.length > 0) throw errors[0]
   }
 
   async function syncDir(dir: string): Promise<void> {
@@ -169,21 +347,24 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     forgetThreadDir(paths, threadId)
     failed.delete(open)
     open.closed = true
-    const wasDirty = dirty.delete(open)
+    // A descriptor the pool gave up earlier with unsynced appends waits in `closing` as it did.
+    const handle = retire(open)
+    if (!handle) return
+    const wasDirty = dirty.delete(handle)
     if (wasDirty && journal) {
       // The journal holds its appends: the next files sync fdatasyncs the file, then closes it.
-      closing.add(open)
+      closing.add(handle)
       return
     }
     try {
       // A thread closed between an append and the next sync is made durable here instead.
       if (wasDirty) {
-        fs.fdatasyncSync(open.fd)
+        fs.fdatasyncSync(handle.fd)
         if (newDirs.has(path.dirname(open.file))) for (const dir of newDirs) fsyncDirSync(dir)
       }
     } finally {
       // An fdatasync still running on the threadpool closes the fd when it finishes.
-      if (open.syncing === 0) fs.closeSync(open.fd)
+      if (handle.syncing === 0) closeHandle(handle)
     }
   }
 
@@ -197,7 +378,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       const file = fileOf(threadId)
       const start = from ?? EMPTY_POSITION
       // The folder is checked once here, when the thread's file is opened (a prefetched descriptor
-      // comes from a folder the reading worker checked the same way): appends go to the descriptor.
+      // comes from a folder the reading worker checked the same way): appends go to the descriptor,
+      // or to the same file opened again (reopenTranscript checks it is the same).
       const fd = read ? ('fd' in read ? read.fd : null) : assertThreadDir(paths, threadId, { writes: true }).missing ? null : openOrNull(file)
       if (fd === null) {
         if (start.seq > 0) {
@@ -269,22 +451,24 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           'has an incomplete line from a failed append that could not be cut off. Close the thread and open it again to recover.',
         )
       }
+      const handle = descriptorOf(open)
+      const fd = handle.fd
       // Read before the line is written: a failing fstat must not leave a line the journal lacks.
-      const identity = journal ? (open.identity ??= recordIdentity(open.fd, paths.journal)) : null
+      const identity = journal ? (open.identity ??= recordIdentity(fd, paths.journal)) : null
       // One fstat per line, for files this store did not create: a new file has had no other writer.
-      if (open.inherited) settleForeignTail(open, durability === 'fsync', options.onForeignTail)
+      if (open.inherited) settleForeignTail(open, fd, durability === 'fsync', options.onForeignTail)
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
       // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
       const length = Buffer.byteLength(encoded.line, 'utf8')
       try {
-        const written = fs.writeSync(open.fd, encoded.line)
-        if (written < length) writeAll(open.fd, Buffer.from(encoded.line, 'utf8').subarray(written))
+        const written = fs.writeSync(fd, encoded.line)
+        if (written < length) writeAll(fd, Buffer.from(encoded.line, 'utf8').subarray(written))
       } catch (error) {
         // A partial write (ENOSPC, EIO) would leave half a line that the next append lands after,
         // which reads back as real damage rather than a torn tail. Cut it off now.
         try {
-          fs.ftruncateSync(open.fd, open.position.bytes)
+          fs.ftruncateSync(fd, open.position.bytes)
         } catch (cutError) {
           open.appendError = cutError
         }
@@ -292,7 +476,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       if (journal && identity) journal.add(threadId, identity, open.position.bytes, encoded.line)
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
-      if (durability === 'fsync') dirty.add(open)
+      if (durability === 'fsync') dirty.add(handle)
       return entry
     },
 
@@ -306,7 +490,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       if (durability !== 'fsync') return
       const dirs = [...newDirs]
       newDirs = new Set()
-      const dirSyncs: Promise<unknown>[] = dirs.map(syncDir)
+      // A bounded number at a time, as the files are: a burst of new threads must not open a
+      // descriptor per new folder at once (a spawn of thousands would run out of them).
+      const dirSyncs: Promise<unknown>[] = dirs.length === 0 ? [] : [syncDirs(dirs)]
       for (const d of dirSyncs) {
         dirsInFlight.add(d)
         void d.then(
@@ -347,11 +533,11 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         finish = ownJournal ? ownJournal.rotate() : null
         // Counted now, not when each fdatasync starts: a bounded number run at once, and a thread
         // closed meanwhile must find its descriptor still held (close leaves a counted fd open).
-        for (const open of batch) open.syncing++
+        for (const handle of batch) handle.syncing++
         // Every file is tried, whatever fails: a failure stays with its file (see syncFile).
         const errors: unknown[] = []
         parts = [
-          eachLimited(batch, poolShare(), (open) => syncFile(open).catch((error: unknown) => void errors.push(error))).then(() => {
+          eachLimited(batch, poolShare(), (handle) => syncFile(handle).catch((error: unknown) => void errors.push(error))).then(() => {
             if (errors.length > 0) throw errors[0]
           }),
         ]
@@ -416,6 +602,10 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
     },
 
+    releaseDescriptors(): number {
+      return pool.shed()
+    },
+
     close,
 
     closeAll(): void {
@@ -427,23 +617,23 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           first ??= error
         }
       }
-      // Files closed after their last files sync: made durable here, so the journal can go.
+      // Descriptors retired after their last files sync: made durable here, so the journal can go.
       let undecided = false
-      for (const open of [...closing]) {
-        closing.delete(open)
+      for (const handle of [...closing]) {
+        closing.delete(handle)
         try {
-          if (open.syncError) throw open.syncError
-          if (open.syncing > 0) {
+          if (handle.owner.syncError) throw handle.owner.syncError
+          if (handle.syncing > 0) {
             // Still being fdatasynced on the pool: it closes itself when that ends, and the
             // journal stays, since this cannot wait for the outcome.
             undecided = true
             continue
           }
-          fs.fdatasyncSync(open.fd)
+          fs.fdatasyncSync(handle.fd)
         } catch (error) {
           first ??= error
         } finally {
-          if (open.syncing === 0) fs.closeSync(open.fd)
+          if (handle.syncing === 0) closeHandle(handle)
         }
       }
       try {
