@@ -16,17 +16,51 @@ export interface ToolDefinition {
   inputSchema: Record<string, unknown>
 }
 
+/**
+ * One model call: what `ModelAdapter.generate` is asked. `threadId`, `turn` and `attempt` together
+ * name the call; a call cut short by a crash is made again with the same three (at least once).
+ */
 export interface ModelRequest {
+  /** The thread the call is for (e.g. `research-3f9k2m1x0q7a`): the same across restarts. */
   threadId: string
+  /**
+   * The name of the directive the thread runs: `directive.name` given to `rt.spawn`, a directive
+   * file's `name`, the `name` of a `spawn_thread` call. A continuation keeps its predecessor's; a
+   * thread that recovery escalation started has its handler's. What a script or an adapter tells
+   * threads apart by (a model per kind of task, a test's script per thread).
+   */
   directiveName: string
+  /**
+   * The turn the reply will answer, from 1: the replies recorded so far plus one (a continuation
+   * counts on from its predecessor). Every attempt at one turn has the same turn.
+   */
   turn: number
+  /**
+   * Which attempt at this turn, from 1: one more for each failed call retried
+   * (`retry.maxRetries`); a call made again after a crash keeps its attempt.
+   */
   attempt: number
+  /**
+   * The conversation so far, oldest first: the directive's prompt as the first `user` message
+   * (a continuation's restates it and carries the recent part of its predecessor's), then each
+   * `assistant` reply and each `tool` result. Read-only: it is the thread's own cache.
+   */
   messages: readonly Message[]
+  /**
+   * The tools the thread may call: the runtime's tools (with the built-in `spawn_thread` and
+   * `wait_threads` unless `builtinTools` is false), narrowed to the directive's `tools` list and
+   * its permissions. Each has a JSON Schema of its input, made from its zod schema.
+   */
   tools: readonly ToolDefinition[]
   /** Aborted on cancel, on timeout and when the runtime closes. Adapters must stop promptly. */
   signal: AbortSignal
 }
 
+/**
+ * A model's reply. A reply without tool calls ends the thread: it completes, and `text` becomes
+ * its `result`. A reply with tool calls runs them and calls the model again; its `text`, unless
+ * empty, is kept as the thread's partial result (what it returns if it is cancelled later).
+ */
 export interface ModelResponse {
   text: string
   toolCalls: ToolCall[]

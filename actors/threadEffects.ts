@@ -15,11 +15,18 @@ import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './mod
 import { atDeadline } from '../src/base/clock.js'
 import type { Clock } from '../src/base/clock.js'
 import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
+import { abandonable, modelTimeout } from './modelDeadline.js'
 import type { Tool, ToolOutcome } from './tools.js'
 import { executeToolCall } from './tools.js'
 import type { Permissions } from '../src/base/permissions.js'
 import { deniedCapability, describePermissions } from '../src/base/permissions.js'
 import { SpindleError } from '../src/base/errors.js'
+
+/**
+ * How a tool call's run ended without a result: its process died (`crash`), or the runtime shut
+ * down and aborted it once `timeouts.shutdownGraceMs` had passed (`shutdown`).
+ */
+export type ToolCut = 'crash' | 'shutdown'
 
 /** What the runtime lends to effects. Effects never touch persistence or the machine directly. */
 export interface EffectHost {
@@ -50,10 +57,21 @@ export interface EffectHost {
   ): Promise<{ failure: FailureInfo; retryInMs: number; decision?: HookVerdict }>
   /** What to do about a limit the thread hit: asks its `limit` hooks, else proposes an escalation. */
   decideLimit(threadId: string, hit: DecideLimitInput['hit']): Promise<Omit<Extract<ThreadEvent, { type: 'LIMIT_DECIDED' }>, 'type' | 'at'>>
-  /** Whether a tool call's intent was recorded before (by a run that did not record its result). */
-  hasToolIntent(threadId: string, idempotencyKey: string): boolean
-  /** Records the intent to run a tool call and waits until that record is durable. */
-  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<void>
+  /**
+   * Whether a tool call's intent was recorded before, by a run that did not record its result, and
+   * how that run ended: cut by a crash, or aborted by a runtime that shut down; null when none was.
+   */
+  toolIntent(threadId: string, idempotencyKey: string): ToolCut | null
+  /**
+   * Records the intent to run a tool call and waits until that record is durable. Null, with
+   * nothing recorded, once the runtime is closing: the call is left to the next process. From its
+   * intent on, the call is under way until the returned function is called (once its result is
+   * delivered, or it was stopped): a closing runtime lets it finish within
+   * `timeouts.shutdownGraceMs` and records its result.
+   */
+  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<(() => void) | null>
+  /** The runtime is closing: no effect starts any more (the next process takes the step). */
+  closing(): boolean
   /** An unexpected exception inside an effect: the supervisor restarts the thread or ends it in `error`. */
   crash(threadId: string, error: unknown): void
   /**
@@ -161,7 +179,9 @@ export function toolIdempotencyKey(threadId: string, turn: number, callId: strin
 
 /**
  * Failure semantics: at least once. A model call in flight when the process dies is made again on
- * recovery with the same turn and attempt; a recorded reply is never requested again.
+ * recovery with the same turn and attempt; a recorded reply is never requested again. A call still
+ * unanswered at `timeouts.modelMs` is abandoned (MODEL_TIMEOUT, transient) whether or not the
+ * adapter heeds its signal; a reply that comes after that is never recorded.
  */
 export function callModelLogic(host: EffectHost) {
   return (input: CallModelInput): (() => void) => {
@@ -175,21 +195,23 @@ export function callModelLogic(host: EffectHost) {
       if ((await host.beforeModelCall(input.threadId, input)) === 'stop' || stopped) return
       const controller = new AbortController()
       started = controller
-      const timer = host.clock.setTimeout(
-        () => controller.abort(Object.assign(new Error(`model call timed out after ${host.modelTimeoutMs} ms`), { name: 'TimeoutError' })),
-        host.modelTimeoutMs,
-      )
+      const timeout = modelTimeout(host.modelTimeoutMs)
+      // On the runtime's clock, so that simulated time reaches it too.
+      const timer = host.clock.setTimeout(() => controller.abort(timeout), host.modelTimeoutMs)
       let event: ThreadEvent
       try {
-        const raw = await host.model.generate({
-          threadId: input.threadId,
-          directiveName: host.directiveName(input.threadId),
-          turn: input.turn,
-          attempt: input.attempt,
-          messages: host.messages(input.threadId),
-          tools: visibleTools(host, input.threadId),
-          signal: controller.signal,
-        })
+        // Async, so that an adapter throwing before it returns a promise fails like any other.
+        const generate = async (): Promise<unknown> =>
+          host.model.generate({
+            threadId: input.threadId,
+            directiveName: host.directiveName(input.threadId),
+            turn: input.turn,
+            attempt: input.attempt,
+            messages: host.messages(input.threadId),
+            tools: visibleTools(host, input.threadId),
+            signal: controller.signal,
+          })
+        const raw = await abandonable(generate(), controller.signal)
         const checked = ModelResponseSchema.safeParse(raw)
         if (!checked.success) {
           const issue = checked.error.issues[0]!
@@ -208,10 +230,10 @@ export function callModelLogic(host: EffectHost) {
           usage: reply.usage,
         }
       } catch (error) {
-        const timedOut = controller.signal.aborted && (controller.signal.reason as Error)?.name === 'TimeoutError'
+        const timedOut = controller.signal.aborted && controller.signal.reason === timeout
         host.clock.clearTimeout(timer)
         if (controller.signal.aborted && !timedOut) return
-        const judged = await host.judgeModelFailure(input.threadId, timedOut ? controller.signal.reason : error, input)
+        const judged = await host.judgeModelFailure(input.threadId, timedOut ? timeout : error, input)
         if (controller.signal.aborted && !timedOut) return
         if (judged.failure.category === 'context_length' && !judged.decision) {
           if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
@@ -229,6 +251,7 @@ export function callModelLogic(host: EffectHost) {
       } finally {
         host.clock.clearTimeout(timer)
       }
+      if (stopped) return
       settled = true
       if (!controller.signal.aborted || event.type === 'MODEL_FAILED') host.deliver(input.threadId, event)
     })
@@ -241,10 +264,27 @@ export function callModelLogic(host: EffectHost) {
   }
 }
 
+/** The result a non-idempotent call gets instead of a second run, after a run that recorded no result. */
+function interrupted(call: ToolCall, cut: ToolCut): ToolOutcome {
+  const why =
+    cut === 'shutdown'
+      ? 'was still running when the process shut down, and was stopped before its result was recorded'
+      : 'was interrupted by a crash before its result was recorded'
+  return {
+    ok: false,
+    output: {
+      error: 'TOOL_INTERRUPTED',
+      message: `The call to "${call.name}" ${why}. It was not run again because the tool is not idempotent; it may or may not have taken effect.`,
+    },
+  }
+}
+
 /**
  * Failure semantics: a call's intent is durable before it runs and its result is recorded after.
  * After a crash between the two, an idempotent tool runs again with the same idempotency key; any
- * other tool is not run again, and the model receives an error result saying so.
+ * other tool is not run again, and the model receives an error result saying so. A closing runtime
+ * starts no call, lets those under way finish within `timeouts.shutdownGraceMs` (their results are
+ * recorded), then aborts the rest; the model is then told the process shut down, not that it crashed.
  */
 export function runToolLogic(host: EffectHost) {
   return (input: RunToolInput): (() => void) => {
@@ -253,6 +293,8 @@ export function runToolLogic(host: EffectHost) {
     const controller = new AbortController()
     let stopped = false
     let settled = false
+    /** Ends the call's being under way (see EffectHost.recordToolIntent); null before its intent. */
+    let underWay: (() => void) | null = null
     const { threadId, turn, call } = input
     if (!call) throw stepWithout(threadId, 'runningTools', 'a tool call without a result')
     const key = toolIdempotencyKey(threadId, turn, call.id)
@@ -264,29 +306,32 @@ export function runToolLogic(host: EffectHost) {
       const tool = host.tools.get(call.name)
       // A refused call has no effect to protect: no intent, and the same answer after a crash.
       let outcome: ToolOutcome | null = refusal(host, threadId, call)
-      if (!outcome && host.hasToolIntent(threadId, key) && !tool?.idempotent) {
-        outcome = {
-          ok: false,
-          output: {
-            error: 'TOOL_INTERRUPTED',
-            message:
-              `The call to "${call.name}" was interrupted by a crash before its result was recorded. ` +
-              `It was not run again because the tool is not idempotent; it may or may not have taken effect.`,
-          },
-        }
+      const cut = outcome ? null : host.toolIntent(threadId, key)
+      if (cut !== null && !tool?.idempotent) outcome = interrupted(call, cut)
+      if (outcome) {
+        settled = true
+        host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
+        return
       }
-      if (!outcome) {
-        await host.recordToolIntent(threadId, key, call)
+      underWay = await host.recordToolIntent(threadId, key, call)
+      if (!underWay) return
+      try {
         if (stopped) return
         outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
+        if (stopped) return
+        settled = true
+        host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
+      } finally {
+        // After the delivery: a closing runtime waiting for this call finds its result recorded.
+        underWay()
       }
-      if (stopped) return
-      settled = true
-      host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
     })
     return () => {
       if (settled) return
       stopped = true
+      // Its result would be dropped: a closing runtime has nothing to wait for, even from a tool
+      // that ignores the abort.
+      underWay?.()
       controller.abort(new Error('tool call stopped'))
     }
   }
@@ -330,13 +375,21 @@ export function settleChildrenLogic(host: EffectHost) {
   }
 }
 
+/** Nothing to stop: an effect asked for while the runtime closes, which the next process starts. */
+const NOTHING_STARTED = (): void => {}
+
+/** Once the runtime is closing, no effect starts: the step stays where its checkpoint says. */
+function unlessClosing<I>(host: EffectHost, start: (input: I) => () => void): (input: I) => () => void {
+  return (input) => (host.closing() ? NOTHING_STARTED : start(input))
+}
+
 export function createThreadEffects(host: EffectHost) {
   return {
-    callModel: callModelLogic(host),
-    runTool: runToolLogic(host),
-    waitUntil: waitUntilLogic(host),
-    decideLimit: decideLimitLogic(host),
-    settleChildren: settleChildrenLogic(host),
+    callModel: unlessClosing(host, callModelLogic(host)),
+    runTool: unlessClosing(host, runToolLogic(host)),
+    waitUntil: unlessClosing(host, waitUntilLogic(host)),
+    decideLimit: unlessClosing(host, decideLimitLogic(host)),
+    settleChildren: unlessClosing(host, settleChildrenLogic(host)),
   }
 }
 

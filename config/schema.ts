@@ -33,6 +33,12 @@ export const RetrySchema = z.strictObject({
 export const TimeoutsSchema = z.strictObject({
   modelMs: z.number().positive().describe('A model call still running after this many ms is abandoned and counts as a transient failure, retried under `retry`.'),
   toolMs: z.number().positive().describe('Time a tool call may take, in ms, for tools that set no timeout of their own; a call that takes longer is stopped and the model gets a TOOL_TIMEOUT error result.'),
+  shutdownGraceMs: z
+    .number()
+    .nonnegative()
+    .describe(
+      'When the runtime closes (`rt.close()`, or a signal of `shutdownSignals`), how long tool calls already running may take to finish, in ms: their results are recorded as usual. Nothing new starts meanwhile; what is still running after it is aborted, and the model is told on the next run that the process shut down. Keep it below the time your process manager waits before it kills (10 s for `docker stop`); 0 aborts at once.',
+    ),
 })
 
 export const ERROR_CATEGORIES = [
@@ -152,7 +158,7 @@ export const ErrorPatternSchema = z.strictObject({
       const hazard = compiles(source) ? regexHazard(source) : null
       if (hazard) ctx.addIssue({ code: 'custom', message: `${hazard}` })
     })
-    .describe("A JavaScript regular expression, matched case-insensitively against the failure's message. One that can backtrack catastrophically, like `(a+)+` or `a.*b.*c`, is refused: bound gaps, as in `.{0,200}`."),
+    .describe("A JavaScript regular expression, matched case-insensitively against the failure's message and the messages in the provider's error body. One that can backtrack catastrophically, like `(a+)+` or `a.*b.*c`, is refused: bound gaps, as in `.{0,200}`."),
   category: z
     .enum(ERROR_CATEGORIES)
     .describe('What a matching failure is: `transient`, `rate_limited` and `quota` are retried under `retry`; `context_length` hands the task to a continuation thread; any other category ends the thread in `error`.'),
@@ -261,14 +267,14 @@ export const ConfigSchema = z.strictObject({
   retry: RetrySchema.describe(
     'How failed model calls are retried: with exponential backoff and jitter, up to a cap. When the retries are used up the thread suspends (`spindle resume` carries it on); a permanent failure is not retried and ends the thread in `error`.',
   ),
-  timeouts: TimeoutsSchema.describe('How long a model call and a tool call may take.'),
+  timeouts: TimeoutsSchema.describe('How long a model call and a tool call may take, and how long a closing runtime waits for the tool calls under way.'),
   errors: z
     .strictObject({
       patterns: z
         .array(ErrorPatternSchema)
-        .describe("Message patterns, tried in order; the first that matches the failure's message gives its category. A layer's patterns are tried before those of the layers under it."),
+        .describe("Message patterns, tried in order; the first that matches gives its category. A layer's patterns are tried before those of the layers under it."),
     })
-    .describe("How a failed model call is classified when neither its HTTP status nor the provider's error code decides. A failure nothing classifies is permanent."),
+    .describe("How a failed model call is classified when neither its HTTP status nor the provider's error code decides, and what narrows a rate limit or a refused request (4xx) to `quota` or `context_length`, which waiting does not fix. A failure nothing classifies is permanent."),
   escalation: EscalationSchema.describe(
     'What a thread that reaches one of its limits proposes to the person asked to approve more (`spindle approve` takes the proposal unless told otherwise).',
   ),

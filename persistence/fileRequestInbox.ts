@@ -20,6 +20,7 @@ import {
   approvalFiles,
   cancelFile,
   claim,
+  listApprovals,
   logRequest,
   readRequestJson,
   resumeFile,
@@ -106,6 +107,11 @@ export function createFileRequestInbox(options: FileRequestInboxOptions): Reques
       const files = approvalFiles(paths, threadId, requestId)
       if (!fs.existsSync(files.dir)) return
       writeFileAtomicSync(files.decision, `${JSON.stringify(decision, null, 2)}\n`, { fsync, under: root })
+    },
+
+    undecided(threadId) {
+      const listing = listApprovals(paths, threadId)
+      return listing.requests.filter((rid) => !listing.decided.has(rid))
     },
 
     putEscalation(threadId, escalation) {

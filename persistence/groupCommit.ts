@@ -18,6 +18,7 @@
  * ahead of state.json and state.json never ahead of the transcript. Anything the transcript holds
  * beyond state.json is replayed on recovery.
  */
+import type { SuspendReason } from '../machines/threadContext.js'
 import { SpindleError } from '../src/base/errors.js'
 import { isDescriptorShortage } from './storageFailure.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
@@ -26,6 +27,8 @@ import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, Tra
 export interface RegistryPatch {
   status?: ThreadStatus
   at?: number
+  /** Why the thread waits, when `status` is 'suspended'; staged with the status it explains. */
+  suspendReason?: SuspendReason | null
   cost?: Cost
   outcome?: { result?: unknown; error?: { code: string; message: string } | null }
   /** The lease token the thread was held with when this was staged (set by `stageRegistry`). */
@@ -353,7 +356,7 @@ export class GroupCommit {
           }
           if (patch.cost) registry.updateCostSnapshot(id, patch.cost)
           if (patch.outcome) registry.setResult(id, patch.outcome)
-          if (patch.status) registry.updateStatus(id, patch.status, patch.at ?? Date.now())
+          if (patch.status) registry.updateStatus(id, patch.status, patch.at ?? Date.now(), patch.suspendReason ?? null)
         } catch (error) {
           this.onRegistryError(id, error)
         }

@@ -4,7 +4,7 @@
  * Pure: takes account rows, returns numbers, accounts and errors. No I/O.
  */
 import { SpindleError } from '../src/base/errors.js'
-import type { BudgetAmounts, BudgetUsage, LedgerAccount, LedgerProblem } from './types.js'
+import type { BudgetAmounts, BudgetUsage, LedgerAccount, LedgerProblem, SpawnSlot } from './types.js'
 
 /** One account as ledger.db stores it (a row of `accounts`); the memory ledger keeps the same shape. */
 export interface AccountRow {
@@ -114,6 +114,20 @@ export function assertCovered(parent: LedgerAccount, amount: Amount, requested: 
       `ask for at most ${money(amount, left)}, or raise ${parent.threadId}'s ${amount} limit first.`,
     { details: { parentId: parent.threadId, amount, requested, available: left } },
   )
+}
+
+/** SPAWN_REFUSED: thread `threadId` has started `started` children, and may start `max`. */
+export function spawnsRefused(threadId: string, started: number, max: number): SpindleError {
+  return new SpindleError('SPAWN_REFUSED', `Thread ${threadId} has started ${started} children, its spawns limit is ${max}.`, {
+    details: { threadId, limit: 'spawns', started, max },
+  })
+}
+
+/** Refuses a new child of `parentId` when its children (`children`, its accounts', with `slot.known`) fill its spawn slots. */
+export function assertSpawnSlot(parentId: string, children: Iterable<string>, slot: SpawnSlot): void {
+  const started = new Set(children)
+  for (const id of slot.known) started.add(id)
+  if (started.size >= slot.max) throw spawnsRefused(parentId, started.size, slot.max)
 }
 
 /** The limit a new child of `parent` gets for `request`; BUDGET_EXCEEDED when the parent cannot cover it. */

@@ -5,7 +5,7 @@
  */
 import { SpindleError } from '../src/base/errors.js'
 import { compareBinary } from './binaryOrder.js'
-import { accountNotFound, checkRows, grantFrom, raisedLimit, reservedBy, toAccount } from './ledgerBalance.js'
+import { accountNotFound, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, toAccount } from './ledgerBalance.js'
 import type { AccountRow } from './ledgerBalance.js'
 import type { BudgetAmounts, BudgetUsage, Ledger, LedgerAccount } from './types.js'
 
@@ -134,11 +134,13 @@ export function createMemoryLedger(): Ledger {
       return account(rows.get(threadId)!)
     },
 
-    reserve(childId, parentId, request, at) {
+    reserve(childId, parentId, request, at, slot) {
       assertOpen()
       const existing = rows.get(childId)
       if (existing) return account(existing)
-      const granted = grantFrom(account(mustGet(parentId, 'parent')), request)
+      const parent = mustGet(parentId, 'parent')
+      if (slot) assertSpawnSlot(parentId, childrenOf.get(parentId) ?? [], slot)
+      const granted = grantFrom(account(parent), request)
       insert(opened(childId, parentId, granted, at), `reserve a budget for ${childId}`)
       return account(rows.get(childId)!)
     },

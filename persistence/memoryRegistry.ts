@@ -1,13 +1,16 @@
 /**
  * In-memory registry: the reference implementation of `Registry`, for tests and memory mode, and
  * executable documentation of the contract the SQLite backend keeps. Plain Maps; nothing survives
- * the process. Side effects (of the in-process kind only). Knows nothing about machines.
+ * the process. Side effects (of the in-process kind only). Knows nothing about machines but the
+ * names of their suspend reasons.
  */
+import type { SuspendReason } from '../machines/threadContext.js'
 import { SpindleError } from '../src/base/errors.js'
 import { compareBinary } from './binaryOrder.js'
 import type { Cost, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 const STATUSES: ReadonlySet<string> = new Set<ThreadStatus>(['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued'])
+const SUSPEND_REASONS: ReadonlySet<string> = new Set<SuspendReason>(['limit', 'error', 'context_length', 'budget', 'crash_loop'])
 const ACTIVE: readonly ThreadStatus[] = ['created', 'running']
 const WHERE = 'the in-memory registry'
 
@@ -24,6 +27,7 @@ interface Row {
   readonly parentId: string | null
   readonly previousThreadId: string | null
   readonly status: ThreadStatus
+  readonly suspendReason: SuspendReason | null
   readonly nonce: string
   readonly createdAt: number
   readonly updatedAt: number
@@ -54,6 +58,7 @@ function toRecord(row: Row): ThreadRecord {
     parentId: row.parentId,
     previousThreadId: row.previousThreadId,
     status: row.status,
+    suspendReason: row.suspendReason,
     nonce: row.nonce,
     createdAt: row.createdAt,
     updatedAt: row.updatedAt,
@@ -125,6 +130,7 @@ class MemoryRegistry implements Registry {
       parentId: thread.parentId ?? null,
       previousThreadId: thread.previousThreadId ?? null,
       status: 'created',
+      suspendReason: null,
       nonce: required(thread.nonce, 'nonce', action),
       createdAt: required(thread.createdAt, 'createdAt', action),
       updatedAt: thread.createdAt,
@@ -144,11 +150,15 @@ class MemoryRegistry implements Registry {
     })
   }
 
-  updateStatus(id: string, status: ThreadStatus, at: number): void {
+  updateStatus(id: string, status: ThreadStatus, at: number, suspendReason: SuspendReason | null = null): void {
     const row = this.mustGet(id)
     const action = `set the status of thread ${id}`
     assertStatus(status, action)
-    this.replace(row, { status, updatedAt: required(at, 'at', action) })
+    const reason = status === 'suspended' ? suspendReason : null
+    if (reason !== null && !SUSPEND_REASONS.has(reason)) {
+      throw refused(action, `'${String(reason)}' is not a suspend reason (one of ${[...SUSPEND_REASONS].join(', ')})`, { suspendReason: reason })
+    }
+    this.replace(row, { status, updatedAt: required(at, 'at', action), suspendReason: reason })
   }
 
   get(id: string): ThreadRecord | null {

@@ -29,6 +29,8 @@ const copy = <T>(value: T): T => (value === undefined ? value : (JSON.parse(JSON
 export function createMemoryRequestInbox(): MemoryRequestInbox {
   const requests = new Map<string, unknown>()
   const decisions = new Map<string, unknown>()
+  /** Request ids stored without a decision, by thread: `undecided` is asked once per recovered thread. */
+  const undecidedIds = new Map<string, Set<string>>()
   const waiting = new Map<string, { request: InboxRequest; body: unknown }>()
   const claimed = new Set<ClaimedRequest>()
   const refused = new Map<string, InboxRequest>()
@@ -58,12 +60,18 @@ export function createMemoryRequestInbox(): MemoryRequestInbox {
       const key = keyOf(threadId, 'approval', requestId)
       if (requests.has(key) || decisions.has(key)) return
       requests.set(key, copy(request))
+      undecidedIds.set(threadId, (undecidedIds.get(threadId) ?? new Set()).add(requestId))
     },
 
     putDecision(threadId, requestId, decision) {
       const key = keyOf(threadId, 'approval', requestId)
       if (!requests.has(key)) return
       decisions.set(key, copy(decision))
+      undecidedIds.get(threadId)?.delete(requestId)
+    },
+
+    undecided(threadId) {
+      return [...(undecidedIds.get(threadId) ?? [])]
     },
 
     putEscalation(threadId, escalation) {

@@ -33,6 +33,25 @@ export function dataPaths(root: string): DataPaths {
 }
 
 /**
+ * DATA_DIR_NOT_FOUND for a directory that holds no spindle data: it does not exist, or has neither
+ * a registry nor a threads directory. What a command run with the wrong `--dir` meets; every
+ * thread it names would otherwise be reported missing, one by one.
+ */
+export function dataDirNotFound(paths: DataPaths): SpindleError {
+  const where = fs.existsSync(paths.root) ? `${paths.root} holds no spindle data (no registry.db)` : `${paths.root} does not exist`
+  return new SpindleError(
+    'DATA_DIR_NOT_FOUND',
+    `${where}: pass --dir with the data directory your runtime uses (the \`dir\` of createRuntime; the CLI's default is .spindle).`,
+    { details: { dir: paths.root } },
+  )
+}
+
+/** Throws {@link dataDirNotFound} unless the directory holds a registry or threads. Reads only. */
+export function assertDataDir(paths: DataPaths): void {
+  if (!fs.existsSync(paths.registry) && !fs.existsSync(paths.threads)) throw dataDirNotFound(paths)
+}
+
+/**
  * Refuses a data directory whose own directories (`threads/`, `journal/`) exist as something other
  * than directories, a symlink included: every thread would fail on them one by one, and through a
  * link spindle would read and write its threads wherever it points. So the whole directory is
@@ -262,7 +281,7 @@ export function assertRegistryKept(paths: DataPaths): void {
   if (checkpointed.length === 0) return
   throw new SpindleError(
     'REGISTRY_FAILED',
-    `${paths.registry} is ${fs.existsSync(paths.registry) ? 'empty' : 'missing'}, but ${paths.threads} holds ${checkpointed.length} checkpointed thread(s) ` +
+    `${paths.registry} is ${fs.existsSync(paths.registry) ? 'empty' : 'missing'}, but ${paths.threads} holds ${checkpointed.length} checkpointed ${checkpointed.length === 1 ? 'thread' : 'threads'} ` +
       `(${checkpointed.slice(0, 3).join(', ')}${checkpointed.length > 3 ? ', …' : ''}): the registry was lost or replaced. Restore registry.db from a backup. ` +
       'Opening the directory now would leave those threads without registry rows, and no runtime would carry them on; nothing was changed.',
     { details: { path: paths.registry, threads: checkpointed.length } },

@@ -7,6 +7,8 @@
  *   threads/<id>/resume.requested                   { nonce, by? }
  *   threads/<id>/approvals/<rid>.request.json       written by the runtime when a limit is hit
  *   threads/<id>/approvals/<rid>.response.json      { approved, limits?, message?, by? }
+ *   threads/<id>/approvals/<rid>.response.taken.json     a response a runtime claimed and acts on
+ *   threads/<id>/approvals/<rid>.response.rejected.json  a response it rejected (-2, -3 … after the first)
  *   threads/<id>/approvals/<rid>.decision.json      written by the runtime once it has acted
  *   threads/<id>/escalation.request.json            written when recovery escalation gives up
  *   requests.log.jsonl                              every request, honoured or refused
@@ -48,6 +50,56 @@ export function approvalFiles(paths: DataPaths, id: string, requestId: string) {
   }
 }
 
+
+/** The files of a thread's approvals folder, by what they are; each list in name order. */
+export interface ApprovalListing {
+  /** Ids of the requests written (`<rid>.request.json`). */
+  requests: string[]
+  /** Ids of the requests decided (`<rid>.decision.json`). */
+  decided: Set<string>
+  /** Ids answered by a response waiting to be claimed (`<rid>.response.json`). */
+  waiting: string[]
+  /** Ids answered by a response a runtime claimed (`<rid>.response.taken.json`). */
+  taken: string[]
+  /** Responses set aside as rejected: the request they answered, and the file's name. */
+  rejected: Array<{ requestId: string; name: string }>
+}
+
+const REJECTED = /^(.+)\.response\.rejected(?:-(\d+))?\.json$/
+
+/**
+ * What a thread's approvals folder holds, from one listing of it (empty when there is none). Names
+ * that are no request id (a file someone put there) are left out.
+ */
+export function listApprovals(paths: DataPaths, id: string): ApprovalListing {
+  const listing: ApprovalListing = { requests: [], decided: new Set(), waiting: [], taken: [], rejected: [] }
+  let names: string[]
+  try {
+    names = fs.readdirSync(path.join(threadDir(paths, id), APPROVALS_DIR)).sort()
+  } catch {
+    return listing
+  }
+  const isId = (rid: string): boolean => /^[A-Za-z0-9_.-]{1,128}$/.test(rid) && !rid.includes('..')
+  const rejected: Array<{ requestId: string; name: string; n: number }> = []
+  for (const name of names) {
+    const found = REJECTED.exec(name)
+    if (found) {
+      if (isId(found[1]!)) rejected.push({ requestId: found[1]!, name, n: Number(found[2] ?? 1) })
+      continue
+    }
+    for (const [suffix, list] of [
+      ['.request.json', listing.requests],
+      ['.response.json', listing.waiting],
+      ['.response.taken.json', listing.taken],
+    ] as const) {
+      if (name.endsWith(suffix) && isId(name.slice(0, -suffix.length))) list.push(name.slice(0, -suffix.length))
+    }
+    if (name.endsWith('.decision.json') && isId(name.slice(0, -'.decision.json'.length))) listing.decided.add(name.slice(0, -'.decision.json'.length))
+  }
+  // `-10` sorts before `-2` by name: set aside in the order of their numbers.
+  listing.rejected = rejected.sort((a, b) => a.requestId.localeCompare(b.requestId) || a.n - b.n).map(({ requestId, name }) => ({ requestId, name }))
+  return listing
+}
 
 /** Renames `from` to `to`; false when someone else claimed it first (or it is gone). */
 export function claim(from: string, to: string): boolean {
@@ -110,6 +162,8 @@ export interface RequestLogEntry {
   file: string
   outcome: 'honoured' | 'refused'
   reason: string
+  /** Where a refused request was set aside (null: it could not be moved); absent in logs of older versions. */
+  keptAs?: string | null
 }
 
 /**

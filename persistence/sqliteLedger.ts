@@ -4,11 +4,11 @@
  * number of processes on one data directory are serialized and never oversubscribe a parent.
  * Side effects. Knows nothing about machines.
  */
-import { accountNotFound, checkRows, grantFrom, raisedLimit, reservedBy, toAccount as accountOf } from './ledgerBalance.js'
+import { accountNotFound, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, toAccount as accountOf } from './ledgerBalance.js'
 import type { AccountRow } from './ledgerBalance.js'
 import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
 import type { SqliteStore } from './sqliteFile.js'
-import type { BudgetAmounts, BudgetUsage, Durability, Ledger, LedgerAccount } from './types.js'
+import type { BudgetAmounts, BudgetUsage, Durability, Ledger, LedgerAccount, SpawnSlot } from './types.js'
 
 const MIGRATIONS: readonly string[] = [
   `CREATE TABLE accounts (
@@ -34,6 +34,7 @@ export function openSqliteLedger(options: { path: string; durability: Durability
   const db = openSqliteFile(store, { synchronous: options.durability === 'fsync' ? 'FULL' : 'NORMAL', migrations: MIGRATIONS })
   const get = db.prepare<[string], Row>('SELECT * FROM accounts WHERE thread_id = ?')
   const children = db.prepare<[string], Row>('SELECT * FROM accounts WHERE parent_id = ? ORDER BY created_at, thread_id')
+  const childIds = db.prepare<[string], { thread_id: string }>('SELECT thread_id FROM accounts WHERE parent_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM accounts')
   const insert = db.prepare(
     `INSERT INTO accounts (thread_id, parent_id, limit_spend, limit_tokens, created_at, updated_at)
@@ -84,10 +85,14 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     return toAccount(get.get(threadId)!)
   })
 
-  const reserveTx = db.transaction((childId: string, parentId: string, request: BudgetAmounts, at: number): LedgerAccount => {
+  // The slot is counted and taken in the transaction that reserves the budget: BEGIN IMMEDIATE
+  // serializes it with every other process's spawns under the same parent.
+  const reserveTx = db.transaction((childId: string, parentId: string, request: BudgetAmounts, at: number, slot?: SpawnSlot): LedgerAccount => {
     const existing = get.get(childId)
     if (existing) return toAccount(existing)
-    const parent = toAccount(mustGet(parentId, 'parent'))
+    const parentRow = mustGet(parentId, 'parent')
+    if (slot) assertSpawnSlot(parentId, childIds.all(parentId).map((r) => r.thread_id), slot)
+    const parent = toAccount(parentRow)
     const granted = grantFrom(parent, request)
     insert.run({ threadId: childId, parentId, spend: granted.spend, tokens: granted.tokens, at })
     return toAccount(get.get(childId)!)
@@ -123,7 +128,7 @@ export function openSqliteLedger(options: { path: string; durability: Durability
 
   return {
     openRoot: (threadId, limit, at) => guard(`open the account of ${threadId}`, () => openRootTx.immediate(threadId, limit, at)),
-    reserve: (childId, parentId, request, at) => guard(`reserve a budget for ${childId}`, () => reserveTx.immediate(childId, parentId, request, at)),
+    reserve: (childId, parentId, request, at, slot) => guard(`reserve a budget for ${childId}`, () => reserveTx.immediate(childId, parentId, request, at, slot)),
     record: (threadId, delta, at) => guard(`record the usage of ${threadId}`, () => recordTx.immediate(threadId, delta, at)),
     release: (threadId, at) => guard(`release the budget of ${threadId}`, () => releaseTx.immediate(threadId, at)),
     raise: (threadId, limit, at) => guard(`raise the budget of ${threadId}`, () => raiseTx.immediate(threadId, limit, at)),

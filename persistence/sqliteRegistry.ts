@@ -1,10 +1,11 @@
 /**
  * The registry backend on SQLite (better-sqlite3): the canonical status of every thread, one row
- * per thread. Side effects. Knows nothing about machines.
+ * per thread. Side effects. Knows nothing about machines but the names of their suspend reasons.
  */
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/base/errors.js'
 import { openSqliteFile, sqliteFailure } from './sqliteFile.js'
+import type { SuspendReason } from '../machines/threadContext.js'
 import type { Cost, Durability, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 /**
@@ -41,6 +42,11 @@ export const MIGRATIONS: readonly string[] = [
   // A narrow table of its own: a recovery claims ten thousand threads at once, and rewriting that
   // many wide thread rows cost three times as long. A thread may be claimed before its row exists.
   `CREATE TABLE lease_claims (thread_id TEXT PRIMARY KEY, token INTEGER NOT NULL) WITHOUT ROWID;`,
+  // 4. Why a suspended thread waits, beside its status: a thread at a limit and one quarantined for
+  // a crash loop are both 'suspended', and `spindle ls` / `rt.list()` must tell them apart without
+  // reading every state.json. Rows written before it read as null until their next status change.
+  `ALTER TABLE threads ADD COLUMN suspend_reason TEXT NULL
+     CHECK (suspend_reason IN ('limit','error','context_length','budget','crash_loop'));`,
 ]
 
 /** A `threads` row as SQLite returns it (JSON columns still text). */
@@ -51,6 +57,7 @@ interface Row {
   parent_id: string | null
   previous_thread_id: string | null
   status: ThreadStatus
+  suspend_reason: SuspendReason | null
   nonce: string
   created_at: number
   updated_at: number
@@ -76,7 +83,7 @@ function prepareStatements(db: Database.Database) {
       `INSERT INTO threads (id, directive_name, directive, parent_id, previous_thread_id, status, nonce, created_at, updated_at)
        VALUES (@id, @directiveName, @directive, @parentId, @previousThreadId, 'created', @nonce, @createdAt, @createdAt)`,
     ),
-    updateStatus: db.prepare<[ThreadStatus, number, string]>('UPDATE threads SET status = ?, updated_at = ? WHERE id = ?'),
+    updateStatus: db.prepare<[ThreadStatus, number, SuspendReason | null, string]>('UPDATE threads SET status = ?, updated_at = ?, suspend_reason = ? WHERE id = ?'),
     setResult: db.prepare<[string | null, string | null, string]>('UPDATE threads SET result = ?, error = ? WHERE id = ?'),
     setCost: db.prepare<[string, string]>('UPDATE threads SET cost = ? WHERE id = ?'),
     get: db.prepare<[string], Row>('SELECT * FROM threads WHERE id = ?'),
@@ -143,6 +150,7 @@ function toRecord(row: Row): ThreadRecord {
     parentId: row.parent_id,
     previousThreadId: row.previous_thread_id,
     status: row.status,
+    suspendReason: row.suspend_reason,
     nonce: row.nonce,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
@@ -208,8 +216,9 @@ class SqliteRegistry implements Registry {
     }
   }
 
-  updateStatus(id: string, status: ThreadStatus, at: number): void {
-    const { changes } = this.guard(`set the status of thread ${id}`, () => this.statements.updateStatus.run(status, at, id))
+  updateStatus(id: string, status: ThreadStatus, at: number, suspendReason: SuspendReason | null = null): void {
+    const reason = status === 'suspended' ? suspendReason : null
+    const { changes } = this.guard(`set the status of thread ${id}`, () => this.statements.updateStatus.run(status, at, reason, id))
     if (changes === 0) throw threadNotFound(id, this.file)
   }
 

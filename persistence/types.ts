@@ -3,6 +3,7 @@
  * implementation per backend behind each. Side effects live behind these; nothing here knows
  * about machines beyond "a persisted snapshot is JSON".
  */
+import type { SuspendReason } from '../machines/threadContext.js'
 import type { PrefetchedState, PrefetchedTranscript } from './prefetch.js'
 
 export type ThreadStatus = 'created' | 'running' | 'suspended' | 'completed' | 'error' | 'cancelled' | 'continued'
@@ -170,10 +171,16 @@ export interface ThreadRecord {
   parentId: string | null
   previousThreadId: string | null
   status: ThreadStatus
+  /**
+   * Why a suspended thread waits (a limit, errors, its budget, a crash-loop quarantine …); null
+   * in any other status. Set with the status it explains.
+   */
+  suspendReason: SuspendReason | null
+  /** The secret a request file for the thread must carry: never print it. */
   nonce: string
   /** ms since epoch */
   createdAt: number
-  /** ms since epoch */
+  /** ms since epoch: the last change of status (not of cost). */
   updatedAt: number
   cost: Cost | null
   result: unknown
@@ -202,7 +209,11 @@ export interface RecoveryCount {
 
 export interface Registry {
   register(thread: RegisterThread): void
-  updateStatus(id: string, status: ThreadStatus, at: number): void
+  /**
+   * Sets the thread's status, the time of the change and its suspend reason: `suspendReason` when
+   * `status` is 'suspended' (null when not given), null for any other status.
+   */
+  updateStatus(id: string, status: ThreadStatus, at: number, suspendReason?: SuspendReason | null): void
   get(id: string): ThreadRecord | null
   setResult(id: string, outcome: { result?: unknown; error?: { code: string; message: string } | null }): void
   updateCostSnapshot(id: string, cost: Cost): void
@@ -283,6 +294,19 @@ export interface LedgerAccount {
   updatedAt: number
 }
 
+/**
+ * A spawn slot asked for with a child's reservation: the parent's `spawns` limit, and the children
+ * it started that the ledger may hold no account of (registered before the ledger kept them, or
+ * after ledger.db was lost). A child's account is its slot: it counts from the reservation until
+ * `dropUnborn` deletes it (released, the thread is still a child its parent started).
+ */
+export interface SpawnSlot {
+  /** The most children the parent may have started. */
+  max: number
+  /** Ids of children the parent started, counted with its accounts' children, each once. */
+  known: readonly string[]
+}
+
 /** A ledger inconsistency `check()` found (for `spindle doctor`). */
 export interface LedgerProblem {
   threadId: string
@@ -305,8 +329,15 @@ export interface Ledger {
    * (details: parentId, amount: 'spend'|'tokens', requested, available) when the parent cannot
    * cover it; nothing is written then. Idempotent for the same childId (returns the existing account).
    * Throws THREAD_NOT_FOUND when the parent has no account.
+   *
+   * With `slot`, the reservation also takes one of the parent's spawn slots, in the same
+   * transaction: when the parent's children (its accounts' children, released or not, with
+   * `slot.known`, each once) are `slot.max` or more, it throws SpindleError SPAWN_REFUSED
+   * (details: threadId: parentId, limit: 'spawns', started, max) before the budget is looked at,
+   * and nothing is written. So concurrent spawns, from any number of processes, never start more
+   * children than the limit. A child reserved again keeps the slot it holds (no check).
    */
-  reserve(childId: string, parentId: string, request: BudgetAmounts, at: number): LedgerAccount
+  reserve(childId: string, parentId: string, request: BudgetAmounts, at: number, slot?: SpawnSlot): LedgerAccount
   /** Adds actual usage to `threadId`'s account and to every ancestor's `spent`. */
   record(threadId: string, delta: BudgetUsage, at: number): void
   /** The thread ended: its outstanding reservation returns to its parent. Idempotent. */
@@ -322,7 +353,8 @@ export interface Ledger {
   untouched(): string[]
   /**
    * Deletes the account of a thread that never came to exist — a spawn killed between its
-   * reservation and its registry row — so its reservation returns to its parent. Only an account
+   * reservation and its registry row, or one that failed — so its reservation returns to its
+   * parent, with its spawn slot. Only an account
    * that is not released, has nothing spent and no children is deleted; returns whether it was.
    */
   dropUnborn(threadId: string): boolean
@@ -503,6 +535,8 @@ export interface RequestLogLine {
   file: string
   outcome: 'honoured' | 'refused'
   reason: string
+  /** Where a refused request was set aside (null: it could not be moved), so a reader can pair the two. */
+  keptAs?: string | null
 }
 
 /**
@@ -518,6 +552,8 @@ export interface RequestInbox {
   putApprovalRequest(threadId: string, requestId: string, request: unknown): void
   /** Stores how request `requestId` was decided, next to the request (nothing when the request is not stored). */
   putDecision(threadId: string, requestId: string, decision: unknown): void
+  /** The approval requests of the thread stored without a decision, in no particular order. */
+  undecided(threadId: string): string[]
   /** Stores a recovery escalation for a person to find next to the thread. */
   putEscalation(threadId: string, escalation: unknown): void
   /** Where a person answers approval request `requestId` (a file, relative to the data directory); null where no one outside this process can. */

@@ -4,24 +4,28 @@
  */
 import './threadpool.js'
 import { Command, CommanderError, Option } from 'commander'
-import type { InspectionEvent } from 'xstate'
 import type { ThreadStatus } from '../persistence/types.js'
 import { runDemo } from './operator/demo.js'
 import { runDirective } from './operator/runCommand.js'
-import { SpindleError, isSpindleError } from './base/errors.js'
+import { SPINDLE_ERROR_CODES, SpindleError, isSpindleError } from './base/errors.js'
+import { formatUsd } from './base/money.js'
 import type { SpindleErrorCode } from './base/errors.js'
 import { locks } from './operator/locks.js'
 import { startInspector } from './operator/inspector.js'
 import { compactThread } from './operator/compact.js'
+import fs from 'node:fs'
 import os from 'node:os'
 import { approveThread, cancelThread, denyThread, resumeThread, scanOrphans, threadTree } from './operator/operatorActions.js'
 import { createRuntime } from './runtime/createRuntime.js'
 import { scriptedModel } from '../actors/scriptedModel.js'
 import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
-import { doctor, listThreads, rebuildThread, showThread, threadLog } from './operator/operator.js'
+import { doctor, rebuildThread, showThread, threadLog } from './operator/operator.js'
+import { listThreads } from './operator/threadListing.js'
 import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
-import { CLI_COLOURS, terminalSafe } from './operator/terminalText.js'
+import { inspectRenamed, statelyInspector } from './operator/statelyInspector.js'
+import { showLines } from './operator/showText.js'
+import { CLI_COLOURS, dirArgument, plural, terminalSafe } from './operator/terminalText.js'
 
 /** Exit statuses, documented in `spindle --help` and docs/cli.md. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
@@ -41,11 +45,14 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   THREAD_NOT_SUSPENDED: 6,
   THREAD_NOT_ACTIVE: 6,
   APPROVAL_NEEDS_LIMITS: 6,
+  LIMIT_STILL_EXCEEDED: 6,
+  APPROVAL_ALREADY_ANSWERED: 6,
   DIRECTIVE_INVALID: 3,
   DIRECTIVE_NOT_FOUND: 4,
   THREAD_LEASED: 9,
   TRANSCRIPT_BEHIND_JOURNAL: 9,
   DATA_DIR_INVALID: 5,
+  DATA_DIR_NOT_FOUND: 4,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
@@ -92,15 +99,25 @@ const wholeNumber = (name: string) => (value: string): number => {
   return n
 }
 
+/** How much of an entry's data one line of `spindle logs` shows. */
+const LOG_DATA_WIDTH = 120
+
+/** `--json` anywhere on the command line: then errors, too, are JSON (on stderr). */
+const JSON_ASKED = process.argv.slice(2).includes('--json')
+
+/** The version in package.json, which ships beside dist/ (this file is dist/src/cli.js). */
+function packageVersion(): string {
+  return (JSON.parse(fs.readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version
+}
+
 const dirOption = (): Option => new Option('--dir <dir>', 'data directory of the runtime').default('.spindle')
 
-/** The Stately inspector (@statelyai/inspect, loaded only when asked for): it prints the link to open. */
-async function statelyInspector(): Promise<{ inspect: (event: InspectionEvent) => void; stop(): void }> {
-  const { createSkyInspector } = await import('@statelyai/inspect')
-  const inspector = createSkyInspector({ onerror: (error: Error) => process.stderr.write(`inspector: ${error.message}\n`) })
-  const observer = inspector.inspect as { next?: (event: InspectionEvent) => void }
-  return { inspect: (event) => observer.next?.(event), stop: () => inspector.stop() }
-}
+/** `--inspect-stately`: the notice goes to stderr first, so `run --json` keeps stdout for its JSON. */
+const stately = () =>
+  statelyInspector(
+    (notice) => process.stderr.write(`spindle: ${notice}\n`),
+    (error) => process.stderr.write(`inspector: ${error.message}\n`),
+  )
 
 function program(setExit: (code: number) => void): Command {
   const cli = new Command('spindle')
@@ -109,7 +126,10 @@ function program(setExit: (code: number) => void): Command {
       'after',
       '\nExit codes: 0 ok, 1 unexpected failure, 2 usage, 3 invalid input, 4 not found, 5 damaged data, 6 not in a state for that, 7 thread ended in error or cancelled (run), 8 thread suspended for a person (run), 9 threads run by another live process (demo, rebuild --apply, --compact) or a transcript behind its journal (rebuild --apply, --compact), 130 interrupted.',
     )
+    .version(packageVersion(), '-V, --version', "print spindle's version")
     .showHelpAfterError()
+    // Usage errors go to stderr as text, or — with --json — as JSON, written where they are caught.
+    .configureOutput({ writeErr: (text) => (JSON_ASKED ? undefined : process.stderr.write(text)) })
     // Before the commands are added: each copies it, so a usage error in one (a missing argument,
     // an unknown option) exits 2 through the handler below instead of commander's own exit 1.
     .exitOverride()
@@ -120,9 +140,11 @@ function program(setExit: (code: number) => void): Command {
     .addOption(dirOption())
     .addOption(new Option('--durability <mode>', 'fsync or process').choices(['fsync', 'process']).default('fsync'))
     .option('--latency <ms>', 'simulated model latency in ms', wholeNumber('latency'))
-    .option('--inspect', 'watch every actor live in the Stately inspector (stately.ai; prints the link)')
-    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean }) => {
-      const inspector = o.inspect ? await statelyInspector() : null
+    .option('--inspect-stately', 'send every snapshot of every thread (prompts, tool results …) to the Stately inspector on stately.ai to watch it there; `spindle inspect` is the local way')
+    .addOption(new Option('--inspect').hideHelp())
+    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean; inspectStately?: boolean }) => {
+      if (o.inspect) throw inspectRenamed('demo')
+      const inspector = o.inspectStately ? await stately() : null
       try {
         setExit(
           await runDemo({
@@ -144,9 +166,11 @@ function program(setExit: (code: number) => void): Command {
     .addOption(dirOption())
     .option('--input <name=value>', 'an input of the directive (repeatable)', (value: string, all: string[]) => [...all, value], [] as string[])
     .option('--json', 'print the outcome as JSON')
-    .option('--inspect', 'watch the thread live in the Stately inspector (stately.ai; prints the link)')
-    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean; inspect?: boolean }) => {
-      const inspector = o.inspect ? await statelyInspector() : null
+    .option('--inspect-stately', 'send every snapshot of the thread (prompts, tool results …) to the Stately inspector on stately.ai to watch it there; `spindle inspect` is the local way')
+    .addOption(new Option('--inspect').hideHelp())
+    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean; inspect?: boolean; inspectStately?: boolean }) => {
+      if (o.inspect) throw inspectRenamed('run')
+      const inspector = o.inspectStately ? await stately() : null
       try {
         setExit(
           await runDirective({ dir: o.dir, directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty, ...(inspector ? { inspect: inspector.inspect } : {}) }),
@@ -171,9 +195,10 @@ function program(setExit: (code: number) => void): Command {
         ['ID', 'STATUS', 'TURNS', 'SPEND', 'UPDATED'],
         ...threads.map((t) => [
           t.id,
-          colour(t.status),
+          // A limit and a crash-loop quarantine are both 'suspended': the reason tells them apart.
+          `${colour(t.status)}${t.suspendReason ? ` (${t.suspendReason})` : ''}`,
           String(t.cost?.turns ?? 0),
-          `$${(t.cost?.spend ?? 0).toFixed(5)}`,
+          formatUsd(t.cost?.spend ?? 0),
           new Date(t.updatedAt).toISOString(),
         ]),
       ])
@@ -187,26 +212,11 @@ function program(setExit: (code: number) => void): Command {
     .action((id: string, o: { dir: string; json?: boolean }) => {
       const report = showThread(o.dir, id)
       if (o.json) return json(report)
-      const { record, state, transcript, problems } = report
-      out(`${record.id}  ${colour(record.status)}`)
-      out(`directive   ${record.directiveName}`)
-      if (record.parentId) out(`parent      ${record.parentId}`)
-      if (state) {
-        const c = state.context
-        out(`state       ${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`)
-        out(`usage       ${c.usage.turns} turns, ${c.usage.inputTokens}+${c.usage.outputTokens} tokens, $${c.usage.spend.toFixed(5)}`)
-        out(`limits      ${Object.entries(c.limits).map(([k, v]) => `${k} ${v ?? '∞'}`).join(', ')}`)
-        if (c.policy.tools) out(`tools       ${c.policy.tools.join(', ') || 'none'}`)
-        if (c.policy.permissions) out(`permissions ${Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')}`)
-        if (c.suspendReason) out(`suspended   ${c.suspendReason}${c.limitHit ? ` (${c.limitHit.limit} ${c.limitHit.used}/${c.limitHit.max})` : ''}`)
-        if (c.suspendReason === 'crash_loop' && c.lastFailure) out(`failure     [${c.lastFailure.code ?? c.lastFailure.category}] ${c.lastFailure.message}`)
-        if (c.result !== null) out(`result      ${c.result}`)
-        if (c.error) out(`error       [${c.error.code}] ${c.error.message}`)
-      }
-      if (report.recoveries && report.recoveries.count > 0) out(`recoveries  ${report.recoveries.count} in a row at transcript seq ${report.recoveries.seq} (supervision.maxRecoveries)`)
-      if (transcript) out(`transcript  ${transcript.entries} entries, chain verified${transcript.torn ? ', torn last line' : ''}`)
-      for (const p of problems) out(`problem     [${p.code}] ${p.message}`)
-      if (problems.length > 0) setExit(5)
+      // The checkpoint is ahead of the registry row after a crash: say what each holds.
+      const status = report.state?.status ?? report.record.status
+      out(`${report.record.id}  ${colour(status)}${status !== report.record.status ? ` (the registry row still says ${report.record.status})` : ''}`)
+      for (const [label, text] of showLines(report, o.dir)) out(`${label.padEnd(11)} ${text}`)
+      if (report.problems.length > 0) setExit(5)
     })
 
   cli
@@ -218,13 +228,24 @@ function program(setExit: (code: number) => void): Command {
     .option('--json', 'print JSON lines')
     .action(async (id: string, o: { dir: string; after?: number; follow?: boolean; json?: boolean }) => {
       let last = o.after ?? 0
+      let cutSaid = false
       /** Prints the entries after `last`; returns the status the registry had just before reading them. */
       const print = (): ThreadStatus => {
         const { status, entries } = threadLog(o.dir, id, { after: last })
+        let cut = false
         for (const e of entries) {
           if (o.json) out(JSON.stringify(e))
-          else out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${JSON.stringify(e.data).slice(0, 120)}`)
+          else {
+            const data = JSON.stringify(e.data)
+            cut ||= data.length > LOG_DATA_WIDTH
+            out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${data.length > LOG_DATA_WIDTH ? `${data.slice(0, LOG_DATA_WIDTH - 1)}…` : data}`)
+          }
           last = e.seq
+        }
+        // Once, after the lines it explains (a follow may run for hours).
+        if (cut && !cutSaid) {
+          cutSaid = true
+          out(`(lines ending in … are cut at ${LOG_DATA_WIDTH} characters: \`spindle logs ${id}${dirArgument(o.dir)} --json\` prints every entry whole)`)
         }
         return status
       }
@@ -249,9 +270,9 @@ function program(setExit: (code: number) => void): Command {
         const compacted = compactThread(o.dir, id, { apply: o.apply === true })
         if (!o.apply) {
           if (o.json) return json(compacted)
-          return out(`${id}: ${compacted.before} entries, ${compacted.after} after compaction (dropping ${JSON.stringify(compacted.dropped)}). Dry run: --apply writes it.`)
+          return out(`${id}: ${plural(compacted.before, 'entry', 'entries')}, ${compacted.after} after compaction (dropping ${JSON.stringify(compacted.dropped)}). Dry run: --apply writes it.`)
         }
-        if (!o.json) out(compacted.applied ? `${id}: transcript compacted from ${compacted.before} to ${compacted.after} entries; the old one is ${compacted.keptAs}.` : `${id}: nothing to compact.`)
+        if (!o.json) out(compacted.applied ? `${id}: transcript compacted from ${compacted.before} to ${plural(compacted.after, 'entry', 'entries')}; the old one is ${compacted.keptAs}.` : `${id}: nothing to compact.`)
       }
       const report = rebuildThread(o.dir, id, { apply: o.apply === true })
       if (!report.matches && !report.applied) setExit(5)
@@ -265,12 +286,15 @@ function program(setExit: (code: number) => void): Command {
       else out(`state.json  ${colour(stored.status)} ${JSON.stringify(stored.value)} at transcript seq ${stored.transcriptSeq}`)
       out(
         report.matches
-          ? `state.json matches its transcript${report.behind ? ` (${report.behind} later entries are replayed on recovery)` : ''}.`
+          ? `state.json matches its transcript${report.behind ? ` (${plural(report.behind, 'later entry is', 'later entries are')} replayed on recovery)` : ''}.`
           : report.applied
             ? 'state.json differed from its transcript and was rewritten.'
             : 'state.json does not match its transcript: run again with --apply to rewrite it.',
       )
       if (report.applied && report.matches) out('state.json rewritten from the transcript.')
+      for (const d of report.decisions) {
+        out(`approval    ${d.requestId}: ${d.decision} by its transcript; its decision file ${d.written ? 'is written' : 'is missing: --apply writes it'}.`)
+      }
     })
 
   cli
@@ -284,7 +308,7 @@ function program(setExit: (code: number) => void): Command {
       if (o.json) return json({ threads, findings })
       for (const f of findings) out(`${f.kind.padEnd(6)}  ${f.threadId}  [${f.code}] ${f.message}\n        repair: ${f.repair}`)
       const damaged = findings.filter((f) => f.kind === 'damage').length
-      out(`${threads} threads checked: ${damaged ? `${damaged} damaged` : 'no damage'}${findings.length > damaged ? `, ${findings.length - damaged} other findings` : ''}.`)
+      out(`${plural(threads, 'thread')} checked: ${damaged ? `${damaged} damaged` : 'no damage'}${findings.length > damaged ? `, ${plural(findings.length - damaged, 'other finding')}` : ''}.`)
     })
 
   const operator = `${os.userInfo().username}@${os.hostname()} (spindle CLI)`
@@ -315,15 +339,16 @@ function program(setExit: (code: number) => void): Command {
     .option('--spend <usd>', 'new spend limit in US dollars', number('spend'))
     .option('--duration-ms <ms>', 'new active-time limit', number('duration-ms'))
     .option('--message <text>', 'recorded with the decision')
+    .option('--replace', 'write over an answer already waiting for the runtime (refused without it)')
     .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; turns?: number; tokens?: number; spend?: number; durationMs?: number; message?: string; json?: boolean }) => {
+    .action((id: string, o: { dir: string; turns?: number; tokens?: number; spend?: number; durationMs?: number; message?: string; replace?: boolean; json?: boolean }) => {
       const limits = {
         ...(o.turns !== undefined ? { turns: Math.round(o.turns) } : {}),
         ...(o.tokens !== undefined ? { tokens: Math.round(o.tokens) } : {}),
         ...(o.spend !== undefined ? { spend: o.spend } : {}),
         ...(o.durationMs !== undefined ? { durationMs: Math.round(o.durationMs) } : {}),
       }
-      written(approveThread(o.dir, id, limits, o.message, operator), o.json)
+      written(approveThread(o.dir, id, limits, o.message, operator, { replace: o.replace === true }), o.json)
     })
 
   cli
@@ -331,8 +356,9 @@ function program(setExit: (code: number) => void): Command {
     .description("deny a thread's limit escalation: it ends cancelled with its partial result")
     .addOption(dirOption())
     .option('--reason <text>', 'recorded with the decision')
+    .option('--replace', 'write over an answer already waiting for the runtime (refused without it)')
     .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; reason?: string; json?: boolean }) => written(denyThread(o.dir, id, o.reason, operator), o.json))
+    .action((id: string, o: { dir: string; reason?: string; replace?: boolean; json?: boolean }) => written(denyThread(o.dir, id, o.reason, operator, { replace: o.replace === true }), o.json))
 
   cli
     .command('resume <id>')
@@ -353,7 +379,7 @@ function program(setExit: (code: number) => void): Command {
       const print = (node: TreeNode, prefix: string, last: boolean, top: boolean): void => {
         const branch = top ? '' : last ? '└─ ' : '├─ '
         const link = node.previousThreadId ? '↪ ' : ''
-        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  $${node.spend.toFixed(4)}  ${node.turns} turns`)
+        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  ${formatUsd(node.spend)}  ${plural(node.turns, 'turn')}`)
         const next = top ? '' : prefix + (last ? '   ' : '│  ')
         node.children.forEach((child, i) => print(child, next, i === node.children.length - 1, false))
       }
@@ -371,7 +397,7 @@ function program(setExit: (code: number) => void): Command {
       if (o.json) return json(found)
       if (found.length === 0) return out('No orphans: every unfinished thread is held by a live runtime process.')
       table([['THREAD', 'DIRECTIVE', 'STATUS', 'WHY', 'LAST OWNER'], ...found.map((f) => [f.id, f.directive, colour(f.status), f.why, f.owner ?? '-'])])
-      out(`\n${found.length} orphans. A runtime on this directory takes them over by itself (orphans.autoTakeover), or: spindle orphans recover <id> --action resume|mark_error|mark_cancelled`)
+      out(`\n${plural(found.length, 'orphan')}. A runtime on this directory takes them over by itself (orphans.autoTakeover), or: spindle orphans recover <id> --action resume|mark_error|mark_cancelled`)
     })
   orphans
     .command('recover <id>')
@@ -409,7 +435,7 @@ function program(setExit: (code: number) => void): Command {
       const reclaimed = locks(o.dir, { apply: true, only: [...found] }).reclaimed.map((l) => l.threadId)
       const result = { orphans: [...found], leasesFreed: reclaimed }
       if (o.json) return json(result)
-      out(`${found.size} orphans; freed ${reclaimed.length} leases. Runtimes on this directory take them over at their next heartbeat or start.`)
+      out(`${plural(found.size, 'orphan')}; freed ${plural(reclaimed.length, 'lease')}. Runtimes on this directory take them over at their next heartbeat or start.`)
     })
 
   cli
@@ -478,6 +504,19 @@ function exitWhenFlushed(code: number): void {
   process.stdout.write('', () => process.stderr.write('', () => process.exit(code)))
 }
 
+/**
+ * Writes a failure to stderr and exits with `status`: as `{"error":{"code","message"}}` when the
+ * command line asked for JSON, so a script reading JSON gets JSON whatever happened; else as text,
+ * `detail` (a stack) in place of the message when there is one.
+ */
+function fail(status: number, code: string, message: string, detail?: string): void {
+  if (JSON_ASKED) process.stderr.write(`${terminalSafe(JSON.stringify({ error: { code, message } }))}\n`)
+  else process.stderr.write(`spindle: ${terminalSafe(detail ?? message)}${isSpindleErrorCode(code) ? ` [${code}]` : ''}\n`)
+  exitWhenFlushed(status)
+}
+
+const isSpindleErrorCode = (code: string): boolean => (SPINDLE_ERROR_CODES as readonly string[]).includes(code)
+
 let exitCode = 0
 const cli = program((code) => (exitCode = code))
 cli.parseAsync(process.argv).then(
@@ -485,20 +524,18 @@ cli.parseAsync(process.argv).then(
   (error: unknown) => {
     if (error instanceof CommanderError) {
       // Help and version are not failures; everything else commander rejects is a usage error.
-      return exitWhenFlushed(error.code === 'commander.helpDisplayed' || error.code === 'commander.version' ? 0 : 2)
+      if (error.code === 'commander.helpDisplayed' || error.code === 'commander.version') return exitWhenFlushed(0)
+      // In text, commander has printed it already (with the help); in JSON it printed nothing.
+      if (!JSON_ASKED) return exitWhenFlushed(2)
+      return fail(2, 'USAGE', error.message.replace(/^error: /, ''))
     }
-    if (isSpindleError(error)) {
-      process.stderr.write(`spindle: ${terminalSafe(error.message)} [${error.code}]\n`)
-      return exitWhenFlushed(EXIT[error.code] ?? 1)
-    }
+    if (isSpindleError(error)) return fail(EXIT[error.code] ?? 1, error.code, error.message)
     const errno = error as NodeJS.ErrnoException
     if (error instanceof Error && typeof errno.code === 'string' && typeof errno.syscall === 'string') {
       // A file system refusal (a directory where a file belongs, no permission …): its message
       // names the call and the path, which is what to fix; a stack trace would only hide it.
-      process.stderr.write(`spindle: ${terminalSafe(error.message)}\n`)
-      return exitWhenFlushed(1)
+      return fail(1, errno.code, error.message)
     }
-    process.stderr.write(`spindle: ${terminalSafe(error instanceof Error ? (error.stack ?? error.message) : String(error))}\n`)
-    exitWhenFlushed(1)
+    fail(1, 'UNEXPECTED', error instanceof Error ? error.message : String(error), error instanceof Error ? error.stack : undefined)
   },
 )

@@ -48,13 +48,13 @@ async function turnsOfTheEventLoop(count: number): Promise<void> {
   for (let i = 0; i < count; i++) await new Promise((resolve) => setImmediate(resolve))
 }
 
-/** A runtime on a temporary directory with a simulated clock. Durability defaults to 'process' (fast). */
+/** A runtime on a temporary directory with a simulated clock. Durability defaults to 'process' (fast); it installs no signal listener (shutdownSignals: []), so a test runner's own signal handling is left alone. */
 export async function createTestRuntime(options: TestRuntimeOptions): Promise<TestRuntime> {
   const { dir: givenDir, startAt, ...rest } = options
   const dir = givenDir ?? fs.mkdtempSync(path.join(os.tmpdir(), 'spindle-test-'))
   const clock = new SimulatedClock()
   clock.set(startAt ?? Date.UTC(2026, 0, 1))
-  const runtime = await createRuntime({ durability: 'process', userConfig: null, ...rest, dir, clock })
+  const runtime = await createRuntime({ durability: 'process', userConfig: null, shutdownSignals: [], ...rest, dir, clock })
   const settle = () => turnsOfTheEventLoop(10)
   const test: TestRuntime = {
     get dir() {

@@ -1,7 +1,21 @@
 // Generated from machines/ by `spindle viz`; do not edit. Paste into Stately Studio (Import from code).
-import { createMachine } from 'xstate'
+// Guards and actions are named here; what they do is in machines/orchestrator.machine.ts.
+import { setup } from 'xstate'
 
-export const machine = createMachine({
+export const machine = setup({
+  guards: {
+    isKnownThread: () => false,
+    isTemporary: () => false,
+    intensityExceeded: () => false,
+  },
+  actions: {
+    reportCrash: () => {},
+    giveUpUnknown: () => {},
+    giveUpTemporary: () => {},
+    giveUpGroup: () => {},
+    restartByStrategy: () => {},
+  },
+}).createMachine({
   "id": "orchestrator",
   "initial": "recovering",
   "on": {

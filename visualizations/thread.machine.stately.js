@@ -1,7 +1,54 @@
 // Generated from machines/ by `spindle viz`; do not edit. Paste into Stately Studio (Import from code).
-import { createMachine } from 'xstate'
+// Guards and actions are named here; what they do is in machines/thread.machine.ts.
+import { and, setup } from 'xstate'
 
-export const machine = createMachine({
+export const machine = setup({
+  guards: {
+    cancelAwaitsChildren: () => false,
+    limitExceeded: () => false,
+    limitExceededAfterTools: () => false,
+    limitRaisedEnough: () => false,
+    limitHookFails: () => false,
+    limitHookAborts: () => false,
+    limitIsBudget: () => false,
+    errorHookRetries: () => false,
+    errorHookFails: () => false,
+    errorHookAborts: () => false,
+    isCurrentReply: () => false,
+    replyHasToolCalls: () => false,
+    isCurrentFailure: () => false,
+    canRetry: () => false,
+    shouldSuspendOnFailure: () => false,
+    isPendingTool: () => false,
+    isLastPendingTool: () => false,
+  },
+  actions: {
+    markStarted: () => {},
+    recordReply: () => {},
+    recordResult: () => {},
+    recordToolDone: () => {},
+    finishTools: () => {},
+    scheduleRetry: () => {},
+    beginRetry: () => {},
+    suspendForLimit: () => {},
+    raiseLimits: () => {},
+    failByLimitHook: () => {},
+    abortByLimitHook: () => {},
+    failByErrorHook: () => {},
+    abortByErrorHook: () => {},
+    suspendForFailure: () => {},
+    failWithModelError: () => {},
+    failWithError: () => {},
+    failWhileCancelling: () => {},
+    resumeWithLimits: () => {},
+    recordCancel: () => {},
+    suspendForBudgetLimit: () => {},
+    suspendForBudget: () => {},
+    markRecovered: () => {},
+    suspendForCrashLoop: () => {},
+    recordHandOff: () => {},
+  },
+}).createMachine({
   "id": "thread",
   "initial": "created",
   "states": {
@@ -75,7 +122,7 @@ export const machine = createMachine({
           "on": {
             "MODEL_REPLIED": [
               {
-                "guard": "isCurrentReply && replyHasToolCalls",
+                "guard": and(["isCurrentReply", "replyHasToolCalls"]),
                 "target": "runningTools",
                 "actions": "recordReply"
               },
@@ -109,12 +156,12 @@ export const machine = createMachine({
                 "actions": "abortByErrorHook"
               },
               {
-                "guard": "isCurrentFailure && canRetry",
+                "guard": and(["isCurrentFailure", "canRetry"]),
                 "target": "waitingToRetry",
                 "actions": "scheduleRetry"
               },
               {
-                "guard": "isCurrentFailure && shouldSuspendOnFailure",
+                "guard": and(["isCurrentFailure", "shouldSuspendOnFailure"]),
                 "target": "#thread.suspended",
                 "actions": "suspendForFailure"
               },
@@ -131,7 +178,7 @@ export const machine = createMachine({
           "on": {
             "TOOL_DONE": [
               {
-                "guard": "isLastPendingTool && limitExceededAfterTools",
+                "guard": and(["isLastPendingTool", "limitExceededAfterTools"]),
                 "target": "limitReached",
                 "actions": "finishTools"
               },

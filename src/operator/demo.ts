@@ -14,7 +14,9 @@ import type { Durability } from '../../persistence/types.js'
 import type { RuntimeOptions } from '../runtime/api.js'
 import { createRuntime } from '../runtime/createRuntime.js'
 import { SpindleError } from '../base/errors.js'
+import { formatUsd } from '../base/money.js'
 import { showRecovery, statusLine } from './progress.js'
+import { plural } from './terminalText.js'
 
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
 const TURNS = 6
@@ -95,7 +97,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const answered = threads.filter((t) => !report.resumed.includes(t.id)).length
   if (threads.length > 0 || report.settled.length > 0) {
     out.write(
-      `Resumed ${report.resumed.length} unfinished thread(s) from ${rt.dir} where they were checkpointed` +
+      `Resumed ${plural(report.resumed.length, 'unfinished thread')} from ${rt.dir} where ${report.resumed.length === 1 ? 'it was' : 'they were'} checkpointed` +
         (answered ? `; carried on ${answered} approved or resumed while the demo was stopped` : '') +
         (report.settled.length ? `; ${report.settled.length} had already stopped` : '') +
         (report.rebuilt.length ? `; ${report.rebuilt.length} rebuilt from transcript` : '') +
@@ -108,13 +110,13 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     await rt.close()
     throw new SpindleError(
       'THREAD_LEASED',
-      `${report.elsewhere.length} unfinished thread(s) in ${rt.dir} are run by another live spindle process. ` +
+      `${plural(report.elsewhere.length, 'unfinished thread')} in ${rt.dir} ${report.elsewhere.length === 1 ? 'is' : 'are'} run by another live spindle process. ` +
         'Stop that demo (or wait for it), or pass another --dir; `spindle locks --dir ' + rt.dir + '` shows who holds them.',
       { details: { threadIds: report.elsewhere } },
     )
   }
   if (threads.length === 0) {
-    out.write(`Starting ${TOPICS.length} threads in ${rt.dir} (durability: ${rt.durability}). Kill me and run me again: I resume.\n`)
+    out.write(`Starting ${plural(TOPICS.length, 'thread')} in ${rt.dir} (durability: ${rt.durability}). Kill me and run me again: I resume.\n`)
     threads = await Promise.all(
       TOPICS.map((topic) =>
         rt.spawn({
@@ -129,7 +131,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const summary = (): string => statusLine([...views.values()].map((v) => ({ status: v.status, spend: v.usage.spend })))
   const render = (): void => {
     const rows = [...views.values()].map(
-      (v) => `  ${v.id.padEnd(32)} ${stateLabel(v).padEnd(24)} turn ${String(v.usage.turns).padStart(2)}  $${v.usage.spend.toFixed(5)}`,
+      (v) => `  ${v.id.padEnd(32)} ${stateLabel(v).padEnd(24)} turn ${String(v.usage.turns).padStart(2)}  ${formatUsd(v.usage.spend)}`,
     )
     rows.push(`  ${summary()}`)
     if (tty) {
@@ -143,7 +145,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       const previous = views.get(view.id)
       views.set(view.id, view)
       if (!tty && (previous?.status !== view.status || previous?.usage.turns !== view.usage.turns)) {
-        out.write(`${view.id} ${stateLabel(view)} turn=${view.usage.turns} spend=$${view.usage.spend.toFixed(5)}\n`)
+        out.write(`${view.id} ${stateLabel(view)} turn=${view.usage.turns} spend=${formatUsd(view.usage.spend)}\n`)
         if (previous?.status !== view.status) out.write(`threads: ${summary()}\n`)
       }
     })
@@ -165,7 +167,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   out.write('\nDone:\n')
   for (const [id, outcome] of outcomes) {
     const detail = outcome.result ?? outcome.error?.message ?? (outcome.suspendReason ? `suspended (${outcome.suspendReason})` : '')
-    out.write(`  ${id.padEnd(32)} ${outcome.status.padEnd(10)} turns ${outcome.cost.turns}  $${outcome.cost.spend.toFixed(5)}  ${detail}\n`)
+    out.write(`  ${id.padEnd(32)} ${outcome.status.padEnd(10)} turns ${outcome.cost.turns}  ${formatUsd(outcome.cost.spend)}  ${detail}\n`)
   }
   // After a restart this run carried only the unfinished threads: the rest are counted, so the
   // summary accounts for every thread in the directory.
@@ -187,7 +189,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   for (const id of waiting) {
     out.write(`${id} waits for a person at its limit: spindle approve ${id} --dir ${rt.dir}, then run the demo again.\n`)
   }
-  out.write(`Checkpoints written: ${rt.stats().checkpointsWritten} in ${rt.stats().commits} group commits. Data: ${rt.dir}\n`)
+  out.write(`Checkpoints written: ${rt.stats().checkpointsWritten} in ${plural(rt.stats().commits, 'group commit')}. Data: ${rt.dir}\n`)
   await rt.close()
   return 0
 }

@@ -6,7 +6,7 @@ import fs from 'node:fs'
 import { isDeepStrictEqual } from 'node:util'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
-import { dataPaths, threadDir } from '../../persistence/paths.js'
+import { assertDataDir, dataPaths, threadDir } from '../../persistence/paths.js'
 import { SpindleError } from '../base/errors.js'
 import type { StateEnvelope, TranscriptEntry } from '../../persistence/types.js'
 import { replayTranscript } from '../thread/replay.js'
@@ -20,6 +20,7 @@ export interface ThreadFiles {
 /** Reads and verifies a thread's state.json and transcript. Throws the stores' errors (STATE_CORRUPT, TRANSCRIPT_CHAIN_BROKEN …). */
 export function readThreadFiles(dir: string, threadId: string): ThreadFiles {
   const paths = dataPaths(dir)
+  assertDataDir(paths)
   if (!fs.existsSync(threadDir(paths, threadId))) {
     throw new SpindleError('THREAD_NOT_FOUND', `No thread ${threadId} in ${paths.root} (no ${threadDir(paths, threadId)}).`, { details: { threadId } })
   }

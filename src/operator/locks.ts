@@ -3,11 +3,10 @@
  * reclaiming those — never a live one younger than its TTL unless forced — with an audit log.
  */
 import fs from 'node:fs'
-import { SpindleError } from '../base/errors.js'
 import { pidAlive } from '../base/processes.js'
 import os from 'node:os'
 import path from 'node:path'
-import { dataPaths } from '../../persistence/paths.js'
+import { dataDirNotFound, dataPaths } from '../../persistence/paths.js'
 import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import type { Lease, LeaseStore } from '../../persistence/types.js'
 
@@ -44,11 +43,7 @@ function withLeases<T>(dir: string, fn: (leases: LeaseStore) => T): T {
   if (!fs.existsSync(file)) {
     // A data directory whose runtimes never took a lease has none; a directory with no registry
     // either is not a data directory (like every other command, say so).
-    if (!fs.existsSync(paths.registry)) {
-      throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
-        details: { dir: paths.root },
-      })
-    }
+    if (!fs.existsSync(paths.registry)) throw dataDirNotFound(paths)
     return fn(emptyStore)
   }
   const leases = openSqliteLeases({ path: file, durability: 'process' })

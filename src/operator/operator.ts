@@ -10,73 +10,47 @@ import { writeFileAtomicSync } from '../../persistence/atomicFile.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
-import { assertDirectories, assertRegistryKept, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../../persistence/paths.js'
+import { assertDirectories, dataPaths, STATE_FILE, threadFile, TRANSCRIPT_FILE } from '../../persistence/paths.js'
 import { staleLinesMessage } from '../../persistence/transcriptLines.js'
 import { journalLag, refuseIfBehindJournal } from '../../persistence/foreignJournals.js'
 import type { SkippedJournal } from '../../persistence/journalFiles.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
-import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import type { RequestLogEntry } from '../../persistence/requestFiles.js'
+import { readRequestLog } from '../../persistence/requestFiles.js'
 import { locks } from './locks.js'
-import type { RecoveryCount, Registry, StateEnvelope, ThreadRecord, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
+import { recordOf, withRegistry } from './registryAccess.js'
+import { withoutNonce } from './threadListing.js'
+import type { ThreadListing } from './threadListing.js'
+import type { RecoveryCount, StateEnvelope, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
-import { assertThreadId } from '../base/ids.js'
 import { replayTranscript } from '../thread/replay.js'
+import type { RejectedAnswer } from '../thread/approvalRecords.js'
+import { rejectedAnswers } from '../thread/approvalRecords.js'
+import type { ApprovalRequest } from '../thread/requests.js'
+import { openApprovalRequest } from '../thread/requests.js'
+import { approvalFindings, settleDecisionFiles } from './approvalChecks.js'
+import type { Finding } from './approvalChecks.js'
 import { checkTranscript } from './transcriptCheck.js'
 import type { TranscriptFinding } from './transcriptCheck.js'
 import { isActive } from '../thread/threadStatus.js'
 import { loadFileLayers } from '../../config/load.js'
 
-function openRegistry(dir: string): Registry {
-  const paths = dataPaths(dir)
-  if (!fs.existsSync(paths.registry) && !fs.existsSync(paths.threads)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} holds no spindle data (no registry.db). Pass --dir with the runtime's data directory.`, {
-      details: { dir: paths.root },
-    })
-  }
-  // A lost registry with threads left: say so, and never create an empty one in its place.
-  assertRegistryKept(paths)
-  return openSqliteRegistry({ path: paths.registry, durability: 'process' })
-}
-
-/** Runs `fn` with the data directory's registry open (THREAD_NOT_FOUND when it has none). */
-export function withRegistry<T>(dir: string, fn: (registry: Registry) => T): T {
-  const registry = openRegistry(dir)
-  try {
-    return fn(registry)
-  } finally {
-    registry.close()
-  }
-}
-
-/** A thread's registry row; INVALID_THREAD_ID or THREAD_NOT_FOUND otherwise. */
-export function recordOf(registry: Registry, dir: string, id: string): ThreadRecord {
-  assertThreadId(id)
-  const record = registry.get(id)
-  if (!record) {
-    throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dataPaths(dir).root}. \`spindle ls\` lists the threads there.`, {
-      details: { threadId: id },
-    })
-  }
-  return record
-}
-
-export function listThreads(dir: string, filter: { status?: ThreadStatus[] } = {}): ThreadRecord[] {
-  return withRegistry(dir, (registry) => registry.list(filter.status?.length ? { status: filter.status } : {}))
-}
-
 export interface ThreadReport {
-  record: ThreadRecord
+  /** Its registry row, without the nonce. */
+  record: ThreadListing
   /** How many recoveries in a row found it at the same point (crash-loop detection), and that point. */
   recoveries: RecoveryCount | null
   /** null when state.json is missing; `problem` says why when it could not be read. */
-  state: { value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
+  state: { status: ThreadStatus; value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
   transcript: { entries: number; lastSeq: number; torn: boolean } | null
+  /** The approval request it waits at (null: none), and the answers to its requests a runtime rejected. */
+  approvals: { open: ApprovalRequest | null; rejected: RejectedAnswer[] }
   problems: Array<{ code: string; message: string }>
 }
 
 /** Everything known about one thread; damage is reported, not thrown. */
 export function showThread(dir: string, id: string): ThreadReport {
-  const { record, recoveries } = withRegistry(dir, (registry) => ({ record: recordOf(registry, dir, id), recoveries: registry.recoveryCount(id) }))
+  const { record, recoveries } = withRegistry(dir, (registry) => ({ record: withoutNonce(recordOf(registry, dir, id)), recoveries: registry.recoveryCount(id) }))
   const paths = dataPaths(dir)
   const problems: ThreadReport['problems'] = []
   let state: ThreadReport['state'] = null
@@ -84,7 +58,7 @@ export function showThread(dir: string, id: string): ThreadReport {
     const envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(id)
     if (envelope) {
       const snapshot = envelope.snapshot as { value: unknown; context: ThreadContext }
-      state = { value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
+      state = { status: envelope.status, value: snapshot.value, savedAt: envelope.savedAt, transcriptSeq: envelope.transcript.seq, context: snapshot.context }
     }
   } catch (error) {
     problems.push(describeError(error))
@@ -96,7 +70,8 @@ export function showThread(dir: string, id: string): ThreadReport {
   } catch (error) {
     problems.push(describeError(error))
   }
-  return { record, recoveries, state, transcript, problems }
+  const approvals = { open: openApprovalRequest(dir, id, record.status), rejected: rejectedAnswers(paths, id) }
+  return { record, recoveries, state, transcript, approvals, problems }
 }
 
 /** A thread's registry status and transcript entries, verified; `after` skips entries up to that seq. */
@@ -119,6 +94,11 @@ export interface RebuildReport {
   applied: boolean
   /** What the transcript check found besides the chain: unknown types, invalid transitions, unknown threads. */
   findings: TranscriptFinding[]
+  /**
+   * Approval requests the thread no longer waits at whose decision file is missing, with the
+   * decision the transcript holds: `written` once `--apply` wrote the file.
+   */
+  decisions: Array<{ requestId: string; decision: string; written: boolean }>
 }
 
 /**
@@ -166,6 +146,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
         behind: 0,
         applied: false,
         findings,
+        decisions: [],
       }
     }
     const full = replayTranscript(entries)
@@ -179,6 +160,7 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
       behind: envelope ? entries.filter((e) => e.seq > upTo).length : entries.length,
       applied: false,
       findings,
+      decisions: settleDecisionFiles(paths, id, entries, full, false),
     }
     if (options.apply) {
       // open() (unlike read()) cuts a torn last line, so the position written matches the file.
@@ -192,25 +174,17 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
         if (!isActive(full.status)) {
           registry.setResult(id, { result: context.result ?? undefined, error: context.error })
         }
-        registry.updateStatus(id, full.status, Date.now())
+        registry.updateStatus(id, full.status, Date.now(), context.suspendReason)
       })
       report.applied = true
+      // A process killed between recording a decision and writing its file: the file, from the transcript.
+      report.decisions = settleDecisionFiles(paths, id, entries, full, true)
     }
     return report
   })
 }
 
-export interface Finding {
-  threadId: string
-  /**
-   * damage: something is lost or wrong; lag: normal after a crash, fixed by recovery; stray: files
-   * of a spawn that never returned; crash: a thread quarantined for a crash loop, or heading there
-   */
-  kind: 'damage' | 'lag' | 'stray' | 'crash'
-  code: string
-  message: string
-  repair: string
-}
+export type { Finding } from './approvalChecks.js'
 
 /**
  * Checks every thread of a data directory: registry row, state.json, transcript chain, and that
@@ -224,6 +198,9 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
   const findings: Finding[] = []
   const { records, counts } = withRegistry(dir, (registry) => ({ records: registry.list(), counts: registry.recoveryCounts() }))
   const registered = new Set(records.map((r) => r.id))
+  let log: RequestLogEntry[] | null = null
+  // Read once, and only for a thread with rejected answers.
+  const requestLog = (): RequestLogEntry[] => (log ??= readRequestLog(paths.root))
   for (const record of records) {
     const id = record.id
     const damage = (code: string, message: string, repair: string) => findings.push({ threadId: id, kind: 'damage', code, message, repair })
@@ -270,6 +247,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       }
     }
     findings.push(...crashLoopFindings(id, record.status, counts.get(id), replayed.snapshot))
+    findings.push(...approvalFindings(paths, id, record.status, entries, replayed, requestLog))
     // Registry behind the transcript, which recovery brings in line: a thread it calls running, or
     // one it calls suspended whose decision (approval, resume, cancel) was recorded by a process
     // killed before it committed the status.

@@ -11,7 +11,8 @@ import { SpindleError } from '../base/errors.js'
 import { assertThreadId } from '../base/ids.js'
 import { locks } from './locks.js'
 import type { LockView } from './locks.js'
-import { recordOf, withRegistry } from './operator.js'
+import { recordOf, withRegistry } from './registryAccess.js'
+import { listThreads } from './threadListing.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from '../thread/requests.js'
 
 export interface RequestWritten {
@@ -34,7 +35,11 @@ function assertKnown(dir: string, id: string): void {
   withRegistry(dir, (registry) => recordOf(registry, dir, id))
 }
 
-export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string): RequestWritten {
+/**
+ * Writes an approval of thread `id`'s pending request, refused up front where the runtime would
+ * refuse it (see `respondToApproval`); `replace` writes over an answer already waiting.
+ */
+export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
   const request = pendingApprovals(dir, id).at(-1)
   if (request && Object.keys(limits).length === 0 && request.proposed === null) {
@@ -44,13 +49,13 @@ export function approveThread(dir: string, id: string, limits: Partial<Limits>, 
       { details: { threadId: id } },
     )
   }
-  const file = respondToApproval(dir, id, { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(message ? { message } : {}), by })
+  const file = respondToApproval(dir, id, { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(message ? { message } : {}), by }, options)
   return { threadId: id, action: 'approve', file, next: NEXT }
 }
 
-export function denyThread(dir: string, id: string, reason: string | undefined, by: string): RequestWritten {
+export function denyThread(dir: string, id: string, reason: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
-  const file = respondToApproval(dir, id, { approved: false, ...(reason ? { message: reason } : {}), by })
+  const file = respondToApproval(dir, id, { approved: false, ...(reason ? { message: reason } : {}), by }, options)
   return { threadId: id, action: 'deny', file, next: NEXT }
 }
 
@@ -75,7 +80,8 @@ export interface TreeNode {
  */
 export function threadTree(dir: string, root?: string): TreeNode[] {
   const paths = dataPaths(dir)
-  const records = withRegistry(dir, (registry) => registry.list())
+  // As `spindle ls` shows them: a row a crash left behind reads as its last checkpoint.
+  const records = listThreads(dir)
   const nodes = new Map<string, TreeNode>()
   for (const r of records) {
     nodes.set(r.id, {

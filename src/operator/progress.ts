@@ -4,6 +4,7 @@
  */
 import type { LifecycleEvent } from '../runtime/api.js'
 import type { ThreadStatus } from '../../persistence/types.js'
+import { formatUsd as money } from '../base/money.js'
 
 export interface ProgressOut {
   write(text: string): unknown
@@ -14,9 +15,8 @@ type RecoveryProgress = Extract<LifecycleEvent, { type: 'recovery_progress' }>
 const PLAIN_EVERY_MS = 1000
 
 const count = (n: number): string => n.toLocaleString('en-US')
-export const money = (n: number): string => `$${n.toFixed(4)}`
 
-/** `1,200/10,000 threads: 1,150 resumed, 40 settled, 10 failed; $3.2100 spent so far` */
+/** `1,200/10,000 threads: 1,150 resumed, 40 settled, 10 failed; $3.21000 spent so far` */
 export function recoveryLine(p: RecoveryProgress): string {
   const parts = (
     [
@@ -29,7 +29,7 @@ export function recoveryLine(p: RecoveryProgress): string {
   )
     .filter(([, n]) => n > 0)
     .map(([label, n]) => `${count(n)} ${label}`)
-  return `recovering ${count(p.done)}/${count(p.total)} unfinished threads${parts.length ? `: ${parts.join(', ')}` : ''}; ${money(p.spend)} spent so far`
+  return `recovering ${count(p.done)}/${count(p.total)} unfinished ${p.total === 1 ? 'thread' : 'threads'}${parts.length ? `: ${parts.join(', ')}` : ''}; ${money(p.spend)} spent so far`
 }
 
 /**
@@ -57,7 +57,7 @@ export function showRecovery(out: ProgressOut, tty: boolean): (event: LifecycleE
 
 const ORDER: ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'continued', 'cancelled', 'error']
 
-/** `2 running, 1 suspended, 3 completed; $0.0123 spent` for threads as they are now. */
+/** `2 running, 1 suspended, 3 completed; $0.01230 spent` for threads as they are now. */
 export function statusLine(threads: Iterable<{ status: ThreadStatus; spend: number }>): string {
   const by = new Map<ThreadStatus, number>()
   let spend = 0

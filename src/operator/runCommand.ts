@@ -1,15 +1,20 @@
 /**
  * `spindle run <directive>`: one thread of a directive file on the built-in scripted model, with
- * progress as it goes. Exit status: 0 completed, 7 error or cancelled, 8 suspended for a person.
+ * progress as it goes. Exit status: 0 completed, 7 error or cancelled, 8 suspended for a person,
+ * 130 interrupted (Ctrl-C or SIGTERM closed the runtime; the thread stays checkpointed).
  */
 import type { Writable } from 'node:stream'
 import { scriptedModel } from '../../actors/scriptedModel.js'
 import { findDirective, renderDirective } from './directiveFile.js'
-import { SpindleError } from '../base/errors.js'
+import { SpindleError, isSpindleError } from '../base/errors.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import { formatUsd } from '../base/money.js'
 import { createRuntime } from '../runtime/createRuntime.js'
 import type { RuntimeOptions } from '../runtime/api.js'
 import { showRecovery } from './progress.js'
 import { terminalSafe } from './terminalText.js'
+
+const INTERRUPTS = ['SIGINT', 'SIGTERM'] as const
 
 /** The built-in model of `run`: it answers once, saying what it was asked. */
 const runModel = scriptedModel((request) => {
@@ -54,20 +59,33 @@ export async function runDirective(options: {
     // The thread's result is a model's text: it must not drive the terminal (see terminalSafe).
     if (!options.json) options.out.write(`${terminalSafe(text)}\n`)
   }
+  // Ctrl-C and SIGTERM close the runtime (its shutdownSignals); listening as well leaves ending
+  // the process to this command, with status 130, instead of the signal raised again.
+  const interrupted = (): void => {}
+  for (const signal of INTERRUPTS) process.on(signal, interrupted)
   try {
     const thread = await rt.spawn({ directive })
     say(`${thread.id}: started (${file.file})`)
     let last = ''
     thread.subscribe((view) => {
-      const line = `${thread.id}: ${view.status}${typeof view.state === 'object' ? ` (${Object.values(view.state)[0]})` : ''}  turns ${view.usage.turns}  $${view.usage.spend.toFixed(4)}`
+      const line = `${thread.id}: ${view.status}${typeof view.state === 'object' ? ` (${Object.values(view.state)[0]})` : ''}  turns ${view.usage.turns}  ${formatUsd(view.usage.spend)}`
       if (line !== last) say(line)
       last = line
     })
-    const outcome = await thread.done
+    let outcome: ThreadOutcome
+    try {
+      outcome = await thread.done
+    } catch (error) {
+      if (!isSpindleError(error) || error.code !== 'RUNTIME_CLOSED') throw error
+      if (options.json) options.out.write(`${JSON.stringify({ threadId: thread.id, directive: file.file, interrupted: true })}\n`)
+      else say(`\n${thread.id} interrupted: it stays checkpointed in ${options.dir} and goes on when a runtime next opens that directory.`)
+      return 130
+    }
     if (options.json) options.out.write(`${terminalSafe(JSON.stringify({ threadId: thread.id, directive: file.file, ...outcome }))}\n`)
     else say(outcome.status === 'completed' ? `\n${outcome.result ?? ''}` : `\n${thread.id} ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ''}`)
     return outcome.status === 'completed' ? 0 : outcome.status === 'suspended' ? 8 : 7
   } finally {
+    for (const signal of INTERRUPTS) process.removeListener(signal, interrupted)
     await rt.close()
   }
 }

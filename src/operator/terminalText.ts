@@ -30,3 +30,17 @@ export function terminalSafe(text: string, keep?: RegExp): string {
 
 /** The colour codes the CLI itself writes (green, cyan, yellow, red, grey, magenta, reset). */
 export const CLI_COLOURS = /\u001b\[(?:3[1-6]|90|0)m/
+
+/**
+ * ` --dir DIR` for a command a person copies from the output, or '' for the default directory;
+ * quoted for a POSIX shell when it holds anything but plain path characters.
+ */
+export function dirArgument(dir: string): string {
+  if (dir === '.spindle') return ''
+  return ` --dir ${/^[\w./@:+-]+$/.test(dir) ? dir : `'${dir.replace(/'/g, `'\\''`)}'`}`
+}
+
+/** `1 turn`, `2 turns`, `1 entry`, `3 entries`: a count and its noun, agreeing. */
+export function plural(n: number, one: string, many = `${one}s`): string {
+  return `${n.toLocaleString('en-US')} ${n === 1 ? one : many}`
+}

@@ -5,6 +5,7 @@
  */
 import type { TranscriptEntry } from '../../persistence/types.js'
 import { describeError, isSpindleError } from '../base/errors.js'
+import { TOOL_ABORTED_AT_SHUTDOWN } from '../runtime/shutdown.js'
 import { TOOL_CALLS_REPAIRED } from '../thread/messages.js'
 import { SPAWN_ENTRY, isMachineEventEntry, replayTranscript } from '../thread/replay.js'
 
@@ -13,6 +14,7 @@ export const NOTE_TYPES: ReadonlySet<string> = new Set([
   SPAWN_ENTRY,
   TOOL_CALLS_REPAIRED,
   'tool_intent',
+  TOOL_ABORTED_AT_SHUTDOWN,
   'retry_succeeded',
   'error_classified',
   'limit_escalation_requested',
@@ -49,7 +51,7 @@ export function checkTranscript(entries: readonly TranscriptEntry[], knownThread
     if (type === 'MODEL_REPLIED') {
       const ids = ((entry.data as { toolCalls?: Array<{ id: string }> }).toolCalls ?? []).map((c) => c.id)
       const repeated = ids.filter((id, i) => ids.indexOf(id) !== i)
-      if (repeated.length) findings.push({ seq, type, kind: 'duplicate_tool_call_id', message: `the reply at entry ${seq} repeats tool call id(s) ${[...new Set(repeated)].join(', ')}: one of each gets no result` })
+      if (repeated.length) findings.push({ seq, type, kind: 'duplicate_tool_call_id', message: `the reply at entry ${seq} repeats ${new Set(repeated).size === 1 ? 'the tool call id' : 'tool call ids'} ${[...new Set(repeated)].join(', ')}: one of each gets no result` })
     }
     const data = entry.data as Record<string, unknown> | null
     for (const key of ['childId', 'nextThreadId'] as const) {

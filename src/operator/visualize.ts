@@ -8,21 +8,12 @@ import type { AnyStateMachine } from 'xstate'
 import { orchestratorMachine } from '../../machines/orchestrator.machine.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import type { NodeLike, TransitionLike } from './machineShape.js'
-import { transitionsOf } from './machineShape.js'
+import { guardExpression, guardSource, guardTree, transitionsOf } from './machineShape.js'
 import { statechartSvg } from './statechartSvg.js'
 
-function mermaidId(id: string): string {
+/** The single word Mermaid names a state by. */
+export function mermaidId(id: string): string {
   return id.replace(/[^a-zA-Z0-9_]/g, '_')
-}
-
-function guardText(guard: unknown): string {
-  if (!guard) return ''
-  if (typeof guard === 'string') return guard
-  // and([...]) / or([...]) are functions carrying their operands in `guards`.
-  const operands = (guard as { guards?: unknown[] }).guards
-  if (Array.isArray(operands)) return operands.map(guardText).join(' && ')
-  const type = (guard as { type?: unknown }).type
-  return typeof type === 'string' ? type : 'guard'
 }
 
 function actionText(action: unknown): string {
@@ -32,62 +23,99 @@ function actionText(action: unknown): string {
 }
 
 function label(t: TransitionLike, event: string): string {
-  const guard = guardText(t.guard)
+  const guard = guardTree(t.guard)
   const actions = t.actions.map(actionText).filter((a) => a !== 'action')
-  return [event, guard ? `[${guard}]` : '', actions.length ? `/ ${actions.join(', ')}` : ''].filter(Boolean).join(' ')
+  return [event, guard ? `[${guardExpression(guard)}]` : '', actions.length ? `/ ${actions.join(', ')}` : ''].filter(Boolean).join(' ')
 }
 
-function renderNode(node: NodeLike, indent: string, lines: string[]): void {
+/**
+ * Declares `node`'s children, nested as the machine nests them. Mermaid names a composite state by
+ * a single word (`state thread_running {`), so its title is declared first (`state "running" as
+ * thread_running`), as every leaf's is.
+ */
+function declareStates(node: NodeLike, indent: string, lines: string[]): void {
   const children = Object.values(node.states)
   if (node.initial && children.length > 0) lines.push(`${indent}[*] --> ${mermaidId(node.initial.target[0]!.id)}`)
   for (const child of children) {
     const id = mermaidId(child.id)
+    // The machine invokes no actors: a state whose description names an effect is where the runtime runs it.
+    const effect = /^Effect (\w+):/.exec((child as { description?: string }).description ?? '')?.[1]
+    lines.push(`${indent}state "${child.key}${effect ? ` (runs ${effect})` : ''}" as ${id}`)
     if (Object.keys(child.states).length > 0) {
-      lines.push(`${indent}state ${child.key} as ${id} {`)
-      renderNode(child, `${indent}  `, lines)
+      lines.push(`${indent}state ${id} {`)
+      declareStates(child, `${indent}  `, lines)
       lines.push(`${indent}}`)
-    } else {
-      // The machine invokes no actors: a state whose description names an effect is where the runtime runs it.
-      const effect = /^Effect (\w+):/.exec((child as { description?: string }).description ?? '')?.[1]
-      lines.push(`${indent}state "${child.key}${effect ? ` (runs ${effect})` : ''}" as ${id}`)
     }
     if (child.type === 'final') lines.push(`${indent}${id} --> [*]`)
   }
-  for (const child of children) {
+}
+
+function drawTransitions(node: NodeLike, lines: string[]): void {
+  for (const child of Object.values(node.states)) {
     const from = mermaidId(child.id)
-    for (const { event, transition, target } of transitionsOf(child)) lines.push(`${indent}${from} --> ${mermaidId(target)}: ${label(transition, event)}`)
+    for (const { event, transition, target } of transitionsOf(child)) lines.push(`  ${from} --> ${mermaidId(target)}: ${label(transition, event)}`)
+    drawTransitions(child, lines)
   }
 }
 
-/** A Mermaid `stateDiagram-v2` of a machine. */
+/**
+ * A Mermaid `stateDiagram-v2` of a machine. Every state is declared before any transition, and the
+ * transitions are written at the top level: Mermaid creates a state where it is first named, so a
+ * transition written inside a composite's block to a state outside it would draw that state inside.
+ */
 export function toMermaid(machine: AnyStateMachine): string {
   const root = machine.root as unknown as NodeLike
   const lines = [`%% Generated from machines/ by \`spindle viz\`; do not edit.`, 'stateDiagram-v2']
-  renderNode(root, '  ', lines)
+  declareStates(root, '  ', lines)
+  drawTransitions(root, lines)
   return `${lines.join('\n')}\n`
 }
 
 /**
- * The machine as source Stately Studio imports ("Import from code"): its config with every
- * implementation by name. Functions (context, inputs, output) are left out: Studio draws the
- * states, transitions, guards and actions, and shows each state's description (which names the
- * effect the runtime runs there), which is what they are for.
+ * The machine as source Stately Studio imports ("Import from code"): XState v5's
+ * `setup({ guards, actions }).createMachine(config)`, with `and`/`or`/`not` guards as calls.
+ * Guards and actions are named in `setup` with empty bodies (the real ones, in machines/, read the
+ * context the runtime builds); functions in the config (context, input, output) are left out.
+ * Studio draws the states, transitions, guards and actions, and shows each state's description
+ * (which names the effect the runtime runs there), which is what this file is for.
  */
 export function toStatelySource(machine: AnyStateMachine): string {
+  const guardCalls: string[] = []
+  const used = new Set<string>()
   const config = JSON.stringify(
     machine.config,
     (key, value: unknown) => {
       if (key === 'context' || key === 'output' || key === 'schemas' || key === 'input') return undefined
-      if (typeof value === 'function') return key === 'guard' ? guardText(value) : undefined
+      if (key === 'guard') {
+        const tree = guardTree(value)
+        if (!tree || 'name' in tree) return value
+        const source = guardSource(tree)
+        for (const op of source.matchAll(/\b(and|or|not)\(/g)) used.add(op[1]!)
+        guardCalls.push(source)
+        // A placeholder JSON keeps as a string, swapped for the call below.
+        return `\u0000guard${guardCalls.length - 1}\u0000`
+      }
+      if (typeof value === 'function') return undefined
       return value
     },
     2,
-  )
+  ).replace(/"\\u0000guard(\d+)\\u0000"/g, (_, i: string) => guardCalls[Number(i)]!)
+  const implementations = machine.implementations as { guards: Record<string, unknown>; actions: Record<string, unknown> }
+  const key = (name: string): string => (/^[A-Za-z_$][\w$]*$/.test(name) ? name : JSON.stringify(name))
+  const named = (names: string[], body: string): string[] => names.map((name) => `    ${key(name)}: ${body},`)
   return [
     `// Generated from machines/ by \`spindle viz\`; do not edit. Paste into Stately Studio (Import from code).`,
-    `import { createMachine } from 'xstate'`,
+    `// Guards and actions are named here; what they do is in machines/${machine.id}.machine.ts.`,
+    `import { ${[...used, 'setup'].sort().join(', ')} } from 'xstate'`,
     '',
-    `export const machine = createMachine(${config})`,
+    'export const machine = setup({',
+    '  guards: {',
+    ...named(Object.keys(implementations.guards), '() => false'),
+    '  },',
+    '  actions: {',
+    ...named(Object.keys(implementations.actions), '() => {}'),
+    '  },',
+    `}).createMachine(${config})`,
     '',
   ].join('\n')
 }

@@ -6,10 +6,15 @@ import type { ErrorCategory, FailureInfo } from '../../machines/threadEvents.js'
 import type { RetryPolicy } from '../../machines/threadPolicy.js'
 import { isSpindleError } from '../base/errors.js'
 import { systemDefaults } from '../../config/load.js'
+import type { ErrorBody } from './errorBody.js'
+import { emptyErrorBody, parseJsonBody, readErrorBodies } from './errorBody.js'
+import { headerOf, parseRetryAfter, rateLimitResetMs } from './retryAfter.js'
+
+export { parseRetryAfter }
 
 export interface Classified {
   failure: FailureInfo
-  /** Wait the failure itself asked for (Retry-After), in ms. */
+  /** Wait the failure itself asked for (Retry-After, Google's retryDelay, a rate limit's reset), in ms. */
   retryAfterMs?: number
 }
 
@@ -32,15 +37,32 @@ const STATUS: Record<number, ErrorCategory> = {
   422: 'permanent',
 }
 
-// Provider error codes (the body's `error.code`, else `error.type`) that decide before the status
-// does: a 429 with insufficient_quota is quota exhaustion, which waiting a few seconds never fixes.
+// Provider error codes and types (from the body, or Bedrock's x-amzn-ErrorType header) that decide
+// before the status does: a 429 with insufficient_quota is quota exhaustion, which waiting a few
+// seconds never fixes, and a 429 ModelNotReadyException is a model still loading.
 const CODES: Record<string, ErrorCategory> = {
+  // OpenAI's billing codes (https://platform.openai.com/docs/guides/error-codes), Anthropic's 402
   insufficient_quota: 'quota',
   billing_hard_limit_reached: 'quota',
+  credit_balance_exhausted: 'quota',
+  organization_spend_limit_exceeded: 'quota',
+  project_spend_limit_exceeded: 'quota',
+  organization_usage_limit_exceeded: 'quota',
+  billing_error: 'quota',
   context_length_exceeded: 'context_length',
   rate_limit_exceeded: 'rate_limited',
   rate_limit_error: 'rate_limited',
   overloaded_error: 'transient',
+  // Groq's flex tier at capacity (status 498)
+  capacity_exceeded: 'transient',
+  // Amazon Bedrock (https://docs.aws.amazon.com/bedrock/latest/APIReference/API_runtime_Converse.html)
+  ThrottlingException: 'rate_limited',
+  ServiceQuotaExceededException: 'quota',
+  ModelNotReadyException: 'transient',
+  ModelTimeoutException: 'transient',
+  ModelStreamErrorException: 'transient',
+  ServiceUnavailableException: 'transient',
+  InternalServerException: 'transient',
 }
 
 // Node and undici codes of a connection that failed or dropped: the request may not even have
@@ -88,47 +110,12 @@ function compilePatterns(patterns: readonly MessagePattern[]): Array<[RegExp, Er
   return compiled
 }
 
-function headerOf(headers: unknown, name: string): string | undefined {
-  if (!headers || typeof headers !== 'object') return undefined
-  if (typeof (headers as { get?: unknown }).get === 'function') {
-    const v = (headers as { get(n: string): string | null }).get(name)
-    return v ?? undefined
-  }
-  for (const [k, v] of Object.entries(headers as Record<string, unknown>)) {
-    if (k.toLowerCase() === name) return typeof v === 'string' ? v : Array.isArray(v) ? String(v[0]) : String(v)
-  }
-  return undefined
-}
-
-/** Retry-After in seconds or as an HTTP date, or retry-after-ms; undefined when absent or invalid. */
-export function parseRetryAfter(headers: unknown, now: number): number | undefined {
-  const ms = headerOf(headers, 'retry-after-ms')
-  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms.trim())) return Math.round(Number(ms))
-  const value = headerOf(headers, 'retry-after')
-  if (value === undefined) return undefined
-  if (/^\d+(\.\d+)?$/.test(value.trim())) return Math.round(Number(value) * 1000)
-  // Only a date with a time of day: Date.parse also takes "-5" or "5, 5" (a repeated header) as a
-  // date in 2001, which would make an invalid header mean "retry at once".
-  if (!/\d{1,2}:\d{2}/.test(value)) return undefined
-  const date = Date.parse(value)
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now)
-}
-
 function field(error: unknown, name: string): unknown {
   return typeof error === 'object' && error !== null ? (error as Record<string, unknown>)[name] : undefined
 }
 
 function text(value: unknown): string | undefined {
   return typeof value === 'string' && value !== '' ? value : typeof value === 'number' ? String(value) : undefined
-}
-
-function parseBody(body: unknown): unknown {
-  if (typeof body !== 'string' || !body.trimStart().startsWith('{')) return undefined
-  try {
-    return JSON.parse(body)
-  } catch {
-    return undefined
-  }
 }
 
 /** An AI SDK RetryError (or look-alike): the failure that counts is its last one. */
@@ -156,28 +143,6 @@ function causeChain(error: unknown): unknown[] {
   return chain.length > 0 ? chain : [error]
 }
 
-/**
- * Error codes a failure carries, most specific first: its own `code`, then the provider's error
- * body — `error` (provider SDKs), `data` (AI SDK APICallError, parsed) or `responseBody` (raw) —
- * each as `{ error: { code, type } }` or `{ code, type }`.
- */
-function codesOf(error: unknown): string[] {
-  const codes: string[] = []
-  const add = (value: unknown): void => {
-    const code = text(value)
-    if (code !== undefined && !codes.includes(code)) codes.push(code)
-  }
-  add(field(error, 'code'))
-  for (const body of [field(error, 'error'), field(error, 'data'), parseBody(field(error, 'responseBody'))]) {
-    const inner = field(body, 'error')
-    add(field(inner, 'code'))
-    add(field(inner, 'type'))
-    add(field(body, 'code'))
-    if (inner === undefined) add(field(body, 'type'))
-  }
-  return codes
-}
-
 function statusOf(error: unknown): number | undefined {
   for (const value of [field(error, 'status'), field(error, 'statusCode'), field(field(error, 'response'), 'status')]) {
     if (typeof value === 'number' && Number.isInteger(value) && value >= 100 && value < 600) return value
@@ -199,20 +164,52 @@ function statusCategory(status: number): ErrorCategory {
   return STATUS[status] ?? (status >= 500 ? 'transient' : 'permanent')
 }
 
+/** The provider's messages added to an error's own, each at most this long. */
+const MAX_ADDED_MESSAGE = 1000
+
+/**
+ * The message a failure is recorded with: its own, with the provider's messages from the body it
+ * does not already say (an AI SDK error whose body its client could not parse says only "Bad
+ * Request"; a gateway's "Provider returned error" keeps the upstream's reason in its body). A
+ * message that is the body itself (a hand-written adapter that throws the response text) gives
+ * way to the provider's messages.
+ */
+function recordedMessage(message: string, body: ErrorBody): string {
+  const clip = (m: string): string => m.slice(0, MAX_ADDED_MESSAGE)
+  if (body.messages.length > 0 && parseJsonBody(message) !== undefined) return body.messages.map(clip).join(': ')
+  const added = body.messages.filter((m) => !message.includes(m)).map(clip)
+  return added.length === 0 ? message : [message, ...added].join(': ')
+}
+
+/** The window of the quotas a Google body names as exhausted: a day does not pass while waiting, a minute does. */
+function byQuotaWindow(body: ErrorBody): ErrorCategory | undefined {
+  if (body.quotaWindows.has('long')) return 'quota'
+  if (body.quotaWindows.has('short')) return 'rate_limited'
+  return undefined
+}
+
 /**
  * Maps any failure to a category. Unknown failures are permanent: never retry what is not understood.
  *
- * Reads, along the error's cause chain (an AI SDK RetryError counts as its `lastError`):
- * 1. a provider error code or type (`insufficient_quota`, `context_length_exceeded`, …) from the
- *    error or its body — it decides before the status, so a 429 for exhausted quota is quota;
+ * Reads, along the error's cause chain (an AI SDK RetryError counts as its `lastError`), the
+ * failure and the provider's error body it carries (`error`, `data`, `responseBody`, or a message
+ * that is the body's JSON text — see errorBody.ts):
+ * 1. a provider error code or type (`insufficient_quota`, `context_length_exceeded`, Bedrock's
+ *    `x-amzn-ErrorType` …) — it decides before the status, so a 429 for exhausted quota is quota;
  * 2. a Node network error code (ECONNRESET, UND_ERR_SOCKET, …, also as the `cause` of
  *    `TypeError: fetch failed`) — transient;
- * 3. the HTTP status (`status`, `statusCode` or `response.status`); a message pattern may still
- *    narrow a 429 or a permanent 4xx to quota or context_length, which waiting does not fix;
- * 4. the message patterns (config `errors.patterns`);
- * 5. an AI SDK `isRetryable: true` — transient; anything else is permanent.
+ * 3. the quotas a Google `QuotaFailure` names: per day (or hour, month) is quota, per minute a rate
+ *    limit, whatever the message says;
+ * 4. the HTTP status (`status`, `statusCode` or `response.status`);
+ * 5. the message patterns (config `errors.patterns`), tried on the error's messages and the
+ *    provider's. A pattern may narrow a rate limit (from a code or a 429) or a permanent 4xx to
+ *    quota or context_length, which waiting does not fix; with no status or code, it decides;
+ * 6. an AI SDK `isRetryable: true` — transient; anything else is permanent.
  *
- * Retry-After comes from `headers`, `responseHeaders` or `response.headers`.
+ * The wait asked for: `retry-after-ms` or `Retry-After` (`headers`, `responseHeaders` or
+ * `response.headers`), else Google's `RetryInfo.retryDelay`; for a rate limit or quota without
+ * either, the reset time of an exhausted limit's `x-ratelimit-reset*` header (on a rate limit,
+ * the latest reset when no limit says it is at 0).
  */
 export function classifyError(error: unknown, now = Date.now(), patterns: readonly MessagePattern[] = systemDefaults().errors.patterns): Classified {
   const chain = causeChain(error)
@@ -225,42 +222,64 @@ export function classifyError(error: unknown, now = Date.now(), patterns: readon
 
   let status: number | undefined
   const codes: string[] = []
+  const body = emptyErrorBody()
+  const headerSets: unknown[] = []
   let retryAfterMs: number | undefined
   for (const link of chain) {
     status ??= statusOf(link)
-    for (const code of codesOf(link)) if (!codes.includes(code)) codes.push(code)
-    for (const headers of headersOf(link)) retryAfterMs ??= parseRetryAfter(headers, now)
+    const own = text(field(link, 'code'))
+    if (own !== undefined && !codes.includes(own)) codes.push(own)
+    for (const headers of headersOf(link)) {
+      if (!headers) continue
+      headerSets.push(headers)
+      retryAfterMs ??= parseRetryAfter(headers, now)
+      // Bedrock names the exception in a header: "ThrottlingException:http://internal.amazon.com/…"
+      const awsType = headerOf(headers, 'x-amzn-errortype')?.split(':')[0]
+      if (awsType && !codes.includes(awsType)) codes.push(awsType)
+    }
+    readErrorBodies(link, body)
   }
+  for (const code of [...body.codes, ...body.numericCodes]) if (!codes.includes(code)) codes.push(code)
+  retryAfterMs ??= body.retryDelayMs
   const providerCode = codes.find((c) => CODES[c] !== undefined)
   const networkCode = codes.find((c) => NODE_NETWORK.has(c))
   const code = providerCode ?? networkCode ?? codes[0]
 
-  const info = (category: ErrorCategory): FailureInfo => ({
+  const category = decide()
+  if (retryAfterMs === undefined && (category === 'rate_limited' || category === 'quota')) {
+    retryAfterMs = rateLimitResetMs([...headerSets, ...body.headers], now, category === 'quota')
+  }
+  const failure: FailureInfo = {
     category,
-    message,
+    message: recordedMessage(message, body),
     ...(status !== undefined ? { status } : {}),
     ...(code !== undefined ? { code } : {}),
-  })
-  const result = (category: ErrorCategory): Classified =>
-    retryAfterMs === undefined ? { failure: info(category) } : { failure: info(category), retryAfterMs }
-
-  if (isSpindleError(top) && top.code === 'MODEL_SCRIPT_EXHAUSTED') return result('permanent')
-  if (top instanceof Error && (top.name === 'AbortError' || top.name === 'TimeoutError')) return result('transient')
-  if (providerCode !== undefined) return result(CODES[providerCode]!)
-  if (networkCode !== undefined) return result('transient')
-
-  const compiled = compilePatterns(patterns)
-  // A provider may echo the whole prompt in its message: a pattern with a gap (`.*`) would then
-  // take time quadratic in megabytes, blocking every thread. What decides a category comes first.
-  const messages = chain.map((e) => messageOf(e).slice(0, MAX_MATCHED_MESSAGE))
-  const byPattern = compiled.find(([re]) => messages.some((m) => re.test(m)))?.[1]
-  if (status !== undefined) {
-    const byStatus = statusCategory(status)
-    const narrows = (byPattern === 'quota' || byPattern === 'context_length') && (byStatus === 'rate_limited' || byStatus === 'permanent')
-    return result(narrows ? byPattern : byStatus)
   }
-  if (byPattern !== undefined) return result(byPattern)
-  return result(field(top, 'isRetryable') === true ? 'transient' : 'permanent')
+  return retryAfterMs === undefined ? { failure } : { failure, retryAfterMs }
+
+  function decide(): ErrorCategory {
+    if (isSpindleError(top) && top.code === 'MODEL_SCRIPT_EXHAUSTED') return 'permanent'
+    // timeouts.modelMs ran out: the provider may answer the next attempt in time.
+    if (isSpindleError(top) && top.code === 'MODEL_TIMEOUT') return 'transient'
+    if (top instanceof Error && (top.name === 'AbortError' || top.name === 'TimeoutError')) return 'transient'
+    const byCode = providerCode !== undefined ? CODES[providerCode] : undefined
+    if (byCode === undefined && networkCode !== undefined) return 'transient'
+    const byWindow = byCode === undefined ? byQuotaWindow(body) : undefined
+    if (byWindow !== undefined) return byWindow
+
+    const compiled = compilePatterns(patterns)
+    // A provider may echo the whole prompt in its message: a pattern with a gap (`.*`) would then
+    // take time quadratic in megabytes, blocking every thread. What decides a category comes first.
+    const messages = [...chain.map(messageOf), ...body.messages].map((m) => m.slice(0, MAX_MATCHED_MESSAGE))
+    const byPattern = compiled.find(([re]) => messages.some((m) => re.test(m)))?.[1]
+    const base = byCode ?? (status !== undefined ? statusCategory(status) : undefined)
+    if (base !== undefined) {
+      const narrowable = base === 'rate_limited' || (base === 'permanent' && byCode === undefined)
+      return narrowable && (byPattern === 'quota' || byPattern === 'context_length') ? byPattern : base
+    }
+    if (byPattern !== undefined) return byPattern
+    return field(top, 'isRetryable') === true ? 'transient' : 'permanent'
+  }
 }
 
 /** The `retry` section of the configuration (config/defaults.yaml). `jitter` 0.2 means ±20 %. */

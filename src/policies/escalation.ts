@@ -5,6 +5,7 @@
 import type { EscalationPolicy, EscalationRule } from '../../config/schema.js'
 import type { LimitName } from '../../machines/threadPolicy.js'
 import type { Usage } from '../../machines/threadContext.js'
+import { formatUsd as money } from '../base/money.js'
 
 /** The new limit to propose for a hit of `max`, or null when the policy is deny_only. */
 export function proposeLimit(max: number, rule: EscalationRule): number | null {
@@ -32,10 +33,6 @@ export function proposeLimit(max: number, rule: EscalationRule): number | null {
 
 export function ruleFor(policy: EscalationPolicy, limit: LimitName): EscalationRule {
   return policy[limit]
-}
-
-function money(value: number): string {
-  return `$${value.toFixed(4)}`
 }
 
 function show(limit: LimitName, value: number): string {

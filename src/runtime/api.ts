@@ -43,8 +43,20 @@ export interface RuntimeOptions {
   defaultLimits?: Partial<Limits>
   /** Over config/defaults.yaml's `retry`. */
   retry?: Partial<RetryPolicy>
-  /** Over config/defaults.yaml's `timeouts`: `modelMs` abandons a model call (classified transient), `toolMs` is the default tool timeout. */
+  /**
+   * Over config/defaults.yaml's `timeouts`: `modelMs` abandons a model call (classified transient),
+   * `toolMs` is the default tool timeout, `shutdownGraceMs` how long `close()` lets the tool calls
+   * under way finish.
+   */
   timeouts?: Partial<Config['timeouts']>
+  /**
+   * Process signals on which the runtime closes by itself, as `close()` does (default
+   * `['SIGINT', 'SIGTERM']`): a deploy, `docker stop` or Ctrl-C then stops its threads cleanly
+   * instead of killing them mid-step. Once it has closed, a host that listens for the signal too
+   * decides what the process does; otherwise the signal is raised again and ends the process as
+   * usual. `[]`: the runtime installs no listener, and the host closes it.
+   */
+  shutdownSignals?: NodeJS.Signals[]
   clock?: Clock
   /** Problems that did not stop the runtime: a thread that failed, a file that could not be read. */
   onProblem?: (problem: Problem) => void
@@ -65,8 +77,10 @@ export interface RuntimeOptions {
   /** Give every thread the built-in `spawn_thread` and `wait_threads` tools (default true). */
   builtinTools?: boolean
   /**
-   * XState inspection of every thread actor and the orchestrator — pass `inspector.inspect` of
-   * @statelyai/inspect to watch them live in the Stately inspector (`spindle demo --inspect`).
+   * XState inspection of every thread actor and the orchestrator: it sees every event and snapshot
+   * (prompts, replies, tool results). `inspector.inspect` of @statelyai/inspect's sky inspector
+   * shows them in the Stately inspector by sending them to its relay on the internet
+   * (`spindle demo --inspect-stately`).
    */
   inspect?: (event: InspectionEvent) => void
 }
@@ -235,7 +249,12 @@ export interface Runtime {
   settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason?: string): Promise<ThreadOutcome>
   /** The merged configuration this runtime runs with. */
   readonly config: Config
-  /** Stops every live thread where it is (its checkpoint stays) and closes the stores. */
+  /**
+   * Stops every live thread where it is (its checkpoint stays) and closes the stores. Nothing new
+   * starts from the moment it is called; tool calls under way get `timeouts.shutdownGraceMs` to
+   * finish and have their results recorded, then what is left is aborted. Resolves once all is
+   * written; a second call returns the same promise.
+   */
   close(): Promise<void>
 }
 

@@ -1,18 +1,22 @@
 /**
  * Approvals: the suspended threads this runtime watches for requests, and the approval requests
  * and decisions it writes for them — a request once the suspension it describes is durable, a
- * decision once the thread was woken by one.
+ * decision once the thread was woken by one; and the decisions a killed process recorded in a
+ * transcript but never wrote next to their requests, written from the transcript.
  */
 import type { Clock } from '../base/clock.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
-import type { RequestInbox } from '../../persistence/types.js'
+import type { RequestInbox, TranscriptStore } from '../../persistence/types.js'
 import { escalationMessage } from '../policies/escalation.js'
+import type { ApprovalDecision } from '../thread/approvalDecision.js'
+import { decisionFromTranscript } from '../thread/approvalDecision.js'
 import type { ApprovalRequest } from '../thread/requests.js'
 import type { Lifecycle, Reporter } from './events.js'
 
 export interface ApprovalsDeps {
   inbox: RequestInbox
+  transcripts: Pick<TranscriptStore, 'read'>
   commit: Pick<GroupCommit, 'whenDurable'>
   clock: Clock
   bus: Reporter
@@ -23,7 +27,32 @@ export class Approvals {
   /** Suspended threads this runtime watches for requests: id → pending approval request id. */
   private readonly suspended = new Map<string, string | null>()
 
+  /**
+   * Threads woken by a decision whose file is not written yet: what is to run once it is (their
+   * lease's release). A process killed before the file is written so leaves its lease behind.
+   */
+  private readonly owed = new Map<string, Array<() => void>>()
+
   constructor(private readonly deps: ApprovalsDeps) {}
+
+  /** A decision on thread `id`'s approval request is about to be recorded: `afterOwed` waits for `paid`. */
+  owe(id: string): void {
+    if (!this.owed.has(id)) this.owed.set(id, [])
+  }
+
+  /** The decision `owe` announced is written (or will not be): what waited for it runs now. */
+  paid(id: string): void {
+    const waiting = this.owed.get(id)
+    this.owed.delete(id)
+    for (const run of waiting ?? []) run()
+  }
+
+  /** Runs `fn` now, or once the decision owed for thread `id` is written. */
+  afterOwed(id: string, fn: () => void): void {
+    const waiting = this.owed.get(id)
+    if (waiting) waiting.push(fn)
+    else fn()
+  }
 
   get size(): number {
     return this.suspended.size
@@ -121,8 +150,43 @@ export class Approvals {
     }
   }
 
+  /**
+   * Writes the decisions thread `id`'s transcript records for its approval requests that have none
+   * next to them — a process killed between recording a decision and writing its file — except for
+   * `open`, the request the thread still waits at. Returns the requests it wrote decisions for.
+   * Looks at the thread's files only when a request lacks its decision: once per thread recovery
+   * takes on, it costs one listing of a folder that is mostly not there.
+   */
+  settleDecisions(id: string, open: string | null): string[] {
+    let undecided: string[]
+    try {
+      undecided = this.deps.inbox.undecided(id).filter((rid) => rid !== open)
+    } catch (error) {
+      this.deps.bus.report(error, id)
+      return []
+    }
+    if (undecided.length === 0) return []
+    let entries: ReturnType<TranscriptStore['read']>['entries']
+    try {
+      entries = this.deps.transcripts.read(id).entries
+    } catch (error) {
+      this.deps.bus.report(error, id)
+      return []
+    }
+    const written: string[] = []
+    for (const rid of undecided) {
+      // Not in the transcript: the process died before the decision was recorded (it is still to
+      // be made, and the thread waits at it), or the transcript lost it (doctor says so).
+      const decision = decisionFromTranscript(entries, rid)
+      if (!decision) continue
+      this.writeDecision(id, rid, { ...decision, recovered: true })
+      written.push(rid)
+    }
+    return written
+  }
+
   /** Records how a request was decided, next to it. */
-  writeDecision(id: string, requestId: string | null, decision: Record<string, unknown>): void {
+  writeDecision(id: string, requestId: string | null, decision: ApprovalDecision): void {
     if (requestId === null) return
     try {
       this.deps.inbox.putDecision(id, requestId, decision)

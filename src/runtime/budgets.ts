@@ -3,12 +3,20 @@
  * token limits, a child's budget is reserved from its parent's remainder, usage is recorded as
  * replies arrive, and a thread's reservation returns to its parent when it ends. A continuation
  * spends from its chain's first account.
+ *
+ * A child's account is also its slot under its parent's `spawns` limit: the ledger counts and takes
+ * it in the transaction that reserves the budget, the one place every spawn passes through before
+ * anything of the child exists, serialized across processes. So a continuation chain's children
+ * share its limit, as they share its account: a continuation carries its predecessor's usage and
+ * limits on, and its predecessors' children are its own.
  */
 import type { Clock } from '../base/clock.js'
+import { isSpindleError } from '../base/errors.js'
 import type { Config } from '../../config/schema.js'
 import type { Limits } from '../../machines/threadPolicy.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
-import type { BudgetAmounts, LeaseStore, Ledger, Registry } from '../../persistence/types.js'
+import { spawnsRefused } from '../../persistence/ledgerBalance.js'
+import type { BudgetAmounts, LeaseStore, Ledger, Registry, SpawnSlot } from '../../persistence/types.js'
 import type { Reporter } from './events.js'
 import type { Leases } from './leases.js'
 import type { ThreadTable } from './threadTable.js'
@@ -25,6 +33,17 @@ export interface BudgetDeps {
 }
 
 export type BudgetHit = { amount: 'spend' | 'tokens'; used: number; max: number }
+
+/** A spawn's reservation: the limits the thread runs under, and whether its account was opened by this call. */
+export interface Reservation {
+  limits: Limits
+  /** False when the account existed already (a thread spawned again under the same id): it is not this spawn's to give back. */
+  opened: boolean
+}
+
+function refusedForSpawns(error: unknown): boolean {
+  return isSpindleError(error) && error.code === 'SPAWN_REFUSED' && error.details.limit === 'spawns'
+}
 
 export class Budgets {
   /** Ledger keys known to have (or not have) an account: most threads never touch the ledger. */
@@ -68,18 +87,23 @@ export class Budgets {
   /**
    * Opens a root's account, or reserves a child's budget from its parent's remainder: the child's
    * own spend and token limits when it names them, else `children.budgetShare` of what the parent
-   * has left. Returns the limits the thread runs under (a child's are its reservation).
+   * has left. A child also takes one of its parent's `spawns` slots (null: unlimited), or is
+   * refused SPAWN_REFUSED. Returns the limits the thread runs under (a child's are its reservation).
    */
-  reserve(id: string, parentId: string | null, limits: Limits, explicit: { spend: boolean; tokens: boolean }): Limits {
+  reserve(id: string, parentId: string | null, limits: Limits, explicit: { spend: boolean; tokens: boolean }, spawns: number | null = null): Reservation {
     const { ledger, clock, table } = this.deps
     const at = clock.now()
+    // The spawner holds the new thread's lease by now: no other process reserves under this id.
+    const opened = ledger.get(id) === null
     if (parentId === null) {
       // An unlimited root needs no account until it has children (they open it then).
       if (limits.spend !== null || limits.tokens !== null) {
         ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
         this.accountKnown.set(id, true)
-      } else this.accountKnown.set(id, false)
-      return limits
+        return { limits, opened }
+      }
+      this.accountKnown.set(id, false)
+      return { limits, opened: false }
     }
     const parentKey = this.keyOf(parentId)
     let parent = ledger.get(parentKey)
@@ -97,10 +121,84 @@ export class Budgets {
       const part = available * share
       return key === 'tokens' ? Math.floor(part) : part
     }
-    const account = ledger.reserve(id, parentKey, { spend: ask('spend'), tokens: ask('tokens') }, at)
+    const request = { spend: ask('spend'), tokens: ask('tokens') }
+    const slot: SpawnSlot | undefined = spawns === null ? undefined : { max: spawns, known: this.startedChildren(parentId) }
+    let account
+    try {
+      account = ledger.reserve(id, parentKey, request, at, slot)
+    } catch (error) {
+      if (!refusedForSpawns(error)) throw error
+      // A spawn killed half way, in a process that is gone, holds a slot no one will give back:
+      // freed here, where it is in the way, rather than only when a runtime next opens.
+      if (!this.dropUnbornChildren(parentKey)) throw this.refusalOf(parentId, error)
+      try {
+        account = ledger.reserve(id, parentKey, request, at, slot)
+      } catch (again) {
+        throw refusedForSpawns(again) ? this.refusalOf(parentId, again) : again
+      }
+    }
     this.keys.set(id, id)
     this.accountKnown.set(id, true)
-    return { ...limits, spend: account.limit.spend, tokens: account.limit.tokens }
+    return { limits: { ...limits, spend: account.limit.spend, tokens: account.limit.tokens }, opened }
+  }
+
+  /**
+   * Gives back what `reserve` opened for a spawn that failed before its thread came to exist (its
+   * first entry or registry row could not be written): its budget and its spawn slot. Call it once,
+   * and only with an account the spawn opened (`Reservation.opened`).
+   */
+  unreserve(id: string): void {
+    const { ledger, registry, clock } = this.deps
+    this.recordedTurns.delete(id)
+    this.keys.delete(id)
+    try {
+      // Registered after all (a round that failed after the registry committed): a thread that
+      // exists keeps its slot; only its reservation returns.
+      if (registry.get(id) || !ledger.dropUnborn(id)) ledger.release(id, clock.now())
+      else this.accountKnown.delete(id)
+    } catch (error) {
+      this.deps.bus.report(error, id)
+    }
+  }
+
+  /**
+   * The children `parentId`'s continuation chain registered (the ledger's count of them may lack
+   * those from before it kept accounts): each spawned, not a continuation of one.
+   */
+  private startedChildren(parentId: string): string[] {
+    const { registry } = this.deps
+    const chain = registry.chain(parentId).map((r) => r.id)
+    return (chain.length > 0 ? chain : [parentId]).flatMap((t) => registry.listChildren(t)).filter((c) => !c.previousThreadId).map((c) => c.id)
+  }
+
+  /** SPAWN_REFUSED naming the thread that spawned, not the chain head whose account it counts on. */
+  private refusalOf(parentId: string, error: unknown): unknown {
+    const details = (error as { details: { threadId?: unknown; started?: unknown; max?: unknown } }).details
+    if (details.threadId === parentId) return error
+    return spawnsRefused(parentId, Number(details.started), Number(details.max))
+  }
+
+  /** Whether `id`'s account is a spawn that never returned: not live here, not registered, its lease stale or gone. */
+  private unborn(id: string, now: number): boolean {
+    const { table, registry, leases } = this.deps
+    if (table.has(id) || registry.get(id)) return false
+    const lease = this.deps.leaseStore.get(id)
+    return !lease || leases.isStale(lease, now)
+  }
+
+  /** Drops the unborn accounts among `parentKey`'s children; whether any was dropped. */
+  private dropUnbornChildren(parentKey: string): boolean {
+    const { ledger } = this.deps
+    let dropped = false
+    const now = Date.now()
+    for (const child of ledger.children(parentKey)) {
+      if (child.released || child.spent.spend !== 0 || child.spent.tokens !== 0) continue
+      if (this.unborn(child.threadId, now) && ledger.dropUnborn(child.threadId)) {
+        this.accountKnown.delete(child.threadId)
+        dropped = true
+      }
+    }
+    return dropped
   }
 
   /**
@@ -109,14 +207,11 @@ export class Budgets {
    * release. An account still being spawned by a live process (its lease is live) is left alone.
    */
   dropUnborn(): void {
-    const { ledger, registry, table, leases } = this.deps
+    const { ledger } = this.deps
     try {
       const now = Date.now()
       for (const id of ledger.untouched()) {
-        if (table.has(id) || registry.get(id)) continue
-        const lease = this.deps.leaseStore.get(id)
-        if (lease && !leases.isStale(lease, now)) continue
-        if (ledger.dropUnborn(id)) this.accountKnown.delete(id)
+        if (this.unborn(id, now) && ledger.dropUnborn(id)) this.accountKnown.delete(id)
       }
     } catch (error) {
       this.deps.bus.report(error)

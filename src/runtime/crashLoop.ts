@@ -257,24 +257,36 @@ export class CrashLoopGuard {
   }
 
   /**
-   * The runtime closes cleanly with \`live\` threads where they stand: that was no crash, so the
-   * next process counts them from zero. Nothing is let through after this; the waiting effects
-   * are woken to find their threads stopped.
+   * The runtime is closing: nothing is let through after this; the waiting effects are woken to
+   * find their threads stopped (the close stops them in the same turn of the event loop).
    */
-  close(live: Iterable<string>): void {
+  close(): void {
     if (this.closed) return
     this.closed = true
     this.stopAloneTimer()
+    for (const held of this.held.values()) held.gate.open()
+    this.held.clear()
+    this.probation?.open()
+    this.probation = null
+  }
+
+  /**
+   * A closing runtime stops \`live\` threads where they stand, each with nothing running that could
+   * still kill the process: that was no crash, so the next process counts them from zero. Called
+   * before they are stopped (stopping forgets what was counted); the threads whose tool calls were
+   * given a grace to finish come last, once it is over — should one of those calls kill the
+   * process meanwhile, its count stands.
+   */
+  stoppedCleanly(live: Iterable<string>): void {
+    if (this.max === null) return
     const ids = [...live].filter((id) => this.counted.has(id))
+    if (ids.length === 0) return
+    for (const id of ids) this.counted.delete(id)
     try {
       this.registry.resetRecoveryCounts(ids)
     } catch (error) {
       this.report(error)
     }
-    for (const held of this.held.values()) held.gate.open()
-    this.held.clear()
-    this.probation?.open()
-    this.probation = null
   }
 
   /** Suspects in a model call past MODEL_SUSPECTS_ALONE wait for the probation's end like everyone else, uncounted. */

@@ -33,6 +33,8 @@ import { SpindleRuntime } from './runtimeFacade.js'
 import { Parking } from './parking.js'
 import { PolicyDesk } from './policyDesk.js'
 import { Reactions } from './reactions.js'
+import { Shutdown } from './shutdown.js'
+import { validShutdownSignals } from './shutdownSignals.js'
 import { Recovery } from './recovery.js'
 import { resolveSettings, toolTable } from './settings.js'
 import { Spawner } from './spawner.js'
@@ -53,6 +55,7 @@ function validateOptions(options: RuntimeOptions): Durability {
       details: { field: 'model' },
     })
   }
+  validShutdownSignals(options.shutdownSignals)
   const durability: Durability = options.durability ?? 'fsync'
   if (durability !== 'fsync' && durability !== 'process') {
     throw new SpindleError('INVALID_OPTIONS', `durability must be 'fsync' or 'process' (got ${JSON.stringify(durability)}).`, {
@@ -102,14 +105,27 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   }
   const runtime = new SpindleRuntime(parts)
   registerIntrospection(runtime, parts)
-  if (options.recover !== false) {
-    // Before any recovered thread can re-run the spawn_thread call that made one of them.
-    parts.budgets.dropUnborn()
-    await parts.recovery.recover()
-    // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
-    parts.leases.dropUnborn()
+  // From here a signal closes the runtime, once it has opened: closing halfway through recovery
+  // would leave threads half taken over.
+  let markOpened!: () => void
+  const opened = new Promise<void>((resolve) => (markOpened = resolve))
+  const life = parts.life
+  parts.shutdown.listen(validShutdownSignals(options.shutdownSignals), { close: () => opened.then(() => runtime.close()), closing: () => life.closed })
+  try {
+    if (options.recover !== false) {
+      // Before any recovered thread can re-run the spawn_thread call that made one of them.
+      parts.budgets.dropUnborn()
+      await parts.recovery.recover()
+      // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
+      parts.recovery.settleLeftDecisions(parts.leases.dropUnborn())
+    }
+    await parts.inbox.check({ sweep: true })
+  } catch (error) {
+    parts.shutdown.close()
+    throw error
+  } finally {
+    markOpened()
   }
-  await parts.inbox.check({ sweep: true })
   // Other processes leave requests only in a shared inbox, and may take over only shared leases.
   if (stores.shared) {
     parts.inbox.start()
@@ -209,7 +225,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const spawner: Spawner = new Spawner({ dir, config, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
   const gate = new ModelGate({ model: options.model, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
-  const approvals = new Approvals({ inbox: stores.inbox, commit, clock, bus, life })
+  const approvals = new Approvals({ inbox: stores.inbox, transcripts, commit, clock, bus, life })
   const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
   const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
@@ -263,14 +279,16 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     bus,
     life,
   })
+  const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, model: options.model, tools, config, table, commit, crashLoop, policies, gate, decisions, parking, reactions, supervisor, bus }),
+    createEffectHost({ clock, model: options.model, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, decisions, parking, reactions, supervisor, bus }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {
     if (current) {
       supervisor.forget(id)
-      leases.release(id)
+      // Not before the decision that woke it is written next to its request (decisions.ts).
+      approvals.afterOwed(id, () => leases.release(id))
       budgets.forget(id)
       crashLoop.stopped(id)
       parking.forget(id)
@@ -306,5 +324,6 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     recovery,
     decisions,
     inbox,
+    shutdown,
   }
 }

@@ -11,13 +11,13 @@ import type { Limits } from '../../machines/threadPolicy.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import type { ThreadEvent } from '../../machines/threadEvents.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
-import { exceeded } from '../../machines/threadContext.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { Registry, RequestInbox, TranscriptStore } from '../../persistence/types.js'
 import type { LiveThread } from '../thread/liveThread.js'
 import type { ThreadHandle } from '../thread/threadView.js'
 import { proposeLimit } from '../policies/escalation.js'
+import { limitStillExceeded } from '../thread/approvalDecision.js'
 import { cancelRefusal } from '../thread/requests.js'
 import { isActive, statusOfValue } from '../thread/threadStatus.js'
 import type { ApproveOptions, CancelResult } from './api.js'
@@ -56,7 +56,7 @@ export interface DecisionsDeps {
   commit: Pick<GroupCommit, 'whenLogged'>
   leases: Pick<Leases, 'take' | 'release'>
   loader: ThreadLoader
-  approvals: Pick<Approvals, 'unwatch' | 'writeDecision'>
+  approvals: Pick<Approvals, 'unwatch' | 'writeDecision' | 'owe' | 'paid'>
   budgets: Pick<Budgets, 'raise'>
   family: Pick<Family, 'openChildren' | 'spawnsSettled'>
   parking: Pick<Parking, 'cancel'>
@@ -68,7 +68,7 @@ export interface DecisionsDeps {
   life: Lifecycle
 }
 
-type Suspended = { snapshot: unknown; context: ThreadContext; intents: string[] }
+type Suspended = { snapshot: unknown; context: ThreadContext; intents: ReturnType<typeof intentsOf> }
 
 export class Decisions {
   constructor(private readonly deps: DecisionsDeps) {}
@@ -107,7 +107,7 @@ export class Decisions {
   }
 
   /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
-  private wake(id: string, stored: { snapshot: unknown; intents: string[] }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+  private wake(id: string, stored: { snapshot: unknown; intents: ReturnType<typeof intentsOf> }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
     const { table, registry } = this.deps
     try {
       this.deps.leases.take(id)
@@ -173,27 +173,48 @@ export class Decisions {
         { details: { threadId: id, limit: hit.limit } },
       )
     }
-    const still = exceeded({ ...context, limits: { ...context.limits, ...limits } })
-    if (still) {
-      throw new SpindleError(
-        'LIMIT_STILL_EXCEEDED',
-        `Approving thread ${id} with these limits would suspend it again at once: it has used ${still.used} of ${still.limit}, and the limit would be ${still.max}. Raise ${still.limit} above ${still.used}.`,
-        { details: { threadId: id, ...still } },
-      )
-    }
+    const still = limitStillExceeded(id, context, limits)
+    if (still) throw still
     // The ledger keeps the same spend and token limits: raised first, so a refusal changes nothing.
     this.deps.budgets.raise(id, limits, () => this.deps.transcripts.close(id))
     const by = options.by ?? 'api'
     const at = clock.now()
-    const thread = this.wake(
-      id,
-      stored,
-      ['approval_decided', { at, requestId: hit.requestId, decision: 'approved', by, limits, ...(options.message ? { message: options.message } : {}) }],
-      { type: 'RESUME', at, limits, decision: 'approved', by, ...(hit.requestId ? { requestId: hit.requestId } : {}) },
+    return this.deciding(id, hit.requestId, async () => {
+      const thread = this.wake(
+        id,
+        stored,
+        ['approval_decided', { at, requestId: hit.requestId, decision: 'approved', by, limits, ...(options.message ? { message: options.message } : {}) }],
+        { type: 'RESUME', at, limits, decision: 'approved', by, ...(hit.requestId ? { requestId: hit.requestId } : {}) },
+      )
+      await this.deps.commit.whenLogged()
+      this.deps.approvals.writeDecision(id, hit.requestId, { decision: 'approved', by, limits, at: new Date(at).toISOString(), message: options.message ?? null })
+      return thread
+    })
+  }
+
+  /**
+   * Wakes a thread by a decision on its approval request `requestId` (`decide`: wake it, wait until
+   * the decision is logged, write the decision file). Its lease is held until the file is written,
+   * even when the thread stops first: a process killed in between leaves a dead process's lease,
+   * which leads the next runtime to the thread (recovered, or found among the leases of stopped
+   * threads) and so to the decision its transcript holds.
+   */
+  private async deciding<T>(id: string, requestId: string | null, decide: () => Promise<T>): Promise<T> {
+    if (requestId === null) return decide()
+    this.deps.approvals.owe(id)
+    try {
+      return await decide()
+    } finally {
+      this.deps.approvals.paid(id)
+    }
+  }
+
+  /** Whether what was appended so far became durable; false when it could not (yet). */
+  private logged(): Promise<boolean> {
+    return this.deps.commit.whenLogged().then(
+      () => true,
+      () => false,
     )
-    await this.deps.commit.whenLogged()
-    this.deps.approvals.writeDecision(id, hit.requestId, { decision: 'approved', by, limits, at: new Date(at).toISOString(), message: options.message ?? null })
-    return thread
   }
 
   /**
@@ -234,15 +255,19 @@ export class Decisions {
     const requestId = stored.context.limitHit?.requestId ?? null
     const by = options.by ?? 'api'
     const at = this.deps.clock.now()
-    const thread = this.wake(
-      id,
-      stored,
-      ['approval_decided', { at, requestId, decision: 'denied', by, ...(reason ? { message: reason } : {}) }],
-      { type: 'CANCEL', at, reason: reason ? `denied: ${reason}` : 'denied', by, ...(this.deps.family.openChildren(id).length > 0 ? { awaitChildren: true } : {}) },
-    )
-    const outcome = await thread.done
-    this.deps.approvals.writeDecision(id, requestId, { decision: 'denied', by, at: new Date(at).toISOString(), message: reason ?? null })
-    return outcome
+    const thread = await this.deciding(id, requestId, async () => {
+      const woken = this.wake(
+        id,
+        stored,
+        ['approval_decided', { at, requestId, decision: 'denied', by, ...(reason ? { message: reason } : {}) }],
+        { type: 'CANCEL', at, reason: reason ? `denied: ${reason}` : 'denied', by, ...(this.deps.family.openChildren(id).length > 0 ? { awaitChildren: true } : {}) },
+      )
+      // Once logged, not once the thread has stopped: the decision is made, whatever its children take.
+      // A log that cannot be made durable (a full disk) leaves the file to recovery, and `done` to parking.
+      if (await this.logged()) this.deps.approvals.writeDecision(id, requestId, { decision: 'denied', by, at: new Date(at).toISOString(), message: reason ?? null })
+      return woken
+    })
+    return thread.done
   }
 
   async settleOrphan(id: string, action: 'mark_error' | 'mark_cancelled', reason = 'settled by an operator as an orphan'): Promise<ThreadOutcome> {
@@ -259,7 +284,7 @@ export class Decisions {
     }
     this.deps.leases.take(id)
     let snapshot: unknown
-    let intents: string[]
+    let intents: ReturnType<typeof intentsOf>
     try {
       const read = this.deps.loader.load(id, record.status)
       snapshot = read.snapshot
@@ -330,7 +355,16 @@ export class Decisions {
     if (record.status === 'suspended') {
       const stored = await this.readSuspended(id)
       const awaitChildren = this.deps.family.openChildren(id).length > 0
-      const thread = this.wake(id, stored, null, { type: 'CANCEL', at: clock.now(), reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
+      // A cancel closes the approval request the thread waited at: its decision file says so.
+      const requestId = stored.context.suspendReason === 'limit' ? (stored.context.limitHit?.requestId ?? null) : null
+      const at = clock.now()
+      const thread = await this.deciding(id, requestId, async () => {
+        const woken = this.wake(id, stored, null, { type: 'CANCEL', at, reason, by, ...(awaitChildren ? { awaitChildren } : {}) })
+        if (requestId !== null && (await this.logged())) {
+          this.deps.approvals.writeDecision(id, requestId, { decision: 'cancelled', by, at: new Date(at).toISOString(), message: reason })
+        }
+        return woken
+      })
       return { status: 'cancelled', outcome: await thread.done }
     }
     // Run by another process: it finds the request, with the thread's nonce, in the shared inbox.

@@ -14,11 +14,12 @@ import type { GroupCommit } from '../../persistence/groupCommit.js'
 import { isStorageFailure } from '../../persistence/storageFailure.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import type { Decisions } from './decisions.js'
-import type { Reporter } from './events.js'
+import type { Lifecycle, Reporter } from './events.js'
 import type { ModelGate } from './modelGate.js'
 import type { Parking } from './parking.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { Reactions } from './reactions.js'
+import type { Shutdown } from './shutdown.js'
 import type { Supervisor } from './supervisor.js'
 import type { ThreadTable } from './threadTable.js'
 
@@ -29,10 +30,18 @@ export interface EffectHostDeps {
   clock: Clock
   model: ModelAdapter
   tools: ReadonlyMap<string, Tool>
+  /**
+   * Tools a closing runtime stops at once rather than letting them finish: the built-in ones, which
+   * need the runtime open (a spawn would be refused, a wait would end with its children) and are
+   * idempotent, so the next process runs them again.
+   */
+  stoppedAtClose: ReadonlySet<string>
   config: Config
   table: ThreadTable
   commit: Pick<GroupCommit, 'whenLogged'>
   crashLoop: Pick<CrashLoopGuard, 'waitTurn' | 'starting'>
+  shutdown: Pick<Shutdown, 'toolStarted'>
+  life: Pick<Lifecycle, 'closed'>
   policies: Pick<PolicyDesk, 'judgeModelFailure' | 'decideLimit'>
   gate: Pick<ModelGate, 'beforeModelCall' | 'handOffOnContextLength'>
   decisions: Pick<Decisions, 'settleChildren'>
@@ -43,7 +52,7 @@ export interface EffectHostDeps {
 }
 
 export function createEffectHost(deps: EffectHostDeps): EffectHost {
-  const { table, commit, crashLoop, bus } = deps
+  const { table, commit, crashLoop, shutdown, life, bus } = deps
 
   /** An exception escaped an effect of thread `id`: sorted by what it says. */
   const crashed = (id: string, error: unknown): void => {
@@ -92,13 +101,23 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     directiveName: (id) => table.running(id).directiveName(),
     judgeModelFailure: (id, error, at) => deps.policies.judgeModelFailure(id, error, at),
     decideLimit: (id, hit) => deps.policies.decideLimit(id, hit),
-    hasToolIntent: (id, key) => table.get(id)?.hasToolIntent(key) ?? false,
+    toolIntent: (id, key) => table.get(id)?.toolIntent(key) ?? null,
     recordToolIntent: async (id, key, call) => {
       await crashLoop.waitTurn(id)
+      // Checked here, after any wait for a turn: a call that has not started is the next process's.
+      if (life.closed) return null
       table.running(id).recordToolIntent(key, call)
-      await commit.whenLogged()
+      const underWay = deps.stoppedAtClose.has(call.name) ? () => {} : shutdown.toolStarted(id, { key, callId: call.id, name: call.name })
+      try {
+        await commit.whenLogged()
+      } catch (error) {
+        underWay()
+        throw error
+      }
       crashLoop.starting(id)
+      return underWay
     },
+    closing: () => life.closed,
     crash: (id, error) => {
       // Called from an effect's catch: whatever happens here must not escape as an unhandled
       // rejection, which would end the host process for one thread's trouble.

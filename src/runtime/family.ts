@@ -4,11 +4,14 @@
  * wait for because their children are not registered yet.
  */
 import type { Registry, ThreadRecord } from '../../persistence/types.js'
+import type { LiveThread } from '../thread/liveThread.js'
 import { isActive } from '../thread/threadStatus.js'
 
 export class Family {
   /** spawn_thread calls under way, by parent: emptied as each returns. */
   private readonly spawning = new Map<string, Set<Promise<unknown>>>()
+  /** The same calls by the child each makes: a call run again while the first runs finds it here. */
+  private readonly byChild = new Map<string, Promise<LiveThread>>()
 
   constructor(private readonly registry: Registry) {}
 
@@ -28,17 +31,24 @@ export class Family {
     return this.openChildren(id).length > 0 || this.spawning.has(id)
   }
 
-  /** Tracks a spawn_thread call of `parentId` until it settles. */
-  async track<T>(parentId: string, spawning: Promise<T>): Promise<T> {
+  /** Tracks a spawn_thread call of `parentId`, making `childId`, until it settles. */
+  async track(parentId: string, childId: string, spawning: Promise<LiveThread>): Promise<LiveThread> {
     let inFlight = this.spawning.get(parentId)
     if (!inFlight) this.spawning.set(parentId, (inFlight = new Set()))
     inFlight.add(spawning)
+    this.byChild.set(childId, spawning)
     try {
       return await spawning
     } finally {
       inFlight.delete(spawning)
       if (inFlight.size === 0 && this.spawning.get(parentId) === inFlight) this.spawning.delete(parentId)
+      if (this.byChild.get(childId) === spawning) this.byChild.delete(childId)
     }
+  }
+
+  /** The spawn of `childId` still under way, if a spawn_thread call is making it now. */
+  underWay(childId: string): Promise<LiveThread> | undefined {
+    return this.byChild.get(childId)
   }
 
   /** Resolves once no spawn_thread call of `id` is under way (or `signal` aborts). */

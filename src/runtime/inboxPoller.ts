@@ -23,7 +23,7 @@ export interface InboxPollerDeps {
   inbox: RequestInbox
   table: ThreadTable
   registry: Registry
-  approvals: Pick<Approvals, 'isWatched' | 'requestOf' | 'ids' | 'entries' | 'watch' | 'size'>
+  approvals: Pick<Approvals, 'isWatched' | 'requestOf' | 'ids' | 'entries' | 'watch' | 'size' | 'settleDecisions'>
   decisions: Pick<Decisions, 'cancelAs' | 'resume' | 'approve' | 'deny'>
   /** Threads just recovered whose folders the read-ahead worker saw without a cancel file. */
   takeNoCancelFile(): Set<string>
@@ -139,6 +139,8 @@ export class InboxPoller {
     // open of many of them, and the first periodic sweep comes soon enough for a stray answer.
     if (this.deps.life.opened) {
       for (const [id, requestId] of [...approvals.entries()]) {
+        // First: an answer to a request whose decision was only in the transcript is stray once it is written.
+        approvals.settleDecisions(id, requestId)
         for (const stray of inbox.strayAnswers(id, requestId)) this.refuseStrayAnswer(stray, requestId, report)
       }
     }
@@ -164,7 +166,7 @@ export class InboxPoller {
     const reason = stray.decided ? `request ${stray.requestId} was already decided` : `thread ${id} has no approval request ${stray.requestId}`
     const keptAs = this.deps.inbox.refuse(stray)
     report.refused.push({ threadId: id, kind: 'approval', file: stray.ref, reason })
-    this.log({ at: this.now(), kind: 'approval', threadId: id, file: stray.ref, outcome: 'refused', reason })
+    this.log({ at: this.now(), kind: 'approval', threadId: id, file: stray.ref, outcome: 'refused', reason, keptAs })
     const open = openRequest ? ` Its open request is ${this.requestPlace(stray.ref, openRequest)}.` : ' It has no open approval request.'
     this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${stray.ref}${keptAs ? ` (kept as ${keptAs})` : ''}: ${reason}.${open}`, { details: { threadId: id, file: stray.ref } }), id)
   }
@@ -261,10 +263,11 @@ export class InboxPoller {
     const claimed = this.deps.inbox.claim(id, 'approval', requestId)
     if (!claimed) return
     const reject = (reason: string): void => {
-      this.deps.inbox.refuse(claimed)
+      // Where it is kept goes into the log line: `spindle show`, doctor and the inspector pair the two.
+      const keptAs = this.deps.inbox.refuse(claimed)
       report.refused.push({ threadId: id, kind: 'approval', file: claimed.ref, reason })
-      this.log({ at: this.now(), kind: 'approval', threadId: id, file: claimed.ref, outcome: 'refused', reason })
-      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${claimed.ref}: ${reason}. The approval request stays open; write a corrected response.`, { details: { threadId: id, file: claimed.ref } }), id)
+      this.log({ at: this.now(), kind: 'approval', threadId: id, file: claimed.ref, outcome: 'refused', reason, keptAs })
+      this.deps.bus.report(new SpindleError('REQUEST_INVALID', `Rejected ${claimed.ref}${keptAs ? ` (kept as ${keptAs})` : ''}: ${reason}. The approval request stays open; write a corrected response.`, { details: { threadId: id, file: claimed.ref, keptAs } }), id)
     }
     if (!claimed.body.ok) return reject(claimed.body.problem)
     const read = checkRequest(claimed.ref, claimed.body.value, ApprovalResponseSchema)

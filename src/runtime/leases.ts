@@ -43,6 +43,8 @@ export class Leases {
   /** Why the last heartbeat could not renew the leases; null once one did. */
   private renewFailure: unknown = null
   private heartbeat: NodeJS.Timeout | null = null
+  /** `close` ran: no renewal, no fencing (what the close still writes is this process's own). */
+  private stopped = false
 
   constructor(private readonly deps: LeaseDeps) {}
 
@@ -173,7 +175,7 @@ export class Leases {
 
   /** Why this process may not write for its threads any more: its leases ran out unrenewed. */
   fenced(): SpindleError | null {
-    if (!this.deps.shared || this.deps.life.closed) return null
+    if (!this.deps.shared || this.stopped) return null
     if (Date.now() < this.validUntil) return null
     return new SpindleError(
       'LEASE_LOST',
@@ -190,13 +192,18 @@ export class Leases {
     this.heartbeat.unref()
   }
 
+  /**
+   * Stops the heartbeat. A closing runtime calls it last, once the tool calls it let finish are
+   * done: until then their leases are renewed, and a lease lost meanwhile still fences them.
+   */
   close(): void {
+    this.stopped = true
     if (this.heartbeat) clearInterval(this.heartbeat)
     this.heartbeat = null
   }
 
   private beat(): void {
-    if (this.deps.life.closed) return
+    if (this.stopped) return
     const { table, bus } = this.deps
     const now = Date.now()
     let lost: string[] = []
@@ -251,9 +258,12 @@ export class Leases {
    * not running: a process killed between taking a new thread's lease and committing its row, or
    * one that could not release a finished thread's lease (a full disk), left a lease no runtime
    * would ever take over or release. A lease still used by a live process is not stale and stays.
+   * Returns the threads with a registry row whose lease went: among them, threads stopped by a
+   * decision whose file their process did not live to write (it holds the lease until then).
    */
-  dropUnborn(): void {
+  dropUnborn(): string[] {
     const { store, registry, table } = this.deps
+    const dropped: string[] = []
     try {
       const now = Date.now()
       const verdicts = new Map<string, boolean>()
@@ -265,10 +275,11 @@ export class Leases {
         if (table.has(lease.threadId)) continue
         const row = registry.get(lease.threadId)
         if (row && isActive(row.status)) continue
-        store.removeIf(lease)
+        if (store.removeIf(lease) && row) dropped.push(lease.threadId)
       }
     } catch (error) {
       this.deps.bus.report(error)
     }
+    return dropped
   }
 }

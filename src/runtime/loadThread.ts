@@ -4,6 +4,7 @@
  * source of truth, state.json the fast path.
  */
 import fs from 'node:fs'
+import type { ToolCut } from '../../actors/threadEffects.js'
 import { SpindleError, isSpindleError } from '../base/errors.js'
 import type { PrefetchedThread } from '../../persistence/prefetch.js'
 import { staleLinesMessage } from '../../persistence/transcriptLines.js'
@@ -11,6 +12,7 @@ import type { CheckpointStore, StateEnvelope, ThreadFolders, ThreadStatus, Trans
 import { isMachineEventEntry, replayTranscript } from '../thread/replay.js'
 import type { RecoveryReport } from './api.js'
 import type { Reporter } from './events.js'
+import { TOOL_ABORTED_AT_SHUTDOWN } from './shutdown.js'
 
 export interface LoaderDeps {
   folders: ThreadFolders
@@ -19,9 +21,20 @@ export interface LoaderDeps {
   bus: Reporter
 }
 
-/** The keys of the tool intents a transcript tail records: calls that may have run before a crash. */
-export function intentsOf(tail: readonly TranscriptEntry[]): string[] {
-  return tail.filter((e) => e.type === 'tool_intent').map((e) => (e.data as { key: string }).key)
+/**
+ * The tool intents a transcript tail records — calls that may have run before the process stopped —
+ * each with how its last run ended: `shutdown` when a closing runtime aborted it (its note follows
+ * that intent), else `crash`.
+ */
+export function intentsOf(tail: readonly TranscriptEntry[]): Array<[key: string, cut: ToolCut]> {
+  const intents = new Map<string, ToolCut>()
+  for (const entry of tail) {
+    if (entry.type !== 'tool_intent' && entry.type !== TOOL_ABORTED_AT_SHUTDOWN) continue
+    const key = (entry.data as { key: string }).key
+    if (entry.type === 'tool_intent') intents.set(key, 'crash')
+    else if (intents.has(key)) intents.set(key, 'shutdown')
+  }
+  return [...intents]
 }
 
 export class ThreadLoader {

@@ -18,6 +18,7 @@ import type { Stores } from './openStores.js'
 import type { Parking } from './parking.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { Reactions } from './reactions.js'
+import type { Shutdown } from './shutdown.js'
 import type { Recovery } from './recovery.js'
 import type { Spawner } from './spawner.js'
 import type { Supervisor } from './supervisor.js'
@@ -55,4 +56,5 @@ export interface Parts {
   recovery: Recovery
   decisions: Decisions
   inbox: InboxPoller
+  shutdown: Shutdown
 }

@@ -44,7 +44,7 @@ export interface RecoveryDeps {
   budgets: Pick<Budgets, 'recordUsage' | 'release'>
   loader: ThreadLoader
   crashLoop: CrashLoopGuard
-  approvals: Pick<Approvals, 'suspendedNow' | 'watch' | 'unwatch' | 'isWatched'>
+  approvals: Pick<Approvals, 'suspendedNow' | 'watch' | 'unwatch' | 'isWatched' | 'settleDecisions'>
   supervisor: Pick<Supervisor, 'supervise'>
   waiting: Pick<Waiting, 'wake'>
   clock: Clock
@@ -180,6 +180,19 @@ export class Recovery {
     return moved
   }
 
+  /**
+   * Threads whose dead process's lease was dropped at open (`leases.dropUnborn`): a stopped one may
+   * have been stopped by a decision that process recorded and did not live to write next to its
+   * request (it keeps the lease until then). Suspended ones are left to the sweep, which knows the
+   * request each waits at.
+   */
+  settleLeftDecisions(ids: readonly string[]): void {
+    for (const id of ids) {
+      const record = this.deps.registry.get(id)
+      if (record && !isActive(record.status) && record.status !== 'suspended') this.deps.approvals.settleDecisions(id, null)
+    }
+  }
+
   /** The recovery's read-ahead worker, or null (then the stores read every file) if none can start. */
   private bootReader(): ThreadFileReader | null {
     try {
@@ -200,6 +213,8 @@ export class Recovery {
     const context = (snapshot as { context: ThreadContext }).context
     // A crash between a reply and its ledger entry: the transcript says what was spent.
     budgets.recordUsage(id, context.usage, context.previousThreadId != null)
+    // A crash between a decision and its file: the transcript says how the request was decided.
+    this.deps.approvals.settleDecisions(id, status === 'suspended' ? (context.limitHit?.requestId ?? null) : null)
     if (!isActive(status)) {
       leases.release(id)
       if (status !== 'suspended' && status !== 'continued') budgets.release(id, context.previousThreadId != null)
@@ -209,6 +224,7 @@ export class Recovery {
       commit.stageRegistry(id, {
         status,
         at: clock.now(),
+        suspendReason: status === 'suspended' ? context.suspendReason : null,
         cost: { ...context.usage },
         outcome: { result: context.result ?? undefined, error: context.error },
       })

@@ -15,11 +15,15 @@ import { isActive } from '../thread/threadStatus.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
 import type { ApproveOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions } from './api.js'
 import type { Parts } from './parts.js'
+import { TOOL_ABORTED_AT_SHUTDOWN } from './shutdown.js'
 import { validateSpawn } from './spawner.js'
 import { StoredThread, storedOutcome } from './storedThread.js'
 
 /** The runtime host code holds: each call checked, then handed to the part that does it. */
 export class SpindleRuntime implements Runtime {
+  /** The close under way or done: closing twice waits for the one close. */
+  private closing: Promise<void> | null = null
+
   constructor(private readonly parts: Parts) {}
 
   get dir(): string {
@@ -129,21 +133,44 @@ export class SpindleRuntime implements Runtime {
     return this.parts.bus.on(type, listener)
   }
 
-  /** Stops the parts in reverse: timers first, then every live thread where it stands, then the stores. */
-  async close(): Promise<void> {
-    const { life, inbox, leases, taskRecovery, parking, waiting, supervisor, crashLoop, table, commit, stores } = this.parts
-    if (life.closed) return
+  /**
+   * Stops the parts in reverse: timers first; then every live thread where it stands, but for the
+   * tool calls under way, which get `timeouts.shutdownGraceMs` to finish and have their results
+   * recorded; then the stores. Calls made while it closes share its promise.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.closeParts()
+    return this.closing
+  }
+
+  private async closeParts(): Promise<void> {
+    const { life, inbox, leases, taskRecovery, parking, waiting, supervisor, crashLoop, table, commit, stores, shutdown, config, clock, bus } = this.parts
     life.closed = true
     const polled = inbox.close()
-    leases.close()
     taskRecovery.close()
     parking.close()
     waiting.close()
     supervisor.close()
     await polled
     const reason = new SpindleError('RUNTIME_CLOSED', 'The runtime was closed; the thread stays checkpointed and resumes when a runtime opens this directory again.')
-    crashLoop.close(table.ids())
+    // Nothing new starts from here (effects see life.closed); what runs no tool stops at once.
+    crashLoop.close()
+    const idle = [...table.ids()].filter((id) => !shutdown.runsTool(id))
+    crashLoop.stoppedCleanly(idle)
+    for (const id of idle) table.get(id)?.detach(reason)
+    const cut = await shutdown.drain(config.timeouts.shutdownGraceMs)
+    for (const [id, call] of cut) {
+      try {
+        // Read by the next process (intentsOf): the model is told of a shutdown, not a crash.
+        table.get(id)?.note(TOOL_ABORTED_AT_SHUTDOWN, { at: clock.now(), ...call, graceMs: config.timeouts.shutdownGraceMs, pid: process.pid })
+      } catch (error) {
+        bus.report(error, id)
+      }
+    }
+    crashLoop.stoppedCleanly([...table.ids()])
     for (const thread of table.threads()) thread.detach(reason)
+    leases.close()
+    shutdown.close()
     // Detaching aborted every wait; none of them may outlive the runtime in its graph.
     waiting.endWaits()
     try {

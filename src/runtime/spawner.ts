@@ -1,8 +1,8 @@
 /**
  * Spawning: a spawn's directive and options resolved into the thread's policy and limits (capped
- * by its parent's), its lease taken and its budget reserved (write-ahead: a refusal leaves nothing
- * behind), then started. Also `spawn_thread`, whose child's id comes from the call's idempotency
- * key so a re-run finds it.
+ * by its parent's), its lease taken and its budget and spawn slot reserved (write-ahead: a refusal
+ * leaves nothing behind), then started. Also `spawn_thread`, whose child's id comes from the call's
+ * idempotency key so a re-run finds it, made or still being made.
  */
 import { SpindleError } from '../base/errors.js'
 import { assertThreadId, childThreadId, newThreadId } from '../base/ids.js'
@@ -34,9 +34,9 @@ export interface SpawnerDeps {
   table: ThreadTable
   registry: Registry
   leases: Pick<Leases, 'take' | 'release'>
-  budgets: Pick<Budgets, 'reserve' | 'release'>
+  budgets: Pick<Budgets, 'reserve' | 'unreserve'>
   policies: Pick<PolicyDesk, 'withDirective'>
-  family: Pick<Family, 'track'>
+  family: Pick<Family, 'track' | 'underWay'>
   parking: Pick<Parking, 'parkForStorage'>
   starter: ThreadStarter
 }
@@ -100,9 +100,10 @@ export class Spawner {
     const hooks = this.deps.policies.withDirective(name, dataHooks)
     let limits = resolved.limits
     let depth = 0
+    let spawns: number | null = null
     if (options.parentId !== undefined) {
       assertThreadId(options.parentId)
-      ;({ limits, depth } = this.capByParent(options.parentId, limits))
+      ;({ limits, depth, spawns } = this.capByParent(options.parentId, limits))
       // A child never has a capability its parent lacks.
       const parentPermissions = table.contextOf(options.parentId)?.policy.permissions
       const capped = capPermissions(parentPermissions, policy.permissions)
@@ -110,6 +111,8 @@ export class Spawner {
     }
     const directive = { name, prompt }
     const threadId = id ?? newThreadId(directive.name)
+    // Before its lease is taken (renewed, were it this process's): nothing of a live thread is touched.
+    table.assertVacant(threadId)
     // The lease comes first: a runtime opening the directory drops a reservation that has neither
     // a registry row nor a live lease (a spawn killed before it returned), so this one must never
     // be without both.
@@ -118,20 +121,23 @@ export class Spawner {
     } catch (error) {
       throw isStorageFailure(error) ? notCreated(threadId, error) : error
     }
-    // Write-ahead: the budget is reserved before anything of the thread exists; a refusal
-    // (BUDGET_EXCEEDED) leaves nothing behind.
+    // Write-ahead: the budget and the spawn slot are reserved before anything of the thread
+    // exists; a refusal (BUDGET_EXCEEDED, SPAWN_REFUSED) leaves nothing behind.
     const explicit = (key: 'spend' | 'tokens'): boolean => fromSpawn.limits?.[key] !== undefined || fromDirective.limits?.[key] !== undefined
+    let reservation
     try {
-      limits = budgets.reserve(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') })
+      reservation = budgets.reserve(threadId, options.parentId ?? null, limits, { spend: explicit('spend'), tokens: explicit('tokens') }, spawns)
     } catch (error) {
       leases.release(threadId)
       throw isStorageFailure(error) ? notCreated(threadId, error) : error
     }
-    const input: ThreadInput = { threadId, directive, limits, policy, depth, ...(task ? { task } : {}) }
+    const input: ThreadInput = { threadId, directive, limits: reservation.limits, policy, depth, ...(task ? { task } : {}) }
     try {
       return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
     } catch (error) {
-      budgets.release(threadId, false)
+      // Its budget and slot go back once, and only if this spawn took them: an account it found
+      // is another spawn's.
+      if (reservation.opened) budgets.unreserve(threadId)
       // Failed before its actor was adopted (its spawn entry could not be written): nothing else
       // gives its lease up.
       if (!table.has(threadId)) leases.release(threadId)
@@ -145,8 +151,17 @@ export class Spawner {
     key: string,
     spec: z.infer<typeof SpawnThreadInput>,
   ): Promise<{ threadId: string; status: string; limits: unknown; existing: boolean }> {
-    const { table, registry } = this.deps
+    const { table, registry, family } = this.deps
     const id = childThreadId(spec.name, key)
+    // The same call run again — its parent restarted by its supervisor while the call ran, say —
+    // finds the child the first run is making, or made, instead of starting it a second time.
+    const underWay = family.underWay(id)
+    if (underWay) {
+      const thread = await underWay
+      return { threadId: id, status: thread.status, limits: thread.context().limits, existing: true }
+    }
+    const live = table.get(id)
+    if (live && !live.stopped) return { threadId: id, status: live.status, limits: live.context().limits, existing: true }
     const existing = registry.get(id)
     if (existing) {
       const limits = table.contextOf(id)?.limits ?? null
@@ -169,12 +184,15 @@ export class Spawner {
       throw error
     })
     // A cancel of the parent that arrives now must wait for this child: it is not registered yet.
-    const thread = await this.deps.family.track(parentId, spawning)
+    const thread = await family.track(parentId, id, spawning)
     return { threadId: id, status: thread.status, limits: thread.context().limits, existing: false }
   }
 
-  /** A child's limits: each the min of its own and its parent's; depth one less; the parent's spawns counted. */
-  private capByParent(parentId: string, own: Limits): { limits: Limits; depth: number } {
+  /**
+   * A child's limits: each the min of its own and its parent's; depth one less. `spawns` is the
+   * parent's limit, which the ledger counts its children against when it reserves the child's budget.
+   */
+  private capByParent(parentId: string, own: Limits): { limits: Limits; depth: number; spawns: number | null } {
     const { registry, table, dir } = this.deps
     const record = registry.get(parentId)
     if (!record) {
@@ -199,15 +217,6 @@ export class Spawner {
       }
       limits.depth = min(own.depth, remaining)
     }
-    const maxSpawns = parent.limits.spawns
-    if (maxSpawns !== null) {
-      const children = registry.listChildren(parentId).length
-      if (children >= maxSpawns) {
-        throw new SpindleError('SPAWN_REFUSED', `Thread ${parentId} has started ${children} children, its spawns limit is ${maxSpawns}.`, {
-          details: { threadId: parentId, limit: 'spawns' },
-        })
-      }
-    }
-    return { limits, depth: parent.depth + 1 }
+    return { limits, depth: parent.depth + 1, spawns: parent.limits.spawns }
   }
 }

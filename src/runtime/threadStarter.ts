@@ -68,6 +68,8 @@ export class ThreadStarter {
     const { table, transcripts, commit, clock } = this.deps
     const { input } = init
     const id = input.threadId
+    // Before anything is written: a second spawn entry would end the live thread's replay.
+    table.assertVacant(id)
     this.deps.leases.take(id)
     this.deps.policies.remember(id, init.hooks)
     transcripts.open(id)

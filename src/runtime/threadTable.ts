@@ -73,8 +73,24 @@ export class ThreadTable {
     this.forgetListeners.push(listener)
   }
 
-  /** A new live thread for `id`, entered in the table (its actor is not started yet). */
+  /**
+   * Refuses (THREAD_LEASED) when a live thread holds `id` here: a second one would run the same
+   * thread twice, both writing its transcript. One that has stopped (its last checkpoint still
+   * being written) may be followed by a new one.
+   */
+  assertVacant(id: string): void {
+    const current = this.live.get(id)
+    if (!current || current.stopped) return
+    throw new SpindleError(
+      'THREAD_LEASED',
+      `Thread ${id} already runs in this runtime; it was not started a second time. Act on the running thread (rt.get("${id}")).`,
+      { details: { threadId: id, pid: process.pid } },
+    )
+  }
+
+  /** A new live thread for `id`, entered in the table (its actor is not started yet); never in place of a live one. */
   adopt(id: string, options: ConstructorParameters<typeof LiveThread>[2]): LiveThread {
+    this.assertVacant(id)
     this.services ??= {
       ...this.lend(),
       forget: (thread) => {

@@ -11,7 +11,7 @@ import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { effectOf } from '../../machines/effectOf.js'
 import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
-import type { ThreadEffects } from '../../actors/threadEffects.js'
+import type { ThreadEffects, ToolCut } from '../../actors/threadEffects.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { DESCRIPTOR_GIVE_UP_MS, finishedShortOfDescriptors, isDescriptorShortage, isStorageFailure } from '../../persistence/storageFailure.js'
 import type { GroupCommit, RegistryPatch } from '../../persistence/groupCommit.js'
@@ -77,8 +77,11 @@ export class LiveThread implements ThreadHandle {
   private unchecked: boolean
   /** Tool call id → tool name, for the conversation built here; allocated on first use. */
   private toolNames: Map<string, string> | null = null
-  /** Keys of tool intents recorded; null while there are none (most threads, most of the time). */
-  private intents: Set<string> | null
+  /**
+   * Keys of tool intents recorded, each with how the run that recorded it ended if it recorded no
+   * result; null while there are none (most threads, most of the time).
+   */
+  private intents: Map<string, ToolCut> | null
   /** The last good snapshot as state.json holds it; null while only `lastGoodRaw` is known. */
   private lastGood: unknown = null
   /** The last good snapshot as the actor made it, persisted on demand (see `persist`). */
@@ -86,6 +89,8 @@ export class LiveThread implements ThreadHandle {
   private lastStatus: ThreadStatus | null = null
   private lastValue: StateValue | null = null
   private lastTurns = -1
+  /** The suspend reason last staged for the registry: a reason changes with a status, or alone. */
+  private lastSuspendReason: ThreadContext['suspendReason'] = null
   private finished = false
   private pendingNotes: Array<[string, unknown]> = []
   private pendingInput: ThreadEvent | null = null
@@ -100,12 +105,12 @@ export class LiveThread implements ThreadHandle {
   constructor(
     readonly id: string,
     private readonly services: ThreadServices,
-    options: { messages?: Message[]; intents?: Iterable<string>; seeded?: boolean } = {},
+    options: { messages?: Message[]; intents?: Iterable<readonly [key: string, cut: ToolCut]>; seeded?: boolean } = {},
   ) {
     this.messageLog = options.messages ?? null
     this.unchecked = options.seeded ?? false
     const intents = options.intents ? [...options.intents] : []
-    this.intents = intents.length > 0 ? new Set(intents) : null
+    this.intents = intents.length > 0 ? new Map(intents) : null
     this.done = new Promise<ThreadOutcome>((resolve, reject) => {
       this.resolveDone = resolve
       this.rejectDone = reject
@@ -236,13 +241,15 @@ export class LiveThread implements ThreadHandle {
     this.messageLog.push(...repaired)
   }
 
-  hasToolIntent(key: string): boolean {
-    return this.intents?.has(key) ?? false
+  /** How the run that recorded the intent of call `key` ended without its result; null when none was recorded. */
+  toolIntent(key: string): ToolCut | null {
+    return this.intents?.get(key) ?? null
   }
 
   recordToolIntent(key: string, call: { id: string; name: string }): void {
     this.append('tool_intent', { key, callId: call.id, name: call.name })
-    ;(this.intents ??= new Set()).add(key)
+    // Should this process die before the result is recorded, the next one finds it cut by a crash.
+    ;(this.intents ??= new Map()).set(key, 'crash')
   }
 
   /**
@@ -433,6 +440,7 @@ export class LiveThread implements ThreadHandle {
       this.lastStatus = status
       this.lastValue = snapshot.value
       this.lastTurns = snapshot.context.usage.turns
+      this.lastSuspendReason = status === 'suspended' ? snapshot.context.suspendReason : null
       this.runEffect(snapshot)
       return
     }
@@ -450,17 +458,21 @@ export class LiveThread implements ThreadHandle {
     commit.noteCheckpoint(this.id)
     const usage = snapshot.context.usage
     const stopped = !isActive(status)
-    if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped) {
+    // Only a suspended thread's reason is kept (the context keeps a cancelled one's old reason).
+    const reason = status === 'suspended' ? snapshot.context.suspendReason : null
+    if (status !== this.lastStatus || usage.turns !== this.lastTurns || stopped || reason !== this.lastSuspendReason) {
       // Built field by field: a literal of spreads and fields is a slow path in V8.
       const patch: RegistryPatch = { cost: { ...usage } }
-      if (status !== this.lastStatus) {
+      if (status !== this.lastStatus || reason !== this.lastSuspendReason) {
         patch.status = status
         patch.at = this.services.now()
+        patch.suspendReason = reason
       }
       if (stopped) patch.outcome = { result: snapshot.context.result ?? undefined, error: snapshot.context.error }
       commit.stageRegistry(this.id, patch)
       this.lastStatus = status
       this.lastTurns = usage.turns
+      this.lastSuspendReason = reason
     }
     if (this.services.observe) {
       try {

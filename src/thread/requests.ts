@@ -9,14 +9,16 @@ import path from 'node:path'
 import { z } from 'zod'
 import { LimitsSchema } from '../../config/schema.js'
 import type { Limits, LimitName } from '../../machines/threadPolicy.js'
-import type { Usage } from '../../machines/threadContext.js'
+import type { ThreadContext, Usage } from '../../machines/threadContext.js'
 import type { DataPaths } from '../../persistence/paths.js'
-import { assertRealDirectories, dataPaths, threadDir } from '../../persistence/paths.js'
+import { assertRealDirectories, assertRegistryKept, dataDirNotFound, dataPaths, threadDir } from '../../persistence/paths.js'
 import { APPROVALS_DIR, approvalFiles, cancelFile, readRequestJson, readRequestText, resumeFile, writeRequestFile } from '../../persistence/requestFiles.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import type { ThreadStatus } from '../../persistence/types.js'
 import { SpindleError, midSentence } from '../base/errors.js'
-import { assertThreadId } from '../base/ids.js'
+import { assertThreadId, isThreadId } from '../base/ids.js'
+import { limitStillExceeded } from './approvalDecision.js'
+import { approvalStanding } from './approvalRecords.js'
 
 export {
   APPROVALS_DIR,
@@ -36,7 +38,7 @@ export {
 export type { RequestLogEntry } from '../../persistence/requestFiles.js'
 
 export const CancelRequestSchema = z.object({
-  /** The thread's nonce, from its registry row (`spindle show <id>`). */
+  /** The thread's nonce, from its registry row (a secret: the CLI never prints it). */
   nonce: z.string().min(1),
   reason: z.string().optional(),
   by: z.string().optional(),
@@ -108,9 +110,9 @@ export function cancelRefusal(
 function withRegistry<T>(dir: string, fn: (registry: ReturnType<typeof openSqliteRegistry>, paths: DataPaths) => T): T {
   const paths = dataPaths(dir)
   if (!fs.existsSync(paths.registry)) {
-    throw new SpindleError('THREAD_NOT_FOUND', `${paths.root} has no registry.db: it is not a spindle data directory.`, {
-      details: { dir: paths.root },
-    })
+    // Threads without their registry: say the registry was lost, not that the directory is wrong.
+    assertRegistryKept(paths)
+    throw dataDirNotFound(paths)
   }
   const registry = openSqliteRegistry({ path: paths.registry, durability: 'fsync' })
   try {
@@ -150,25 +152,37 @@ export function requestCancel(dir: string, id: string, options: { reason?: strin
   })
 }
 
-/** Approval requests of a thread that no decision has answered yet, oldest first. */
+/**
+ * The approval request thread `id` waits at, as a list (at most one) — none when it waits at none.
+ * A request without a decision file is not pending once its thread has moved on: a process killed
+ * between recording a decision and writing the file leaves it so (recovery writes the file).
+ */
 export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
   const paths = dataPaths(dir)
-  const approvals = path.join(threadDir(paths, id), APPROVALS_DIR)
-  if (!fs.existsSync(approvals)) return []
-  const out: ApprovalRequest[] = []
-  for (const name of fs.readdirSync(approvals).sort()) {
-    if (!name.endsWith('.request.json')) continue
-    const requestId = name.slice(0, -'.request.json'.length)
-    try {
-      // A name that is no request id (`x y.request.json`) throws here: skipped like an unreadable file.
-      if (fs.existsSync(approvalFiles(paths, id, requestId).decision)) continue
-      const request = JSON.parse(readRequestText(path.join(approvals, name))) as ApprovalRequest
-      // The file's name is the request's id: a file saying otherwise, or without the fields this
-      // reads, is not one the runtime wrote, and must not break the listing of the real ones.
-      if (request?.id === requestId && typeof request.createdAt === 'string') out.push(request)
-    } catch {}
+  if (!isThreadId(id) || !fs.existsSync(paths.registry)) return []
+  const record = withRegistry(dir, (registry) => registry.get(id))
+  const request = record ? openApprovalRequest(dir, id, record.status) : null
+  return request ? [request] : []
+}
+
+/**
+ * The approval request thread `id`, whose registry row says `status`, waits at, or null: for a
+ * caller that has read the registry already (the inspector, every second).
+ */
+export function openApprovalRequest(dir: string, id: string, status: ThreadStatus): ApprovalRequest | null {
+  const paths = dataPaths(dir)
+  const standing = approvalStanding(paths, id, status)
+  return standing.open ? readApprovalRequest(paths, id, standing.requestId) : null
+}
+
+function readApprovalRequest(paths: DataPaths, id: string, requestId: string): ApprovalRequest | null {
+  try {
+    const request = JSON.parse(readRequestText(approvalFiles(paths, id, requestId).request)) as ApprovalRequest
+    // A file saying another id, or without the fields this reads, is not one the runtime wrote.
+    return request?.id === requestId && typeof request.createdAt === 'string' ? request : null
+  } catch {
+    return null
   }
-  return out.sort((a, b) => a.createdAt.localeCompare(b.createdAt))
 }
 
 /**
@@ -189,12 +203,18 @@ export function approvalAnswer(dir: string, id: string, requestId: string): { ap
 
 /**
  * Answers thread `id`'s pending approval request by writing its response file; the runtime that
- * watches the thread acts on it. Returns the file written.
+ * watches the thread acts on it. Checked first as the runtime will check it, against the thread's
+ * stored state, so that an answer it would refuse is refused here: a thread not suspended at a
+ * request (THREAD_NOT_SUSPENDED), none to answer (NO_PENDING_APPROVAL), no new limit where nothing
+ * is proposed (APPROVAL_NEEDS_LIMITS), limits it has used already (LIMIT_STILL_EXCEEDED). An answer
+ * already waiting for the runtime is not written over (APPROVAL_ALREADY_ANSWERED) unless `replace`.
+ * Returns the file written.
  */
 export function respondToApproval(
   dir: string,
   id: string,
   response: { approved: boolean; limits?: Partial<Limits>; message?: string; by?: string },
+  options: { replace?: boolean } = {},
 ): string {
   assertThreadId(id)
   const paths = dataPaths(dir)
@@ -204,24 +224,63 @@ export function respondToApproval(
   // Before the requests are read: a linked approvals folder would otherwise show another folder's
   // requests, or none, and the refusal would not name the link.
   assertRealDirectories(paths.root, path.join(threadDir(paths, id), APPROVALS_DIR))
-  const pending = pendingApprovals(dir, id)
-  const request = pending[pending.length - 1]
-  if (!request) {
-    throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} has no pending approval request in ${paths.root}.`, {
-      details: { threadId: id },
+  const record = withRegistry(dir, (registry) => registry.get(id))
+  if (!record) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}.`, { details: { threadId: id } })
+  const standing = approvalStanding(paths, id, record.status)
+  if (!standing.open) {
+    const what = standing.code === 'THREAD_NOT_SUSPENDED' ? 'is not suspended at an approval request' : standing.code === 'NO_PENDING_APPROVAL' ? 'has no pending approval request' : 'cannot be answered'
+    throw new SpindleError(standing.code, `Thread ${id} ${what} in ${paths.root}: it ${standing.why}. Nothing was written.`, {
+      details: { threadId: id, status: record.status },
     })
   }
+  const requestId = standing.requestId
   // Checked as the runtime will check it: an answer it would set aside must not be reported as given.
   const checked = ApprovalResponseSchema.safeParse(response)
   if (!checked.success) {
     const issue = checked.error.issues[0]!
-    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${request.id}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}.`, {
+    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${requestId}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}.`, {
       details: { threadId: id, field: issue.path.join('.') },
     })
   }
-  const file = approvalFiles(paths, id, request.id).response
-  writeRequestFile(paths, id, file, response)
-  return file
+  if (checked.data.approved) assertApprovable(id, standing.context, checked.data.limits)
+  const files = approvalFiles(paths, id, requestId)
+  if (!options.replace) assertNoAnswerWaiting(id, requestId, files)
+  writeRequestFile(paths, id, files.response, response)
+  return files.response
+}
+
+/** What `rt.approve` refuses of an approval with `limits` (none: the proposal), refused here too. */
+function assertApprovable(id: string, context: ThreadContext, limits: Partial<Limits> | undefined): void {
+  const hit = context.limitHit!
+  if (limits === undefined && hit.proposed === null) {
+    throw new SpindleError(
+      'APPROVAL_NEEDS_LIMITS',
+      `Thread ${id} hit its ${hit.limit} limit and its escalation policy proposes no new one: approve with explicit limits, e.g. { limits: { ${hit.limit}: ${hit.max * 2} } }.`,
+      { details: { threadId: id, limit: hit.limit } },
+    )
+  }
+  const still = limitStillExceeded(id, context, limits ?? { [hit.limit]: hit.proposed })
+  if (still) throw still
+}
+
+/** APPROVAL_ALREADY_ANSWERED when an answer to the request waits for the runtime, or one claimed it. */
+function assertNoAnswerWaiting(id: string, requestId: string, files: ReturnType<typeof approvalFiles>): void {
+  for (const [file, state] of [
+    [files.response, 'waits for the runtime running the directory to act on it'],
+    [files.taken, 'was claimed by a runtime, which is acting on it (if no runtime runs the directory any more, it died before it could)'],
+  ] as const) {
+    if (!fs.existsSync(file)) continue
+    const read = readRequestFile(file, ApprovalResponseSchema)
+    const what = read.ok
+      ? `${read.value.approved ? 'an approval' : 'a denial'}${read.value.limits ? ` (${Object.entries(read.value.limits).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''} by ${read.value.by ?? 'someone who did not say (no "by")'}`
+      : `an answer the runtime will reject (${read.problem})`
+    throw new SpindleError(
+      'APPROVAL_ALREADY_ANSWERED',
+      `Approval request ${requestId} of thread ${id} is answered already: ${file} holds ${what}, and ${state}. Nothing was written; ` +
+        'to write yours over it, answer again with --replace (respondToApproval: { replace: true }).',
+      { details: { threadId: id, requestId, file, by: read.ok ? (read.value.by ?? null) : null } },
+    )
+  }
 }
 
 /**

@@ -2,15 +2,20 @@
  * A host program for the CLI decision tests: sets threads up in the states the operator commands
  * act on, or opens the directory again (honouring request files) and runs what was decided.
  *
- * argv: <dir> limit|error|tree|run
+ * argv: <dir> limit|error|tree|hang|run, or <dir> approve <id> <turns>: `rt.approve` with that turns
+ * limit, printing the error it throws as JSON ({ code, message }) or {} when it throws none.
+ *
+ * hang: spawns a thread that takes two turns and then waits for a model call that never answers;
+ * prints its id and waits to be killed.
  */
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 
-const [dir, mode] = process.argv.slice(2)
-if (!dir || !mode) throw new Error('usage: hostWorker <dir> limit|error|tree|run')
+const [dir, mode, approveId, approveTurns] = process.argv.slice(2)
+if (!dir || !mode) throw new Error('usage: hostWorker <dir> limit|error|tree|hang|run')
 const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })
 const model = scriptedModel((r) => {
+  if (mode === 'hang') return r.turn < 3 ? { toolCalls: [{ name: 'noop', input: {} }] } : { faults: [{ fault: 'hang' }], reply: { text: 'never' } }
   if (mode === 'error' && r.directiveName === 'flaky' && r.attempt <= 4 && r.turn === 1 && !r.messages.some((m) => m.role === 'assistant')) {
     return { faults: [{ fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }], reply: { text: 'recovered' } }
   }
@@ -33,6 +38,18 @@ if (mode === 'limit') {
   await t.done
   while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
   process.stdout.write(`${t.id}\n`)
+} else if (mode === 'approve') {
+  try {
+    await rt.approve(approveId!, { limits: { turns: Number(approveTurns) } })
+    process.stdout.write('{}\n')
+  } catch (error) {
+    process.stdout.write(`${JSON.stringify({ code: (error as { code?: string }).code, message: (error as Error).message })}\n`)
+  }
+} else if (mode === 'hang') {
+  const t = await rt.spawn({ directive: { name: 'stuck', prompt: 'p' } })
+  process.stdout.write(`${t.id}\n`)
+  // Until the test kills it (SIGKILL): a crash, for the next host to recover from.
+  await new Promise(() => setInterval(() => {}, 60_000))
 } else {
   while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
   process.stdout.write(`${JSON.stringify(rt.list().map((r) => ({ id: r.id, status: r.status, result: r.result, error: r.error })))}\n`)

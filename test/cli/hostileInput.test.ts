@@ -93,6 +93,8 @@ function request(url: string, options: { method?: string; headers: Record<string
 describe('spindle inspect under attack', () => {
   it('should answer a request line the URL parser refuses with 400 and keep serving', async () => {
     const dir = tempDir('spindle-hostile-url')
+    // A data directory with nothing in it yet: the inspector refuses a directory without spindle data.
+    await (await createRuntime({ dir, model: scriptedModel([]) })).close()
     inspector = await startInspector({ dir })
     const port = Number(new URL(inspector.url).port)
     // Before the fix this threw outside the handler's try: an unhandled rejection ended the process.

@@ -69,7 +69,7 @@ describe('spindle show and logs', () => {
     expect(report.state.context.limitHit).toMatchObject({ limit: 'turns', used: 2, max: 2, proposed: 4 })
     expect(report.problems).toEqual([])
     const text = spindle('show', suspended, '--dir', dir).stdout
-    expect(text).toMatch(/^suspended   limit \(turns 2\/2\)$/m)
+    expect(text).toMatch(/^suspended   at its turns limit \(2 of 2\), waiting for a person$/m)
     expect(text).toMatch(/^permissions network: false$/m)
   })
 
@@ -78,6 +78,21 @@ describe('spindle show and logs', () => {
     expect(lines.map((e) => e.seq)).toEqual(lines.map((_, i) => i + 1))
     expect(lines[0].type).toBe('thread_spawned')
     expect(lines.at(-1).type).toBe('MODEL_REPLIED')
+  })
+
+  it('should mark a line it cuts at 120 characters and say once how to see every entry whole', () => {
+    // Issue 22: lines were cut without a mark.
+    const run = spindle('logs', done, '--dir', dir)
+    expect(run.code).toBe(0)
+    const lines = run.stdout.trimEnd().split('\n')
+    const entries = lines.filter((l) => /^ +\d+  /.test(l))
+    const cut = entries.filter((l) => l.endsWith('…'))
+    // The spawn entry carries the whole directive: always longer than a line.
+    expect(cut.length).toBeGreaterThan(0)
+    for (const line of cut) expect(/^ *\d+ {2}\S+ {2}\S+ +(\S.*)$/.exec(line)![1]).toHaveLength(120)
+    expect(lines.filter((l) => l.includes('prints every entry whole'))).toEqual([
+      `(lines ending in … are cut at 120 characters: \`spindle logs ${done} --dir ${dir} --json\` prints every entry whole)`,
+    ])
   })
 
   it('should exit 4 for an unknown thread and 3 for an id that is not an id', () => {

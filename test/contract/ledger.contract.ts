@@ -140,6 +140,80 @@ export function ledgerContract(name: string, create: () => LedgerBackend): void 
       }))
     })
 
+    describe('reserve with a spawn slot', () => {
+      const slot = (max: number, known: string[] = []) => ({ max, known })
+
+      it("should take one of the parent's spawn slots with the reservation and refuse a child past the limit with SPAWN_REFUSED, writing nothing", withLedger((l) => {
+        l.openRoot('root', { spend: 1, tokens: null }, 1)
+        l.reserve('a', 'root', { spend: 0.1, tokens: null }, 2, slot(2))
+        l.reserve('b', 'root', { spend: 0.1, tokens: null }, 3, slot(2))
+        const before = l.get('root')
+        expect(() => l.reserve('c', 'root', { spend: 0.1, tokens: null }, 4, slot(2))).toThrow(
+          expect.objectContaining({
+            name: 'SpindleError',
+            code: 'SPAWN_REFUSED',
+            message: 'Thread root has started 2 children, its spawns limit is 2.',
+            details: { threadId: 'root', limit: 'spawns', started: 2, max: 2 },
+          }),
+        )
+        expect(l.get('c')).toBeNull()
+        expect(l.get('root')).toEqual(before)
+      }))
+
+      it('should count a released child as started: its slot stays taken', withLedger((l) => {
+        l.openRoot('root', { spend: null, tokens: null }, 1)
+        l.reserve('a', 'root', UNLIMITED, 2, slot(1))
+        l.release('a', 3)
+        expect(() => l.reserve('b', 'root', UNLIMITED, 4, slot(1))).toThrow(expect.objectContaining({ code: 'SPAWN_REFUSED' }))
+      }))
+
+      it('should count children reserved without a slot, and the known ones it has no account of, each once', withLedger((l) => {
+        l.openRoot('root', { spend: null, tokens: null }, 1)
+        l.reserve('a', 'root', UNLIMITED, 2)
+        expect(() => l.reserve('b', 'root', UNLIMITED, 3, slot(2, ['a', 'old']))).toThrow(
+          expect.objectContaining({ code: 'SPAWN_REFUSED', details: expect.objectContaining({ started: 2 }) }),
+        )
+        expect(l.reserve('b', 'root', UNLIMITED, 3, slot(3, ['a', 'old'])).threadId).toBe('b')
+      }))
+
+      it('should refuse every child under a limit of 0', withLedger((l) => {
+        l.openRoot('root', { spend: null, tokens: null }, 1)
+        expect(() => l.reserve('a', 'root', UNLIMITED, 2, slot(0))).toThrow(expect.objectContaining({ code: 'SPAWN_REFUSED', details: expect.objectContaining({ started: 0, max: 0 }) }))
+      }))
+
+      it('should refuse the slot before the budget: a child past both limits is refused for its spawns', withLedger((l) => {
+        l.openRoot('root', { spend: 1, tokens: null }, 1)
+        l.reserve('a', 'root', { spend: 1, tokens: null }, 2, slot(1))
+        expect(() => l.reserve('b', 'root', { spend: 1, tokens: null }, 3, slot(1))).toThrow(expect.objectContaining({ code: 'SPAWN_REFUSED' }))
+      }))
+
+      it('should take no slot for a reservation the budget refuses', withLedger((l) => {
+        l.openRoot('root', { spend: 1, tokens: null }, 1)
+        expect(() => l.reserve('big', 'root', { spend: 5, tokens: null }, 2, slot(1))).toThrow(expect.objectContaining({ code: 'BUDGET_EXCEEDED' }))
+        expect(l.reserve('small', 'root', { spend: 0.5, tokens: null }, 3, slot(1)).threadId).toBe('small')
+      }))
+
+      it('should return the existing account for a child reserved again, even with every slot taken', withLedger((l) => {
+        l.openRoot('root', { spend: null, tokens: null }, 1)
+        const first = l.reserve('a', 'root', UNLIMITED, 2, slot(1))
+        expect(l.reserve('a', 'root', UNLIMITED, 3, slot(1))).toEqual(first)
+      }))
+
+      it("should give an unborn child's slot back when it is dropped, once", withLedger((l) => {
+        l.openRoot('root', { spend: null, tokens: null }, 1)
+        l.reserve('a', 'root', UNLIMITED, 2, slot(2))
+        l.reserve('b', 'root', UNLIMITED, 3, slot(2))
+        expect(l.dropUnborn('b')).toBe(true)
+        expect(l.dropUnborn('b')).toBe(false)
+        expect(l.reserve('c', 'root', UNLIMITED, 4, slot(2)).threadId).toBe('c')
+        expect(() => l.reserve('d', 'root', UNLIMITED, 5, slot(2))).toThrow(expect.objectContaining({ code: 'SPAWN_REFUSED' }))
+      }))
+
+      it('should throw THREAD_NOT_FOUND for a parent without an account, whatever its slots', withLedger((l) => {
+        expect(() => l.reserve('a', 'nobody', UNLIMITED, 1, slot(0))).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
+      }))
+    })
+
     describe('record', () => {
       it("should add usage to the thread's own and spent and to every ancestor's spent, stamping each", withLedger((l) => {
         l.openRoot('root', { spend: 1, tokens: 1000 }, 1)

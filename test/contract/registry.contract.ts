@@ -48,6 +48,7 @@ export function registryContract(name: string, create: () => RegistryBackend): v
           parentId: 'p-aaaaaaaaaaaa',
           previousThreadId: 'v0-aaaaaaaaaaaa',
           status: 'created',
+          suspendReason: null,
           nonce: `nonce-${A}`,
           createdAt: 5,
           updatedAt: 5,
@@ -156,6 +157,33 @@ export function registryContract(name: string, create: () => RegistryBackend): v
         r.register(thread(A))
         expect(() => r.updateStatus(A, 'paused' as ThreadStatus, 2_000)).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
         expect(r.get(A)).toMatchObject({ status: 'created', updatedAt: 1_000 })
+      }))
+
+      it('should keep why a suspended thread waits with its status, telling a limit from a crash-loop quarantine', withRegistry((r) => {
+        r.register(thread(A))
+        r.register(thread(B))
+        r.updateStatus(A, 'suspended', 2_000, 'limit')
+        r.updateStatus(B, 'suspended', 2_000, 'crash_loop')
+        expect(r.get(A)).toMatchObject({ status: 'suspended', suspendReason: 'limit' })
+        expect(r.list({ status: 'suspended' }).map((t) => [t.id, t.suspendReason])).toEqual([[A, 'limit'], [B, 'crash_loop']])
+      }))
+
+      it('should clear the suspend reason with any status but suspended, and store none when none is given', withRegistry((r) => {
+        r.register(thread(A))
+        r.updateStatus(A, 'suspended', 2_000, 'error')
+        r.updateStatus(A, 'running', 3_000)
+        expect(r.get(A)?.suspendReason).toBeNull()
+        r.updateStatus(A, 'cancelled', 4_000, 'error')
+        expect(r.get(A)?.suspendReason).toBeNull()
+        r.register(thread(B))
+        r.updateStatus(B, 'suspended', 2_000)
+        expect(r.get(B)).toMatchObject({ status: 'suspended', suspendReason: null })
+      }))
+
+      it('should refuse a suspend reason that is none, leaving the row as it was', withRegistry((r) => {
+        r.register(thread(A))
+        expect(() => r.updateStatus(A, 'suspended', 2_000, 'bored' as never)).toThrow(expect.objectContaining({ code: 'REGISTRY_FAILED' }))
+        expect(r.get(A)).toMatchObject({ status: 'created', suspendReason: null, updatedAt: 1_000 })
       }))
 
       it('should replace the cost snapshot', withRegistry((r) => {

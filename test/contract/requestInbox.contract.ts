@@ -51,6 +51,18 @@ export function requestInboxContract(name: string, create: () => RequestInboxBac
         expect(inbox.hasApproval(A, 'turns-3-x')).toBe(true)
       }))
 
+      it('should list the requests of a thread that no decision answers yet', withInbox(({ inbox, addThread }) => {
+        addThread(A)
+        addThread(B)
+        expect(inbox.undecided(A)).toEqual([])
+        inbox.putApprovalRequest(A, 'turns-3-x', { id: 'turns-3-x' })
+        inbox.putApprovalRequest(A, 'turns-6-y', { id: 'turns-6-y' })
+        inbox.putApprovalRequest(B, 'turns-3-z', { id: 'turns-3-z' })
+        inbox.putDecision(A, 'turns-3-x', { decision: 'approved' })
+        expect(inbox.undecided(A)).toEqual(['turns-6-y'])
+        expect(inbox.undecided(B)).toEqual(['turns-3-z'])
+      }))
+
       it('should name where a request is answered, when anyone outside can answer it', withInbox(({ inbox }) => {
         const at = inbox.answerAt(A, 'turns-3-x')
         if (at !== null) expect(at).toContain('turns-3-x')

@@ -188,6 +188,8 @@ describe('crash loops across processes', () => {
     for (const run of runs.slice(0, -1)) expect(run.recovery?.quarantined ?? []).toEqual([])
 
     expect(poison.status).toBe('suspended')
+    // Issue 22: the registry row itself tells a quarantine from a thread waiting at a limit.
+    expect(poison.suspendReason).toBe('crash_loop')
     const files = readThreadFiles(dir, poison.id)
     const context = (files.envelope!.snapshot as { context: { suspendReason: string; lastFailure: { code: string; message: string } } }).context
     expect(context.suspendReason).toBe('crash_loop')
@@ -247,7 +249,8 @@ describe('crash loops across processes', () => {
       },
     })
     const model = scriptedModel([{ toolCalls: [{ name: 'wait_for_signal', input: {} }] }, { text: 'unreachable' }])
-    const open = () => createRuntime({ dir, model, tools: [waitForever], durability: 'process', userConfig: null })
+    // A short grace: the tool runs until it is stopped, so each close waits it out, then aborts it.
+    const open = () => createRuntime({ dir, model, tools: [waitForever], durability: 'process', userConfig: null, timeouts: { shutdownGraceMs: 100 } })
     const first = await open()
     const thread = await first.spawn({ directive: { name: 'patient', prompt: 'wait' } })
     while (started < 1) await new Promise((resolve) => setImmediate(resolve))

@@ -68,7 +68,7 @@ describe('writes that fail for want of space (RLIMIT_FSIZE)', () => {
     expect(new Set(keys).size, 'a charge ran twice').toBe(keys.length)
     const doctor = spawnSync(process.execPath, [compiled('src/cli.js'), 'doctor', '--dir', dir], { encoding: 'utf8' })
     expect(doctor.status, doctor.stdout).toBe(0)
-    expect(doctor.stdout).toMatch(/threads checked: no damage\.$/m)
+    expect(doctor.stdout).toMatch(/threads? checked: no damage\.$/m)
 
     // Every registered thread ran all its turns, and its files are whole and replay to its state.
     const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'unused' }]), userConfig: null })

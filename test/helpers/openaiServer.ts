@@ -42,6 +42,8 @@ export type OpenAIReply = Timing &
     | { kind: 'insufficientQuota' }
     /** Any status, body and headers. */
     | { kind: 'error'; status: number; body?: unknown; headers?: Record<string, string> }
+    /** Any status and headers, and a body sent byte for byte as given (a provider's own error response). */
+    | { kind: 'raw'; status: number; headers: Record<string, string>; body: string }
   )
 
 export interface RecordedRequest {
@@ -94,6 +96,8 @@ interface Answer {
   status: number
   headers: Record<string, string>
   body: unknown
+  /** Sent as it is instead of `body` as JSON. */
+  text?: string
 }
 
 function answer(reply: OpenAIReply, sequence: number): Answer {
@@ -134,6 +138,8 @@ function answer(reply: OpenAIReply, sequence: number): Answer {
       }
     case 'error':
       return { status: reply.status, headers: reply.headers ?? {}, body: reply.body ?? errorBody(`scripted HTTP ${reply.status}`, 'server_error', null) }
+    case 'raw':
+      return { status: reply.status, headers: reply.headers, body: undefined, text: reply.body }
   }
 }
 
@@ -146,8 +152,8 @@ function readBody(req: http.IncomingMessage): Promise<string> {
   })
 }
 
-function send(res: http.ServerResponse, { status, headers, body }: Answer): void {
-  const text = JSON.stringify(body)
+function send(res: http.ServerResponse, { status, headers, body, text: raw }: Answer): void {
+  const text = raw ?? JSON.stringify(body)
   res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers })
   res.end(text)
 }

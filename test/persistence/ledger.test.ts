@@ -164,16 +164,12 @@ describe('budget ledger', () => {
     expect(kinds).toEqual(expect.arrayContaining(['root:spent_mismatch', 'stray:orphan_account']))
   }))
 
-  it('should never let 20 processes reserving at once from one parent oversubscribe it', async () => {
-    const dir = tempDir('spindle-ledger-procs')
-    const file = path.join(dir, 'ledger.db')
-    const setup = openSqliteLedger({ path: file, durability: 'fsync' })
-    setup.openRoot('parent', { spend: 1, tokens: null }, 1)
-    setup.close()
+  /** `count` processes that each reserve one child of `parent` at once (extra: the worker's optional arguments); what each printed. */
+  async function reserveAtOnce(dir: string, file: string, count: number, spend: string, ...extra: string[]): Promise<string[]> {
     const go = path.join(dir, 'go')
-    const workers = Array.from({ length: 20 }, (_, i) =>
+    const workers = Array.from({ length: count }, (_, i) =>
       new Promise<string>((resolve, reject) => {
-        const child = spawn(process.execPath, [compiled('test/persistence/ledgerWorker.js'), file, 'parent', `child${i}`, '0.08', go], { stdio: ['ignore', 'pipe', 'pipe'] })
+        const child = spawn(process.execPath, [compiled('test/persistence/ledgerWorker.js'), file, 'parent', `child${i}`, spend, go, ...extra], { stdio: ['ignore', 'pipe', 'pipe'] })
         let out = ''
         child.stdout.on('data', (d) => (out += d))
         child.stderr.on('data', (d) => (out += d))
@@ -182,13 +178,37 @@ describe('budget ledger', () => {
     )
     await new Promise((r) => setTimeout(r, 500))
     fs.writeFileSync(go, '')
-    const results = await Promise.all(workers)
+    return Promise.all(workers)
+  }
+
+  it('should never let 20 processes reserving at once from one parent oversubscribe it', async () => {
+    const dir = tempDir('spindle-ledger-procs')
+    const file = path.join(dir, 'ledger.db')
+    const setup = openSqliteLedger({ path: file, durability: 'fsync' })
+    setup.openRoot('parent', { spend: 1, tokens: null }, 1)
+    setup.close()
+    const results = await reserveAtOnce(dir, file, 20, '0.08')
     expect(results.filter((r) => r === 'reserved')).toHaveLength(12)
     expect(results.filter((r) => r === 'refused BUDGET_EXCEEDED')).toHaveLength(8)
     const ledger = openSqliteLedger({ path: file, durability: 'fsync' })
     const parent = ledger.get('parent')!
     expect(parent.spent.spend + parent.reserved.spend).toBeLessThanOrEqual(1 + 1e-9)
     expect(ledger.children('parent')).toHaveLength(12)
+    expect(ledger.check()).toEqual([])
+    ledger.close()
+  }, 60_000)
+
+  it('should never let 10 processes spawning at once under one parent take more spawn slots than its limit', async () => {
+    const dir = tempDir('spindle-ledger-slots')
+    const file = path.join(dir, 'ledger.db')
+    const setup = openSqliteLedger({ path: file, durability: 'fsync' })
+    setup.openRoot('parent', { spend: 1, tokens: null }, 1)
+    setup.close()
+    const results = await reserveAtOnce(dir, file, 10, '0.01', '3')
+    expect(results.filter((r) => r === 'reserved')).toHaveLength(3)
+    expect(results.filter((r) => r === 'refused SPAWN_REFUSED')).toHaveLength(7)
+    const ledger = openSqliteLedger({ path: file, durability: 'fsync' })
+    expect(ledger.children('parent')).toHaveLength(3)
     expect(ledger.check()).toEqual([])
     ledger.close()
   }, 60_000)

@@ -117,6 +117,25 @@ describe('openSqliteRegistry on a file', () => {
     reopened.close()
   })
 
+  it('should migrate a registry written before suspend reasons: its suspended rows read as null until their next status change', () => {
+    const file = freshFile()
+    // What a spindle that knew the first three migrations left behind.
+    const old = new Database(file)
+    for (const migration of MIGRATIONS.slice(0, 3)) old.exec(migration)
+    old.pragma('user_version = 3')
+    old.prepare("INSERT INTO threads (id, directive_name, directive, status, nonce, created_at, updated_at) VALUES ('old-aaaaaaaaaaaa', 'old', '{}', 'suspended', 'n', 1, 2)").run()
+    old.close()
+
+    const registry = open(file)
+    expect(connectionOf(registry).pragma('user_version', { simple: true })).toBe(MIGRATIONS.length)
+    expect(registry.get('old-aaaaaaaaaaaa')).toMatchObject({ status: 'suspended', suspendReason: null, updatedAt: 2 })
+    registry.updateStatus('old-aaaaaaaaaaaa', 'suspended', 3, 'budget')
+    registry.close()
+    const reopened = open(file)
+    expect(reopened.get('old-aaaaaaaaaaaa')).toMatchObject({ status: 'suspended', suspendReason: 'budget', updatedAt: 3 })
+    reopened.close()
+  })
+
   it('should list a row whose JSON cell is damaged, with that field null', () => {
     const file = freshFile()
     const registry = open(file)

@@ -162,11 +162,93 @@ const cases: Case[] = [
   { name: 'a 400 whose message says the prompt is too long', error: () => new ModelHttpError(400, 'prompt is too long: 210000 tokens > 200000 maximum'), category: 'context_length', status: 400 },
   { name: 'a 503 whose message mentions a rate limit stays transient', error: () => new ModelHttpError(503, 'upstream rate limit'), category: 'transient', status: 503 },
 
+  // provider error bodies and the waits they ask for (each provider's documented responses: providerErrors.test.ts)
+  {
+    name: 'a 500 whose x-ratelimit headers show an exhausted limit waits no reset (only a rate limit or quota does)',
+    error: () => new ModelHttpError(500, 'boom', { headers: { 'x-ratelimit-remaining-requests': '0', 'x-ratelimit-reset-requests': '6m0s' } }),
+    category: 'transient',
+    status: 500,
+  },
+  {
+    name: 'a 429 whose exhausted limit resets in "6m0s"',
+    error: () => new ModelHttpError(429, 'slow down', { headers: { 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '6m0s', 'x-ratelimit-reset-requests': '1s' } }),
+    category: 'rate_limited',
+    retryAfterMs: 360_000,
+  },
+  {
+    name: 'a 429 whose limits reset in "120ms" and "2m59.56s", none at 0 (the later reset)',
+    error: () => new ModelHttpError(429, 'slow down', { headers: { 'x-ratelimit-reset-requests': '120ms', 'x-ratelimit-reset-tokens': '2m59.56s' } }),
+    category: 'rate_limited',
+    retryAfterMs: 179_560,
+  },
+  {
+    name: 'a 429 whose reset is "0" (no wait asked)',
+    error: () => new ModelHttpError(429, 'slow down', { headers: { 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '0' } }),
+    category: 'rate_limited',
+  },
+  {
+    name: 'a 429 whose x-ratelimit-reset is seconds since the epoch',
+    error: () => new ModelHttpError(429, 'slow down', { headers: { 'x-ratelimit-remaining': '0', 'x-ratelimit-reset': String(NOW / 1000 + 90) } }),
+    category: 'rate_limited',
+    retryAfterMs: 90_000,
+  },
+  {
+    name: 'a 429 with Retry-After and a reset header (Retry-After wins)',
+    error: () => new ModelHttpError(429, 'slow down', { headers: { 'retry-after': '2', 'x-ratelimit-remaining-tokens': '0', 'x-ratelimit-reset-tokens': '6m0s' } }),
+    category: 'rate_limited',
+    retryAfterMs: 2000,
+  },
+  {
+    name: 'a quota whose limits are not at 0 waits no reset',
+    error: () => new ModelHttpError(429, 'You exceeded your current quota.', { headers: { 'x-ratelimit-remaining-tokens': '10', 'x-ratelimit-reset-tokens': '6m0s' } }),
+    category: 'quota',
+  },
+  {
+    name: 'a Google RetryInfo given as { seconds, nanos }',
+    error: () =>
+      new ModelHttpError(
+        429,
+        JSON.stringify({
+          error: { code: 429, message: 'Resource exhausted.', status: 'RESOURCE_EXHAUSTED', details: [{ '@type': 'type.googleapis.com/google.rpc.RetryInfo', retryDelay: { seconds: 3, nanos: 500_000_000 } }] },
+        }),
+      ),
+    category: 'rate_limited',
+    code: 'RESOURCE_EXHAUSTED',
+    retryAfterMs: 3500,
+  },
+  {
+    name: "a Google SDK error whose message is a JSON body holding the provider's body as text",
+    error: () =>
+      Object.assign(
+        new Error(
+          JSON.stringify({
+            error: {
+              message: JSON.stringify({ error: { code: 400, message: 'The input token count (3475108) exceeds the maximum number of tokens allowed (1048576).', status: 'INVALID_ARGUMENT' } }),
+              code: 400,
+              status: 'Bad Request',
+            },
+          }),
+        ),
+        { status: 400 },
+      ),
+    category: 'context_length',
+    status: 400,
+    code: 'INVALID_ARGUMENT',
+  },
+  {
+    name: 'an AWS SDK-style body whose __type carries a namespace',
+    error: () => new ModelHttpError(400, JSON.stringify({ __type: 'com.amazon.coral.service#ServiceQuotaExceededException', message: 'Your request exceeds the service quota for your account.' })),
+    category: 'quota',
+    code: 'ServiceQuotaExceededException',
+  },
+
   // unknown
   { name: 'an unknown Error', error: () => new Error('something odd happened'), category: 'permanent' },
   { name: 'a thrown string', error: () => 'weird', category: 'permanent' },
   { name: 'null', error: () => null, category: 'permanent' },
   { name: 'an exhausted script', error: () => new SpindleError('MODEL_SCRIPT_EXHAUSTED', 'no more turns'), category: 'permanent', code: 'MODEL_SCRIPT_EXHAUSTED' },
+  // Whatever its message says: the deadline is spindle's own (timeouts.modelMs), worth another attempt.
+  { name: 'a model call abandoned at timeouts.modelMs', error: () => new SpindleError('MODEL_TIMEOUT', 'no answer within 300 ms'), category: 'transient', code: 'MODEL_TIMEOUT' },
 ]
 
 describe('classifyError', () => {
@@ -193,6 +275,20 @@ describe('classifyError', () => {
     expect(classifyError(fetchFailed, NOW).failure.message).toBe('fetch failed: connect ECONNREFUSED 127.0.0.1:9')
     const retry = new RetryError({ message: 'Failed after 3 attempts.', reason: 'maxRetriesExceeded', errors: [quota429()] })
     expect(classifyError(retry, NOW).failure.message).toContain('exceeded your current quota')
+  })
+
+  it("should add the provider's message to an AI SDK error whose client could not parse the body", () => {
+    const body = [{ error: { code: 400, message: 'The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).', status: 'INVALID_ARGUMENT' } }]
+    const error = new APICallError({ message: 'Bad Request', url: URL, requestBodyValues: {}, statusCode: 400, responseHeaders: {}, responseBody: JSON.stringify(body) })
+    expect(classifyError(error, NOW).failure).toMatchObject({
+      category: 'context_length',
+      message: 'Bad Request: The input token count (1200293) exceeds the maximum number of tokens allowed (1048576).',
+    })
+  })
+
+  it("should record the provider's message, not the JSON, when an adapter throws the response body", () => {
+    const error = new ModelHttpError(429, JSON.stringify({ error: { message: 'You exceeded your current quota.', type: null, code: null } }))
+    expect(classifyError(error, NOW).failure).toMatchObject({ category: 'quota', message: 'You exceeded your current quota.' })
   })
 
   it('should take the patterns it is given, first match first', () => {

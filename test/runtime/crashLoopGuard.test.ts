@@ -156,7 +156,7 @@ describe('crash-loop probation', () => {
     await null
     expect(timers.map((t) => t.cleared)).toEqual([true, false])
     expect(await settled(turns[1])).toBe(true)
-    guard.close([id('t1')])
+    guard.close()
     expect(timers.map((t) => t.cleared)).toEqual([true, true])
   })
 })

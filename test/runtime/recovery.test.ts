@@ -91,13 +91,13 @@ describe('process restart', () => {
     for (const n of [0, 1, 2, 3]) onTty(event(n))
     expect(tty).toHaveLength(4)
     expect(tty.every((t) => t.startsWith('\r\x1b[2K'))).toBe(true)
-    expect(tty.at(-1)).toBe('\r\x1b[2Krecovering 3/3 unfinished threads: 3 resumed; $1.5000 spent so far\n')
+    expect(tty.at(-1)).toBe('\r\x1b[2Krecovering 3/3 unfinished threads: 3 resumed; $1.50000 spent so far\n')
     const plain: string[] = []
     const onPlain = showRecovery({ write: (t) => plain.push(t) }, false)
     for (const n of [0, 1, 2, 3]) onPlain(event(n))
     // The first line, then none until a second has passed, and always the last.
-    expect(plain).toEqual(['recovering 0/3 unfinished threads; $0.0000 spent so far\n', 'recovering 3/3 unfinished threads: 3 resumed; $1.5000 spent so far\n'])
-    expect(statusLine([{ status: 'running', spend: 0.25 }, { status: 'completed', spend: 1 }, { status: 'running', spend: 0 }])).toBe('2 running, 1 completed; $1.2500 spent')
+    expect(plain).toEqual(['recovering 0/3 unfinished threads; $0.00000 spent so far\n', 'recovering 3/3 unfinished threads: 3 resumed; $1.50000 spent so far\n'])
+    expect(statusLine([{ status: 'running', spend: 0.25 }, { status: 'completed', spend: 1 }, { status: 'running', spend: 0 }])).toBe('2 running, 1 completed; $1.25000 spent')
   })
 
   it('should resume on demand with rt.recover() when opened with recover: false', async () => {
@@ -135,7 +135,13 @@ describe('killed right after a decision on a suspended thread', () => {
   function killedAfterResume(dir: string, id: string): string {
     const transcript = threadFile(dir, id, 'transcript.jsonl')
     const lines = fs.readFileSync(transcript, 'utf8').split('\n')
-    fs.writeFileSync(transcript, lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1).join('\n') + '\n')
+    const kept = lines.slice(0, lines.findIndex((line) => line.includes('"type":"RESUME"')) + 1)
+    fs.writeFileSync(transcript, kept.join('\n') + '\n')
+    // Nor had the thread suspended again: the request it wrote then goes with the lines cut.
+    const approvals = path.join(path.dirname(transcript), 'approvals')
+    for (const name of fs.readdirSync(approvals)) {
+      if (!kept.some((line) => line.includes(`"${name.replace(/\.(request|response|decision)\b.*$/, '')}"`))) fs.rmSync(path.join(approvals, name))
+    }
     const db = new Database(path.join(dir, 'registry.db'))
     db.prepare("UPDATE threads SET status = 'suspended' WHERE id = ?").run(id)
     db.close()
@@ -331,11 +337,15 @@ describe('effects once', () => {
       return r.turn === 1 ? { toolCalls: [{ name: 'charge', input: {} }] } : { text: 'answered' }
     })
 
-  /** A runtime stopped while a `charge` call it started is still running: its intent, no result. */
+  /**
+   * A runtime stopped while a `charge` call it started is still running: its intent, no result.
+   * Closed with no grace, so the call is cut at once, as a crash would cut it (a close notes that it
+   * was a shutdown; test/crash/shutdown.test.ts tells the two apart).
+   */
   async function crashDuringCharge(idempotent: boolean) {
     const dir = tempDir()
     const firstRuns: string[] = []
-    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, idempotent, true)] })
+    const first = await createRuntime({ dir, model: chargeThenAnswer([]), tools: [chargeTool(firstRuns, idempotent, true)], timeouts: { shutdownGraceMs: 0 } })
     const thread = await first.spawn({ directive: { name: 'pay', prompt: 'p' } })
     await until(thread, inState('runningTools'))
     while (firstRuns.length === 0) await new Promise((r) => setImmediate(r))

@@ -139,7 +139,7 @@ describe('max_spend hit → suspend → escalation → approve → bump and resu
     const request = requestFileOf(rt, thread.id)
     expect(request).toMatchObject({ threadId: thread.id, kind: 'limit_escalation', limit: 'spend', used: 1, max: 1, proposed: 2 })
     expect(request.message).toContain("Thread 'research' has reached its spend limit.")
-    expect(request.message).toContain('Approve to raise the spend limit to $2.0000?')
+    expect(request.message).toContain('Approve to raise the spend limit to $2.00000?')
     expect(transcriptTypes(rt, thread.id)).toContain('limit_escalation_requested')
 
     const resumed = await rt.approve(thread.id)

@@ -304,6 +304,23 @@ describe('limits', () => {
     expect(rt.get(thread.id).status).toBe('suspended')
     expect(rt.get(thread.id).getSnapshot().limitHit).toMatchObject({ limit: 'turns', used: 3, max: 3, proposed: 6 })
   })
+
+  it('should say in rt.list() why each suspended thread waits, and clear it once the thread runs on', async () => {
+    // Issue 22: before, every suspended row looked alike, whatever the thread waited for.
+    const dir = tempDir()
+    const model = scriptedModel((r) => {
+      if (r.directiveName === 'flaky') return { faults: [{ fault: 'http', status: 503 }, { fault: 'http', status: 503 }], reply: { text: 'late' } }
+      return r.turn <= 3 ? { toolCalls: [{ name: 'lookup', input: { q: 'again' } }] } : { text: 'done' }
+    })
+    const rt = await runtime({ dir, model, tools: [lookup], retry: { baseMs: 1, capMs: 2, maxRetries: 1 } })
+    const capped = await rt.spawn({ directive: { name: 'loop', prompt: 'p' }, limits: { turns: 3 } })
+    const flaky = await rt.spawn({ directive: { name: 'flaky', prompt: 'p' } })
+    await Promise.all([capped.done, flaky.done])
+    const reasons = () => Object.fromEntries(rt.list().map((r) => [r.id, [r.status, r.suspendReason]]))
+    expect(reasons()).toEqual({ [capped.id]: ['suspended', 'limit'], [flaky.id]: ['suspended', 'error'] })
+    await (await rt.approve(capped.id)).done
+    expect(reasons()[capped.id]).toEqual(['completed', null])
+  })
 })
 
 describe('durability settings and stores', () => {

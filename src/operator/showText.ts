@@ -1,0 +1,109 @@
+/**
+ * `spindle show` as text: what a person reads about one thread, and — for a thread that waits for
+ * one — the command that moves it on. Data in, lines out; cli.ts prints them.
+ */
+import { describeAnswer } from '../thread/approvalRecords.js'
+import type { LimitName } from '../../machines/threadPolicy.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
+import type { RecoveryCount } from '../../persistence/types.js'
+import { formatUsd } from '../base/money.js'
+import type { ThreadReport } from './operator.js'
+import { dirArgument, plural } from './terminalText.js'
+
+/** The `spindle approve` option that sets each limit. */
+export const APPROVE_FLAG: Record<LimitName, string> = { turns: '--turns', tokens: '--tokens', spend: '--spend', durationMs: '--duration-ms' }
+
+/** A limit's or a budget's amount as a person reads it: spend in dollars, the rest as numbers. */
+function amount(name: string, value: number): string {
+  return name === 'spend' ? formatUsd(value) : String(value)
+}
+
+function failureText(failure: NonNullable<ThreadContext['lastFailure']>): string {
+  return `[${failure.code ?? failure.category}] ${failure.message}`
+}
+
+/**
+ * Why a suspended thread waits, and what moves it on: `suspended` and `next` lines, plus the
+ * failure that stopped it when there was one.
+ */
+function suspensionLines(id: string, context: ThreadContext, dir: string): Array<[string, string]> {
+  const at = dirArgument(dir)
+  const hit = context.limitHit
+  if (context.suspendReason === 'limit' && hit) {
+    const flag = APPROVE_FLAG[hit.limit]
+    const approve =
+      hit.proposed !== null
+        ? `spindle approve ${id} ${flag} ${hit.proposed}${at}`
+        : `spindle approve ${id} ${flag} <new limit>${at} (its escalation policy proposes none)`
+    return [
+      ['suspended', `at its ${hit.limit} limit (${amount(hit.limit, hit.used)} of ${amount(hit.limit, hit.max)}), waiting for a person`],
+      ['proposed', hit.proposed !== null ? `raise ${hit.limit} to ${amount(hit.limit, hit.proposed)}` : 'nothing: approve with a new limit, or deny'],
+      ['next', `${approve}, or spindle deny ${id}${at}`],
+    ]
+  }
+  const lines: Array<[string, string]> = []
+  switch (context.suspendReason) {
+    case 'error':
+      lines.push(['suspended', 'after model errors that outlasted their retries'])
+      break
+    case 'context_length':
+      lines.push(['suspended', "its conversation no longer fits the model's context window, and a successor thread would carry no less of it"])
+      break
+    case 'budget': {
+      const b = context.budgetHit
+      lines.push(['suspended', b ? `its ${b.amount} budget ran out (${amount(b.amount, b.used)} used of ${amount(b.amount, b.max)})` : 'its budget ran out'])
+      break
+    }
+    case 'crash_loop':
+      lines.push(['suspended', 'quarantined: each process that ran it on from the same point died'])
+      break
+    default:
+      lines.push(['suspended', context.suspendReason ?? 'for no recorded reason'])
+  }
+  if (context.lastFailure && context.suspendReason !== 'budget') lines.push(['failure', failureText(context.lastFailure)])
+  lines.push(['next', `spindle resume ${id}${at}, or spindle cancel ${id}${at}`])
+  return lines
+}
+
+/** One recovery is a restart carried on; more in a row at the same point is what leads to a quarantine. */
+function recoveryLine(count: RecoveryCount): [string, string] | null {
+  if (count.count === 0) return null
+  const where = count.seq !== null ? ` at transcript seq ${count.seq}` : ''
+  if (count.count === 1) return ['recovered', `carried on after a restart (found${where})`]
+  return [
+    'recoveries',
+    `found at the same point${where} by ${count.count} recoveries in a row: each process that ran it on from there died ` +
+      '(past supervision.maxRecoveries it is quarantined)',
+  ]
+}
+
+/** The lines of `spindle show` after the first (id and status), as `label  text` pairs. */
+export function showLines(report: ThreadReport, dir: string): Array<[string, string]> {
+  const { record, state, transcript, problems } = report
+  const lines: Array<[string, string]> = [['directive', record.directiveName]]
+  if (record.parentId) lines.push(['parent', record.parentId])
+  if (state) {
+    const c = state.context
+    lines.push(['state', `${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`])
+    lines.push(['usage', `${plural(c.usage.turns, 'turn')}, ${c.usage.inputTokens}+${c.usage.outputTokens} ${c.usage.inputTokens + c.usage.outputTokens === 1 ? 'token' : 'tokens'}, ${formatUsd(c.usage.spend)}`])
+    lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])
+    if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
+    if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])
+    // A suspension is history once the thread moved on (a cancelled thread keeps its old suspendReason).
+    if (state.status === 'suspended') lines.push(...suspensionLines(record.id, c, dir))
+    if (state.status === 'cancelled') lines.push(['cancelled', c.cancelReason ?? 'no reason given'])
+    if (c.result !== null) lines.push(['result', c.result])
+    if (c.error) lines.push(['error', `[${c.error.code}] ${c.error.message}`])
+  }
+  const recovered = report.recoveries ? recoveryLine(report.recoveries) : null
+  if (recovered) lines.push(recovered)
+  if (transcript) lines.push(['transcript', `${plural(transcript.entries, 'entry', 'entries')}, chain verified${transcript.torn ? ', torn last line' : ''}`])
+  const open = report.approvals.open
+  if (open) lines.push(['approval', `${open.id} waits for an answer`])
+  for (const r of report.approvals.rejected) {
+    const answer = r.answer ? describeAnswer(r.answer) : `an unreadable answer (${r.problem})`
+    lines.push(['rejected', `${answer} to ${r.requestId}${r.at ? ` at ${r.at}` : ''}: ${r.reason ?? 'requests.log.jsonl does not say why'} (kept as ${r.file})`])
+  }
+  for (const p of problems) lines.push(['problem', `[${p.code}] ${p.message}`])
+  return lines
+}
