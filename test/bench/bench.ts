@@ -1,7 +1,8 @@
 /**
  * `npm run bench`: the durable core's throughput, latency, disk and memory figures.
  * BENCH_THREADS (200), BENCH_TURNS (20), BENCH_REHYDRATE (10000), BENCH_REHYDRATE_RUNS (3) change the sizes;
- * BENCH_LIVE (20000) the live threads held at once, BENCH_LIVE_DURABILITY (process) their durability.
+ * BENCH_LIVE (100000) the live threads held at once, BENCH_LIVE_FDS (20000, or the hard limit if lower) the
+ * descriptor limit they run under, BENCH_LIVE_DURABILITY (process) their durability.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -121,13 +122,19 @@ let rehydrateMedianMs = NaN
 }
 
 // Live threads are bounded by memory, not by the descriptor limit: many held in a model call at
-// once, the descriptors the process holds then and at most, and what each live thread costs.
+// once under a descriptor limit a fifth their number (issue 22 hit the wall at 20,000), the
+// descriptors the process holds then and at most, and what each live thread costs.
 let liveRun: Record<string, number | string> = {}
 {
-  const count = Number(process.env.BENCH_LIVE ?? 20_000)
+  const count = Number(process.env.BENCH_LIVE ?? 100_000)
   const durability = process.env.BENCH_LIVE_DURABILITY ?? 'process'
+  // `ulimit -n` can only go down to what the hard limit allows.
+  const hard = Number(fs.readFileSync('/proc/self/limits', 'utf8').match(/^Max open files\s+\S+\s+(\S+)/m)?.[1])
+  const fds = Math.min(Number(process.env.BENCH_LIVE_FDS ?? 20_000), Number.isFinite(hard) ? hard : Infinity)
   const dir = fresh('live')
-  const r = run(['live', dir, String(count), durability], ['--expose-gc'])
+  const quoted = [process.execPath, '--expose-gc', workload, 'live', dir, String(count), durability].map((a) => `'${a.replace(/'/g, `'\\''`)}'`).join(' ')
+  const out = execFileSync('bash', ['-c', `ulimit -n ${fds} && exec ${quoted}`], { maxBuffer: 1 << 24 }).toString().trim().split('\n').at(-1)!
+  const r = JSON.parse(out) as Record<string, number | string>
   liveRun = r
   fs.rmSync(dir, { recursive: true, force: true })
   console.log(`\nlive threads (each waiting in a model call until all are live; durability ${durability}; descriptor limit ${r.limit}):`)

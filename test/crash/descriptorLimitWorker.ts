@@ -2,8 +2,8 @@
  * Child process of descriptorLimit.test.ts, started under `ulimit -n` (RLIMIT_NOFILE). Prints one
  * JSON line.
  *
- *   descriptorLimitWorker.js many <dir> <threads>
- *     spawns the threads, each held at its first model call until every one is live, then lets
+ *   descriptorLimitWorker.js many <dir> <threads> [fsync|process]
+ *     spawns the threads (durability 'process' unless told), each held at its first model call until every one is live, then lets
  *     them all go (a tool call, then a reply) and waits for every one to end, sampling the
  *     descriptors the process holds (/proc/self/fd) throughout.
  *   descriptorLimitWorker.js starved <dir> <threads>
@@ -21,7 +21,7 @@ import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { ModelAdapter, ThreadHandle } from '../../src/index.js'
 import { createTestRuntime } from '../../src/testing.js'
 
-const [mode, dir, threadsArg] = process.argv.slice(2)
+const [mode, dir, threadsArg, durabilityArg] = process.argv.slice(2)
 const threads = Number(threadsArg)
 
 const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n }) })
@@ -88,7 +88,7 @@ if (mode === 'many') {
     dir: dir!,
     model,
     tools: [echo],
-    durability: 'process',
+    durability: durabilityArg === 'fsync' ? 'fsync' : 'process',
     userConfig: null,
     onProblem: (p) => {
       // The first of each kind, for whoever reads a failed run.
