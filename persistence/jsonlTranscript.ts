@@ -7,8 +7,8 @@
  *
  * This module is the store's bookkeeping: the threads it has open, what each sync covers, the
  * journal. The work on one file (opening it, checking its anchor, setting bytes aside, bytes
- * another writer appended) is in transcriptFile.ts; which descriptors it keeps open, bounded, in
- * descriptorPool.ts.
+ * another writer appended) is in transcriptFile.ts; the descriptors it holds on the files, bounded,
+ * and what each one's lines wait for, in transcriptDescriptors.ts and descriptorPool.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -23,8 +23,8 @@ import { recordIdentity } from './journalFiles.js'
 import type { SkippedJournal } from './journalFiles.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import { fdatasync, readRange, writeAll } from './fdio.js'
-import { DescriptorPool, defaultMaxOpenTranscripts } from './descriptorPool.js'
-import { isDescriptorShortage } from './storageFailure.js'
+import { defaultMaxOpenTranscripts } from './descriptorPool.js'
+import { TranscriptDescriptors } from './transcriptDescriptors.js'
 import type { ForeignTail, Handle, OpenFile } from './transcriptFile.js'
 import {
   checkAnchor,
@@ -98,15 +98,6 @@ export interface JsonlTranscriptOptions {
 export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): TranscriptStore {
   const { paths, durability } = options
   const files = new Map<string, OpenFile>()
-  // Only tracked with durability 'fsync': with 'process' there is nothing for sync() to do.
-  // Descriptors appended through since their last fdatasync.
-  let dirty = new Set<Handle>()
-  // Descriptors retired (their thread closed, or the pool gave them up) with appends no fdatasync
-  // covers yet: the next files sync fdatasyncs and closes them.
-  let closing = new Set<Handle>()
-  // Of those, the ones the pool gave up, waiting for the fdatasync started ahead of that sync (see flushAhead).
-  const ahead = new Set<Handle>()
-  let aheadRunning = 0
   let newDirs = new Set<string>()
   // Open threads whose file failed an fdatasync (sticky until the thread is closed).
   const failed = new Set<OpenFile>()
@@ -122,136 +113,14 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
 
   const fileOf = (threadId: string): string => threadFile(paths, threadId, TRANSCRIPT_FILE)
 
-  const pool = new DescriptorPool(options.maxOpen ?? defaultMaxOpenTranscripts(), {
-    idle: (handle) => handle.syncing === 0 && !dirty.has(handle),
-    waiting: () => closing,
-    retire: (handle) => evict(handle, true),
-    flush: flushNow,
+  const descriptors = new TranscriptDescriptors(options.maxOpen ?? defaultMaxOpenTranscripts(), {
+    sync: (handle) => syncFile(handle),
+    syncFailed: (open, error) => void fileSyncFailed(open, error),
   })
-
-  /** The thread's descriptor is `fd` from now on. */
-  function adopt(open: OpenFile, fd: number): Handle {
-    const handle: Handle = { fd, owner: open, syncing: 0, retired: false }
-    open.handle = handle
-    pool.adopt(handle)
-    return handle
-  }
-
-  function closeHandle(handle: Handle): void {
-    pool.closed()
-    fs.closeSync(handle.fd)
-  }
-
-  /** The thread's descriptor stops being its own (the thread closed, or the pool gave it up). */
-  function retire(open: OpenFile): Handle | null {
-    const handle = open.handle
-    if (!handle) return null
-    open.handle = null
-    pool.leave(handle)
-    handle.retired = true
-    return handle
-  }
-
-  /**
-   * The pool gives a thread's descriptor up: closed now when idle; with appends no fdatasync covers
-   * yet, kept in `closing` and (with `flush`) fdatasynced ahead of the next files sync; under an
-   * fdatasync, closed when that ends. Its file's device and inode are kept, so that the file opened
-   * again at the next append can be checked to be the same.
-   */
-  function evict(handle: Handle, flush: boolean): void {
-    const open = handle.owner
-    if (!open.inode) {
-      const stat = fs.fstatSync(handle.fd)
-      open.inode = { dev: stat.dev, ino: stat.ino }
-    }
-    retire(open)
-    if (dirty.delete(handle)) {
-      closing.add(handle)
-      if (flush) {
-        ahead.add(handle)
-        flushAhead()
-      }
-    } else if (handle.syncing === 0) closeHandle(handle)
-  }
-
-  /**
-   * fdatasyncs descriptors the pool gave up, a bounded number at a time on the threadpool (as a
-   * files sync does, leaving room for the journal's), so that each is closed as soon as its lines
-   * are durable rather than at the next checkpoint round: when more threads write at once than the
-   * pool holds, descriptors come back at the disk's pace, not the rounds'. One a files sync took
-   * meanwhile is left to it; one taken while its fdatasync runs waits for that one (`flushing`), so
-   * a failure is seen by every sync that needs the lines.
-   */
-  function flushAhead(): void {
-    for (const handle of ahead) {
-      if (aheadRunning >= poolShare()) return
-      ahead.delete(handle)
-      if (!closing.has(handle) || handle.syncing > 0) continue
-      aheadRunning++
-      handle.syncing++
-      const flushed = syncFile(handle)
-      handle.flushing = flushed
-      flushed
-        .then(
-          () => {
-            // Durable: closed now, unless a files sync took it meanwhile (that closes it).
-            if (closing.delete(handle) && handle.syncing === 0) closeHandle(handle)
-          },
-          // Sticky with its file (syncFile): the next files sync reports it, then closes it.
-          () => {},
-        )
-        .finally(() => {
-          aheadRunning--
-          flushAhead()
-        })
-    }
-  }
-
-  /**
-   * Makes the appends through a descriptor no fdatasync is under way on durable now, then closes
-   * it: the pool's last resort for room (see descriptorPool.ts). A failure is the file's, sticky,
-   * as in a files sync; the journal keeps its lines.
-   */
-  function flushNow(handle: Handle): void {
-    if (!handle.retired) evict(handle, false)
-    ahead.delete(handle)
-    if (!closing.delete(handle)) return
-    try {
-      if (!handle.owner.syncError) fs.fdatasyncSync(handle.fd)
-    } catch (error) {
-      fileSyncFailed(handle.owner, error)
-    } finally {
-      closeHandle(handle)
-    }
-  }
-
-  /**
-   * Opens a descriptor (`open`) within the pool's bound. Short of descriptors (EMFILE, ENFILE), the
-   * pool gives up its idle ones, so that the store never starves the process of what it holds
-   * itself, and the open is tried once more; failing again, the error is thrown as it is.
-   */
-  function opening<T>(open: () => T): T {
-    pool.makeRoom()
-    try {
-      return open()
-    } catch (error) {
-      if (!isDescriptorShortage(error) || pool.shed() === 0) throw error
-      return open()
-    }
-  }
-
-  /** The thread's descriptor, its file opened again if the pool gave the last one up. */
-  function descriptorOf(open: OpenFile): Handle {
-    if (open.handle) {
-      pool.touch(open.handle)
-      return open.handle
-    }
-    return adopt(open, opening(() => reopenTranscript(open, durability === 'fsync', options.onForeignTail)))
-  }
 
   function openOrNull(file: string): number | null {
     try {
-      return opening(() => openTranscript(file, OPEN_EXISTING))
+      return descriptors.opening(() => openTranscript(file, OPEN_EXISTING))
     } catch (error) {
       if (isNoEntry(error)) return null
       throw error
@@ -266,7 +135,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     const dir = path.dirname(file)
     // `known`: open() checked the folder a moment ago when it exists; a missing one is made here.
     const { made } = assertThreadDir(paths, threadId, { create: true, known: true })
-    const fd = opening(() => openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT))
+    const fd = descriptors.opening(() => openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT))
     if (durability === 'fsync') {
       // A new file's name is durable once its directory is fsynced; a new directory's name once
       // its parent is. sync() does both, once per batch.
@@ -280,8 +149,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     const open: OpenFile = { threadId, file, position, handle: null, inode: null, closed: false, syncError: null, appendError: null, identity: null, inherited }
     files.set(threadId, open)
     // A descriptor the prefetch opened counts from here: room is made now (a no-op after `opening`).
-    pool.makeRoom()
-    adopt(open, fd)
+    descriptors.adoptOpened(open, fd)
   }
 
   /** A file's fdatasync failed (through any of its descriptors): sticky, see below. */
@@ -318,9 +186,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       if (error === open.syncError) throw error
       throw fileSyncFailed(open, error)
     } finally {
-      handle.syncing--
-      // A retired descriptor waiting in `closing` is the next files sync's to fdatasync, then close.
-      if (handle.retired && handle.syncing === 0 && !closing.has(handle)) closeHandle(handle)
+      descriptors.syncEnded(handle)
     }
   }
 
@@ -347,13 +213,13 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     forgetThreadDir(paths, threadId)
     failed.delete(open)
     open.closed = true
-    // A descriptor the pool gave up earlier with unsynced appends waits in `closing` as it did.
-    const handle = retire(open)
-    if (!handle) return
-    const wasDirty = dirty.delete(handle)
+    // A descriptor the pool gave up earlier with unsynced appends waits for a files sync as it did.
+    const released = descriptors.release(open)
+    if (!released) return
+    const { handle, dirty: wasDirty } = released
     if (wasDirty && journal) {
       // The journal holds its appends: the next files sync fdatasyncs the file, then closes it.
-      closing.add(handle)
+      descriptors.closeAfterSync(handle)
       return
     }
     try {
@@ -364,7 +230,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
     } finally {
       // An fdatasync still running on the threadpool closes the fd when it finishes.
-      if (handle.syncing === 0) closeHandle(handle)
+      if (handle.syncing === 0) descriptors.close(handle)
     }
   }
 
@@ -451,7 +317,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           'has an incomplete line from a failed append that could not be cut off. Close the thread and open it again to recover.',
         )
       }
-      const handle = descriptorOf(open)
+      const handle = descriptors.of(open, () => reopenTranscript(open, durability === 'fsync', options.onForeignTail))
       const fd = handle.fd
       // Read before the line is written: a failing fstat must not leave a line the journal lacks.
       const identity = journal ? (open.identity ??= recordIdentity(fd, paths.journal)) : null
@@ -476,7 +342,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       if (journal && identity) journal.add(threadId, identity, open.position.bytes, encoded.line)
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
-      if (durability === 'fsync') dirty.add(handle)
+      if (durability === 'fsync') descriptors.appended(handle)
       return entry
     },
 
@@ -525,9 +391,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         ]
       } else {
         // Cleared first: appends made while these fdatasyncs run belong to the next sync.
-        const batch = [...dirty, ...closing]
-        dirty = new Set()
-        closing = new Set()
+        const batch = descriptors.takeBatch()
         // Records added from here on go to a new epoch; the ones before are deleted once these
         // fdatasyncs succeed.
         finish = ownJournal ? ownJournal.rotate() : null
@@ -603,7 +467,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     },
 
     releaseDescriptors(): number {
-      return pool.shed()
+      return descriptors.shed()
     },
 
     close,
@@ -619,8 +483,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       // Descriptors retired after their last files sync: made durable here, so the journal can go.
       let undecided = false
-      for (const handle of [...closing]) {
-        closing.delete(handle)
+      for (const handle of descriptors.takeClosing()) {
         try {
           if (handle.owner.syncError) throw handle.owner.syncError
           if (handle.syncing > 0) {
@@ -633,7 +496,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         } catch (error) {
           first ??= error
         } finally {
-          if (handle.syncing === 0) closeHandle(handle)
+          if (handle.syncing === 0) descriptors.close(handle)
         }
       }
       try {
