@@ -131,6 +131,7 @@ export function aiSdkModel(options: AiSdkModelOptions): ModelAdapter {
     async generate(request: ModelRequest): Promise<ModelResponse> {
       const result = await generateText({
         model,
+        ...(request.instructions ? { system: request.instructions } : {}),
         messages: toModelMessages(request.messages),
         ...(request.tools.length > 0 ? { tools: toToolSet(request.tools) } : {}),
         stopWhen: stepCountIs(1),

@@ -41,6 +41,12 @@ export interface ModelRequest {
    */
   attempt: number
   /**
+   * The directive's instructions: the system prompt, the same on every call of the thread (absent
+   * when it has none). Not part of `messages`: an adapter sends it the way its provider takes a
+   * system prompt (the AI SDK adapter as `system`).
+   */
+  instructions?: string
+  /**
    * The conversation so far, oldest first: the directive's prompt as the first `user` message
    * (a continuation's restates it and carries the recent part of its predecessor's), then each
    * `assistant` reply and each `tool` result. Read-only: it is the thread's own cache.

@@ -115,7 +115,8 @@ export function scriptedModel(script: Script, options: ScriptedModelOptions = {}
         input: call.input ?? {},
       }))
       const inputTokens =
-        reply.usage?.inputTokens ?? request.messages.reduce((n, m) => n + estimateTokens(m.content) + 4, 0)
+        reply.usage?.inputTokens ??
+        request.messages.reduce((n, m) => n + estimateTokens(m.content) + 4, request.instructions ? estimateTokens(request.instructions) + 4 : 0)
       const outputTokens =
         reply.usage?.outputTokens ?? estimateTokens(text) + toolCalls.reduce((n, c) => n + estimateTokens(JSON.stringify(c.input)) + 8, 0)
       const cost = reply.usage?.cost ?? (inputTokens * price.input + outputTokens * price.output) / 1_000_000

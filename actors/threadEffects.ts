@@ -11,7 +11,7 @@
  */
 import type { CallModelInput, DecideLimitInput, RunToolInput, SettleChildrenInput, WaitUntilInput } from '../machines/effectOf.js'
 import type { FailureInfo, HookVerdict, ThreadEvent, ToolCall } from '../machines/threadEvents.js'
-import type { Message, ModelAdapter, ModelResponse, ToolDefinition } from './model.js'
+import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
 import { atDeadline } from '../src/base/clock.js'
 import type { Clock } from '../src/base/clock.js'
 import { InvalidModelResponseError, ModelResponseSchema } from './model.js'
@@ -45,7 +45,8 @@ export interface EffectHost {
   /** Records the event in the transcript, then sends it to the thread. False when dropped as stale. */
   deliver(threadId: string, event: ThreadEvent): boolean
   messages(threadId: string): readonly Message[]
-  directiveName(threadId: string): string
+  /** The thread's directive: its name and instructions. */
+  directive(threadId: string): { name: string; instructions?: string }
   /**
    * Classifies a model failure, decides the wait before the next attempt and asks the thread's
    * `error` hooks; records the classification in the transcript.
@@ -64,12 +65,13 @@ export interface EffectHost {
   toolIntent(threadId: string, idempotencyKey: string): ToolCut | null
   /**
    * Records the intent to run a tool call and waits until that record is durable. Null, with
-   * nothing recorded, once the runtime is closing: the call is left to the next process. From its
-   * intent on, the call is under way until the returned function is called (once its result is
-   * delivered, or it was stopped): a closing runtime lets it finish within
+   * nothing recorded, once the runtime is closing (the call is left to the next process) or when
+   * the step was stopped (`signal` aborted) while it waited for its turn: the tool will not run.
+   * From its intent on, the call is under way until the returned function is called (once its
+   * result is delivered, or it was stopped): a closing runtime lets it finish within
    * `timeouts.shutdownGraceMs` and records its result.
    */
-  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }): Promise<(() => void) | null>
+  recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }, signal: AbortSignal): Promise<(() => void) | null>
   /** The runtime is closing: no effect starts any more (the next process takes the step). */
   closing(): boolean
   /** An unexpected exception inside an effect: the supervisor restarts the thread or ends it in `error`. */
@@ -143,6 +145,11 @@ function recordableInput(adapter: string, call: { id: string; name: string; inpu
 }
 
 /** The tools the model is shown: its directive's, less those needing a capability the thread lacks. */
+/** What a model request says of the directive: its name, and its instructions when it has some. */
+function directiveFields(directive: { name: string; instructions?: string }): Pick<ModelRequest, 'directiveName' | 'instructions'> {
+  return { directiveName: directive.name, ...(directive.instructions ? { instructions: directive.instructions } : {}) }
+}
+
 function visibleTools(host: EffectHost, threadId: string): readonly ToolDefinition[] {
   const allowed = host.allowedTools(threadId)
   const permissions = host.permissions(threadId)
@@ -204,7 +211,7 @@ export function callModelLogic(host: EffectHost) {
         const generate = async (): Promise<unknown> =>
           host.model.generate({
             threadId: input.threadId,
-            directiveName: host.directiveName(input.threadId),
+            ...directiveFields(host.directive(input.threadId)),
             turn: input.turn,
             attempt: input.attempt,
             messages: host.messages(input.threadId),
@@ -313,7 +320,7 @@ export function runToolLogic(host: EffectHost) {
         host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
         return
       }
-      underWay = await host.recordToolIntent(threadId, key, call)
+      underWay = await host.recordToolIntent(threadId, key, call, controller.signal)
       if (!underWay) return
       try {
         if (stopped) return

@@ -17,6 +17,11 @@ export const DirectiveFrontMatterSchema = z.strictObject({
   /** The directive's name: thread ids start with it. */
   name: z.string().regex(/^[a-zA-Z0-9][a-zA-Z0-9_-]{0,62}$/, 'letters, digits, "-" and "_", starting with a letter or digit'),
   description: z.string().optional(),
+  /**
+   * The system prompt: the agent's role and how it works, given to the model on every call. Inputs
+   * are filled in as in the prompt ({{name}}). A YAML block (`instructions: |`) keeps line breaks.
+   */
+  instructions: z.string().min(1).optional(),
   /** Which model runs it: `scripted` (built in) in the CLI; host code passes its own adapter. */
   model: z.string().min(1).optional(),
   limits: ConfigLayerSchema.shape.limits,
@@ -30,7 +35,7 @@ export const DirectiveFrontMatterSchema = z.strictObject({
    * a tool needing a denied one is hidden and its calls are refused with PERMISSION_DENIED.
    */
   permissions: PermissionsSchema.optional(),
-  /** Inputs, filled into the prompt as {{name}}. */
+  /** Inputs, filled into the prompt and the instructions as {{name}}. */
   input: z.record(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'a name of letters, digits and "_"'), DirectiveInputSchema).optional(),
 })
 

@@ -30,9 +30,20 @@ export interface Usage {
  */
 export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget' | 'crash_loop'
 
+/** What a thread was told: its directive's name, its task (the first user message) and its instructions. */
+export interface ThreadDirective {
+  name: string
+  prompt: string
+  /**
+   * The system prompt, given to the model on every call (absent: none). Kept with the thread, so
+   * a thread carried on later runs with the instructions it started with.
+   */
+  instructions?: string
+}
+
 export interface ThreadContext {
   threadId: string
-  directive: { name: string; prompt: string }
+  directive: ThreadDirective
   limits: Limits
   /** Model failures are retried while `attempt <= policy.retry.maxRetries`. */
   policy: ThreadPolicy
@@ -85,7 +96,7 @@ export interface TaskInfo {
 
 export interface ThreadInput {
   threadId: string
-  directive: { name: string; prompt: string }
+  directive: ThreadDirective
   limits: Limits
   policy: ThreadPolicy
   depth: number

@@ -6,17 +6,35 @@
 import { randomBytes } from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { assertRealDirectories } from './paths.js'
+import { writerMark } from '../src/base/processes.js'
+import { assertRealDirectories, TMP_DIR } from './paths.js'
 
 let counter = 0
 
+/** What a temp file's name holds between the name of the file it is for and the writer's mark. */
+export const TEMP_INFIX = '.tmp-'
+
 /**
- * Unique per process and call, so two writers of the same file never share a temp file; with a
- * random part, so nobody who can write the directory can plant a symlink at the name beforehand
- * (and the temp file is created exclusively — 'wx' — which never follows one anyway).
+ * Where the temp file of a write of `file` goes: in a data directory (`under`), its `tmp/`, so
+ * that one a kill left before its rename is found with one listing (persistence/leftovers.ts);
+ * elsewhere beside `file`. Named for this process (`writerMark`), so the next runtime can tell a
+ * dead writer's file from a live one's; unique per call, so two writers of one file never share
+ * a temp file; with a random part, so nobody who can write the directory can plant a symlink at
+ * the name beforehand (and the temp file is created exclusively — 'wx' — which never follows one
+ * anyway).
  */
-function tempName(file: string): string {
-  return `${file}.tmp-${process.pid}-${++counter}-${randomBytes(4).toString('hex')}`
+function tempName(file: string, under: string | undefined): string {
+  const name = `${path.basename(file)}${TEMP_INFIX}${writerMark()}-${++counter}-${randomBytes(4).toString('hex')}`
+  if (under === undefined) return path.join(path.dirname(file), name)
+  const dir = path.join(under, TMP_DIR)
+  // Made if missing, never through a link: the temp file would be written wherever it points.
+  assertRealDirectories(under, dir, { create: true })
+  return path.join(dir, name)
+}
+
+/** A rename across filesystems: `tmp/` and the file's folder are not on one (a folder mounted apart). */
+function crossDevice(error: unknown): boolean {
+  return (error as NodeJS.ErrnoException).code === 'EXDEV'
 }
 
 /** Makes the entries of `dir` (a rename or a new file into it) survive power loss. */
@@ -51,11 +69,12 @@ export interface AtomicWriteOptions {
  * @param options.fsync fsync the temp file before the rename and the directory after it.
  * @param options.under the data directory `file` lies in: nothing is written when a directory between
  *   it and `file` is a symlink (DATA_DIR_INVALID), since the temp file and the rename would follow it.
+ *   The temp file goes in its `tmp/` (beside `file` should the two be on different filesystems).
  * @example writeFileAtomicSync(path.join(dir, 'cancel.json'), JSON.stringify(request), { fsync: true })
  */
 export function writeFileAtomicSync(file: string, data: string | Buffer, options: AtomicWriteOptions): void {
   if (options.under !== undefined) assertRealDirectories(options.under, path.dirname(file))
-  const temp = tempName(file)
+  const temp = tempName(file, options.under)
   try {
     const fd = fs.openSync(temp, 'wx')
     try {
@@ -70,6 +89,7 @@ export function writeFileAtomicSync(file: string, data: string | Buffer, options
     try {
       fs.rmSync(temp, { force: true })
     } catch {}
+    if (options.under !== undefined && crossDevice(error)) return writeFileAtomicSync(file, data, { fsync: options.fsync })
     throw error
   }
   if (options.fsync) fsyncDirSync(path.dirname(file))
@@ -78,7 +98,7 @@ export function writeFileAtomicSync(file: string, data: string | Buffer, options
 /** `writeFileAtomicSync` without blocking the event loop; same contract. */
 export async function writeFileAtomic(file: string, data: string | Buffer, options: AtomicWriteOptions): Promise<void> {
   if (options.under !== undefined) assertRealDirectories(options.under, path.dirname(file))
-  const temp = tempName(file)
+  const temp = tempName(file, options.under)
   try {
     const handle = await fs.promises.open(temp, 'wx')
     try {
@@ -90,6 +110,7 @@ export async function writeFileAtomic(file: string, data: string | Buffer, optio
     await fs.promises.rename(temp, file)
   } catch (error) {
     await fs.promises.rm(temp, { force: true }).catch(() => {})
+    if (options.under !== undefined && crossDevice(error)) return writeFileAtomic(file, data, { fsync: options.fsync })
     throw error
   }
   if (options.fsync) await fsyncDir(path.dirname(file))

@@ -1,7 +1,9 @@
 /**
  * The request inbox of a data directory: request files in the thread folders (see
  * requestFiles.ts), found through the request bell and claimed by renaming, so the CLI, scripts
- * and people with an editor reach threads run by any process on the directory. Nothing here is
+ * and people with an editor reach threads run by any process on the directory. A cancel or resume
+ * request is claimed into `tmp/` under a name that says who claimed it (leftovers.ts), so one a
+ * killed runtime never carried out is found there with one listing and taken over. Nothing here is
  * touched through a link: a folder that is no real directory is reported once, as forged input,
  * and its files are left where they are.
  */
@@ -9,7 +11,9 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { SpindleError, describeError, isSpindleError } from '../src/base/errors.js'
 import { isThreadId } from '../src/base/ids.js'
+import { writerGone } from '../src/base/processes.js'
 import { writeFileAtomicSync } from './atomicFile.js'
+import { claimName, parseClaimName } from './leftovers.js'
 import type { DataPaths } from './paths.js'
 import { assertRealDirectories, threadDir } from './paths.js'
 import { BellReader } from './requestBell.js'
@@ -73,6 +77,41 @@ export function createFileRequestInbox(options: FileRequestInboxOptions): Reques
     }
     if (forgedFolders.size > 0) for (const at of forgedFolders) if (dir === at || dir.startsWith(at + path.sep)) forgedFolders.delete(at)
     return true
+  }
+
+  /** Whether `tmp/` may be claimed into: a real directory (made if missing); a link is reported once. */
+  function tmpIsReal(threadId: string): boolean {
+    try {
+      assertRealDirectories(root, paths.tmp, { create: true })
+    } catch (error) {
+      if (!forgedFolders.has(paths.tmp)) {
+        forgedFolders.add(paths.tmp)
+        options.onProblem(
+          new SpindleError('DATA_DIR_INVALID', `Did not claim the request files of ${threadId} into ${paths.tmp}: ${describeError(error).message}`, {
+            details: { ...(isSpindleError(error) ? error.details : {}), threadId, dir: paths.tmp },
+          }),
+          threadId,
+        )
+      }
+      return false
+    }
+    forgedFolders.delete(paths.tmp)
+    return true
+  }
+
+  /** A request claimed into `claimed`, read; `file` is where it was written, as reports name it. */
+  function claimedAt(kind: RequestKind, threadId: string, requestId: string | undefined, file: string, claimed: string): ClaimedRequest {
+    const read = readRequestJson(claimed)
+    const body = read.ok ? read : { ok: false as const, problem: read.problem.replace(claimed, file) }
+    const request: ClaimedRequest & { [LIES_AT]: string } = {
+      kind,
+      threadId,
+      ...(requestId !== undefined ? { requestId } : {}),
+      ref: file,
+      body,
+      [LIES_AT]: claimed,
+    }
+    return request
   }
 
   /** The file a request of `kind` is written to. */
@@ -145,19 +184,46 @@ export function createFileRequestInbox(options: FileRequestInboxOptions): Reques
     claim(threadId, kind, requestId) {
       const file = fileOf(threadId, kind, requestId)
       if (!folderIsReal(path.dirname(file), threadId)) return null
-      const claimed = kind === 'approval' ? approvalFiles(paths, threadId, requestId!).taken : `${file}.${process.pid}.claimed`
-      if (!claim(file, claimed)) return null
-      const read = readRequestJson(claimed)
-      const body = read.ok ? read : { ok: false as const, problem: read.problem.replace(claimed, file) }
-      const request: ClaimedRequest & { [LIES_AT]: string } = {
-        kind,
-        threadId,
-        ...(requestId !== undefined ? { requestId } : {}),
-        ref: file,
-        body,
-        [LIES_AT]: claimed,
+      let claimed: string
+      if (kind === 'approval') {
+        claimed = approvalFiles(paths, threadId, requestId!).taken
+        if (!claim(file, claimed)) return null
+      } else {
+        if (!tmpIsReal(threadId)) return null
+        claimed = path.join(paths.tmp, claimName(threadId, kind))
+        try {
+          if (!claim(file, claimed)) return null
+        } catch (error) {
+          if ((error as NodeJS.ErrnoException).code !== 'EXDEV') throw error
+          // The thread folder is on another filesystem than tmp/ (mounted apart): claimed beside
+          // it, under the same name (doctor finds it there should its runtime be killed).
+          claimed = `${file}${path.basename(claimed).slice(path.basename(claimed).indexOf('.claimed-'))}`
+          if (!claim(file, claimed)) return null
+        }
       }
-      return request
+      return claimedAt(kind, threadId, requestId, file, claimed)
+    },
+
+    abandoned() {
+      let names: string[]
+      try {
+        names = fs.readdirSync(paths.tmp).sort()
+      } catch {
+        return []
+      }
+      const found: ClaimedRequest[] = []
+      for (const name of names) {
+        const left = parseClaimName(name)
+        if (!left?.writer || !isThreadId(left.threadId) || !writerGone(left.writer)) continue
+        const file = fileOf(left.threadId, left.kind)
+        // Set aside there if refused: not through a link.
+        if (!folderIsReal(path.dirname(file), left.threadId) || !tmpIsReal(left.threadId)) continue
+        // Claimed again, for this process: of two runtimes opening the directory, one takes it over.
+        const mine = path.join(paths.tmp, claimName(left.threadId, left.kind))
+        if (!claim(path.join(paths.tmp, name), mine)) continue
+        found.push(claimedAt(left.kind, left.threadId, undefined, file, mine))
+      }
+      return found
     },
 
     honour(request) {

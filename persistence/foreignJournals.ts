@@ -8,9 +8,8 @@
  * Side effects.
  */
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
-import { pidAlive } from '../src/base/processes.js'
+import { writerGone } from '../src/base/processes.js'
 import { fsyncDir } from './atomicFile.js'
 import { fdatasync, notRegularReason, openRegular, readRange } from './fdio.js'
 import { parseTranscriptBytes } from './transcriptLines.js'
@@ -20,29 +19,9 @@ import { STATE_FILE, threadFile, TRANSCRIPT_FILE } from './paths.js'
 import { EMPTY_POSITION } from './types.js'
 import type { TranscriptPosition } from './types.js'
 import type { JournalFileIndex, JournalRecord, SkippedJournal } from './journalFiles.js'
-import { currentBoot, HEADER_BYTES, processStart, readJournals, recordMatcher, recordsByThread } from './journalFiles.js'
+import { HEADER_BYTES, readJournals, recordMatcher, recordsByThread, writerOf } from './journalFiles.js'
 
 const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
-
-/**
- * Whether the writer of a journal is gone for good: a boot of the kernel before this one (whatever
- * the host was called then), or on this host a dead pid or a live pid that is another process
- * (reused, or this one as PID 1 of a restarted container).
- *
- * Another boot is judged even under another host name: a data directory lives on one host, since
- * SQLite's WAL (registry.db, leases.db) does not work across hosts, so a writer that booted another
- * kernel is this machine before a restart, or a machine the directory was moved from. A journal of
- * this boot under another host name (a sibling container sharing the volume) stays: its pid cannot
- * be looked up from here.
- */
-function writerGone(index: JournalFileIndex): boolean {
-  const boot = currentBoot()
-  if (index.boot !== null && boot !== null && index.boot !== boot) return true
-  if (index.host !== os.hostname() || index.pid === null) return false
-  if (index.pid !== process.pid && !pidAlive(index.pid)) return true
-  const start = processStart(index.pid)
-  return index.start !== null && start !== null && start !== index.start
-}
 
 /** The journals other stores left in `dir`: what a power loss may have taken from thread files. */
 export class ForeignJournals {
@@ -85,7 +64,7 @@ export class ForeignJournals {
     writeBack: (threadId: string, records: JournalRecord[]) => boolean = () => false,
   ): Promise<{ removed: string[]; kept: string[] }> {
     // Liveness first, then the read: a writer found dead has written all it ever will.
-    const gone = new Set(readJournals(this.dir, this.own, HEADER_BYTES, this.skip).filter(writerGone).map((index) => index.file))
+    const gone = new Set(readJournals(this.dir, this.own, HEADER_BYTES, this.skip).filter((index) => writerGone(writerOf(index))).map((index) => index.file))
     this.files = readJournals(this.dir, this.own, undefined, this.skip)
     this.byThread = recordsByThread(this.files)
     const removed: string[] = []

@@ -12,13 +12,18 @@
  * the new file the old one's inode number.
  */
 import fs from 'node:fs'
+import os from 'node:os'
 import path from 'node:path'
 import { nanoid } from 'nanoid'
 import { isThreadId } from '../src/base/ids.js'
+import type { Writer } from '../src/base/processes.js'
+import { currentBoot, markedWriter, writerMark } from '../src/base/processes.js'
 import { notRegularReason, openRegular, readRange } from './fdio.js'
 
 export const HEADER_KEY = 'spindle-journal'
 export const SUFFIX = '.journal'
+/** The birth-time probe's files (`probeBirthTimes`): `.birth-probe-<writer mark>-<random>`. */
+export const PROBE_PREFIX = '.birth-probe-'
 /** A header line (who wrote the file) fits in this. */
 export const HEADER_BYTES = 4096
 const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
@@ -57,7 +62,9 @@ function probeBirthTimes(dir: string): boolean {
   works = false
   try {
     fs.mkdirSync(dir, { recursive: true })
-    const probe = path.join(dir, `.birth-probe-${process.pid}-${nanoid(6)}`)
+    // Named for this process: one killed while it waits leaves the file, which the next runtime
+    // removes once it can tell this process is gone (see leftovers.ts).
+    const probe = path.join(dir, `${PROBE_PREFIX}${writerMark()}-${nanoid(6)}`)
     const fd = fs.openSync(probe, 'wx')
     try {
       Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10)
@@ -89,26 +96,22 @@ export function recordMatcher(fd: number): (r: JournalRecord) => boolean {
   return (r) => r.file === full || r.file === inodeOnly
 }
 
-/** The start time of process `pid` (clock ticks since boot), or null where /proc cannot say. */
-export function processStart(pid: number): string | null {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'latin1')
-    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null
-  } catch {
-    return null
-  }
-}
-
-let bootId: string | null | undefined
-export function currentBoot(): string | null {
-  if (bootId === undefined) {
-    try {
-      bootId = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim() || null
-    } catch {
-      bootId = null
+/**
+ * Who wrote a journal: its header says (host, pid, boot, start time); a file without one — a process
+ * killed between creating it and writing its header — names its writer in its name (`writerMark`).
+ * Unknown (never gone) when neither says.
+ */
+export function writerOf(index: JournalFileIndex): Writer {
+  if (index.host !== null || index.pid !== null) {
+    const boot = currentBoot()
+    return {
+      pid: index.pid,
+      start: index.start,
+      thisHost: index.host === os.hostname(),
+      otherBoot: index.boot !== null && boot !== null ? index.boot !== boot : null,
     }
   }
-  return bootId
+  return markedWriter(path.basename(index.file)) ?? { pid: null, start: null, thisHost: false, otherBoot: null }
 }
 
 /**

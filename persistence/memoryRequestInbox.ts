@@ -96,6 +96,11 @@ export function createMemoryRequestInbox(): MemoryRequestInbox {
       return waiting.has(keyOf(threadId, kind, requestId))
     },
 
+    // Only this process claims from it: nothing is left by one that stopped.
+    abandoned() {
+      return []
+    },
+
     claim(threadId, kind, requestId) {
       const key = keyOf(threadId, kind, requestId)
       const found = waiting.get(key)

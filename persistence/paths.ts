@@ -17,7 +17,15 @@ export interface DataPaths {
   recovery: string
   /** Transcript journals: the newest lines of every thread, durable in one file (persistence/transcriptJournal.ts). */
   journal: string
+  /**
+   * Files on their way, each named for the process that made it (persistence/leftovers.ts): temp
+   * files of atomic writes before their rename, requests a runtime claimed and is acting on.
+   */
+  tmp: string
 }
+
+/** The data directory's folder of files on their way (`DataPaths.tmp`). */
+export const TMP_DIR = 'tmp'
 
 export function dataPaths(root: string): DataPaths {
   const abs = path.resolve(root)
@@ -29,6 +37,7 @@ export function dataPaths(root: string): DataPaths {
     leases: path.join(abs, 'leases.db'),
     recovery: path.join(abs, 'recovery.db'),
     journal: path.join(abs, 'journal'),
+    tmp: path.join(abs, TMP_DIR),
   }
 }
 
@@ -52,7 +61,7 @@ export function assertDataDir(paths: DataPaths): void {
 }
 
 /**
- * Refuses a data directory whose own directories (`threads/`, `journal/`) exist as something other
+ * Refuses a data directory whose own directories (`threads/`, `journal/`, `tmp/`) exist as something other
  * than directories, a symlink included: every thread would fail on them one by one, and through a
  * link spindle would read and write its threads wherever it points. So the whole directory is
  * refused up front, naming the entry (and the link's target). Nothing is changed.
@@ -61,6 +70,7 @@ export function assertDirectories(paths: DataPaths): void {
   for (const [dir, what] of [
     [paths.threads, 'its threads'],
     [paths.journal, 'its transcript journal'],
+    [paths.tmp, 'the temp files of its writes'],
   ] as const) {
     // lstat: a link to a directory is seen as the link it is.
     const stat = fs.lstatSync(dir, { throwIfNoEntry: false })

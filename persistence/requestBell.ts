@@ -11,6 +11,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { appendRegular, notRegularReason, openRegular } from './fdio.js'
 import { SpindleError } from '../src/base/errors.js'
+import { writerMark } from '../src/base/processes.js'
 
 export const BELL_FILE = 'requests.bell'
 
@@ -158,7 +159,8 @@ export class BellReader {
    */
   private setAsideForeign(stat: fs.BigIntStats): void {
     const found = stat.isSymbolicLink() ? 'a symbolic link' : stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device'
-    const aside = `${this.file}.${process.pid}.${Date.now()}.not-a-file`
+    // Named for this process: killed before it is removed, the next runtime removes it (leftovers.ts).
+    const aside = `${this.file}.${writerMark()}.${Date.now()}.not-a-file`
     try {
       fs.renameSync(this.file, aside)
     } catch {
@@ -184,7 +186,7 @@ export class BellReader {
    * still append to the old file: the caller looks in every directory once, which finds its request.
    */
   private rotate(rings: Rings): void {
-    const aside = `${this.file}.${process.pid}.${Date.now()}.old`
+    const aside = `${this.file}.${writerMark()}.${Date.now()}.old`
     try {
       fs.renameSync(this.file, aside)
     } catch {

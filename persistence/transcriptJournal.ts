@@ -19,7 +19,8 @@ import path from 'node:path'
 import { nanoid } from 'nanoid'
 import { fsyncDir, fsyncDirSync } from './atomicFile.js'
 import { fdatasync, writeAll } from './fdio.js'
-import { currentBoot, HEADER_KEY, processStart, SUFFIX } from './journalFiles.js'
+import { currentBoot, processStart, writerMark } from '../src/base/processes.js'
+import { HEADER_KEY, SUFFIX } from './journalFiles.js'
 
 /** A new epoch file: never an existing one, every write at its end. */
 const APPEND_NEW = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_APPEND
@@ -35,8 +36,12 @@ const APPEND_NEW = fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O
  * fdatasync, and every effect waits for it).
  */
 export class OwnJournal {
-  /** Prefix of this store's epoch files; other stores' journals are every other file in `dir`. */
-  readonly id = `${process.pid}-${nanoid(10)}`
+  /**
+   * Prefix of this store's epoch files; other stores' journals are every other file in `dir`. It
+   * names this process (`writerMark`): a process killed between creating an epoch file and writing
+   * its header leaves an empty file, which only its name can tell a dead process's.
+   */
+  readonly id = `${writerMark()}-${nanoid(6)}`
   private epoch = 0
   private current: Epoch | null = null
   private pending: string[] = []

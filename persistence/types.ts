@@ -573,6 +573,13 @@ export interface RequestInbox {
    * a link: reported through the inbox's own problem port).
    */
   claim(threadId: string, kind: RequestKind, requestId?: string): ClaimedRequest | null
+  /**
+   * Requests a process claimed and did not carry out before it stopped for good (killed between
+   * the two), claimed again by this one to act on now. A claim of a live process, or of one that
+   * may be alive (another host's), is never among them; none where no other process shares the
+   * inbox.
+   */
+  abandoned(): ClaimedRequest[]
   /** A claimed request was carried out: it is gone from the inbox. */
   honour(request: ClaimedRequest): void
   /**

@@ -215,7 +215,9 @@ function program(setExit: (code: number) => void): Command {
       // The checkpoint is ahead of the registry row after a crash: say what each holds.
       const status = report.state?.status ?? report.record.status
       out(`${report.record.id}  ${colour(status)}${status !== report.record.status ? ` (the registry row still says ${report.record.status})` : ''}`)
-      for (const [label, text] of showLines(report, o.dir)) out(`${label.padEnd(11)} ${text}`)
+      const lines = showLines(report, o.dir)
+      const width = Math.max(11, ...lines.map(([label]) => label.length))
+      for (const [label, text] of lines) out(`${label.padEnd(width)} ${text}`)
       if (report.problems.length > 0) setExit(5)
     })
 

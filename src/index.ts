@@ -42,7 +42,7 @@ export { threadMachine } from '../machines/thread.machine.js'
 export type { Limits, ThreadPolicy } from '../machines/threadPolicy.js'
 export type { ThreadOutcome } from '../machines/threadOutcome.js'
 export type { ThreadEvent, ToolCall, ErrorCategory, FailureInfo } from '../machines/threadEvents.js'
-export type { ThreadContext, Usage, LimitHit, SuspendReason } from '../machines/threadContext.js'
+export type { ThreadContext, ThreadDirective, Usage, LimitHit, SuspendReason } from '../machines/threadContext.js'
 
 export { replayTranscript, SPAWN_ENTRY } from './thread/replay.js'
 export type { ReplayOptions, ReplayResult } from './thread/replay.js'

@@ -14,6 +14,9 @@ import { closestKey, knownKeys } from '../../config/schema.js'
 import { SpindleError } from '../base/errors.js'
 import type { DirectiveSpec } from '../runtime/api.js'
 
+/** `{{name}}`: an input filled into the prompt and the instructions. */
+const PLACEHOLDER = /\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g
+
 export interface DirectiveFile {
   file: string
   frontMatter: DirectiveFrontMatter
@@ -66,9 +69,11 @@ export function loadDirectiveFile(file: string): DirectiveFile {
   }
   const body = match[2]!.trim()
   if (body === '') throw invalid(file, 'has no prompt: write it after the front matter')
-  for (const [, name] of body.matchAll(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g)) {
-    // Own keys only: `{{constructor}}` or `{{toString}}` are not declared by Object.prototype.
-    if (!Object.hasOwn(parsed.data.input ?? {}, name!)) throw invalid(file, `the prompt uses {{${name}}}, which is not declared under input`, `input.${name}`)
+  for (const [where, text] of [['prompt', body], ['instructions', parsed.data.instructions ?? '']] as const) {
+    for (const [, name] of text.matchAll(PLACEHOLDER)) {
+      // Own keys only: `{{constructor}}` or `{{toString}}` are not declared by Object.prototype.
+      if (!Object.hasOwn(parsed.data.input ?? {}, name!)) throw invalid(file, `the ${where} ${where === 'prompt' ? 'uses' : 'use'} {{${name}}}, which is not declared under input`, `input.${name}`)
+    }
   }
   return { file, frontMatter: parsed.data, body }
 }
@@ -131,11 +136,12 @@ export function renderDirective(directive: DirectiveFile, inputs: Record<string,
     if (spec.type === 'boolean' && given !== 'true' && given !== 'false') throw invalid(directive.file, `input "${key}" must be true or false (got ${JSON.stringify(given)})`, `input.${key}`)
     values.set(key, given)
   }
-  const prompt = directive.body.replace(/\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}/g, (_, name: string) => values.get(name) ?? '')
+  const fill = (text: string): string => text.replace(PLACEHOLDER, (_, name: string) => values.get(name) ?? '')
   const fm = directive.frontMatter
   return {
     name: fm.name,
-    prompt,
+    prompt: fill(directive.body),
+    ...(fm.instructions ? { instructions: fill(fm.instructions).trim() } : {}),
     ...(fm.limits ? { limits: fm.limits } : {}),
     ...(fm.retry ? { retry: fm.retry } : {}),
     ...(fm.escalation ? { escalation: fm.escalation } : {}),

@@ -29,6 +29,7 @@ import { rejectedAnswers } from '../thread/approvalRecords.js'
 import type { ApprovalRequest } from '../thread/requests.js'
 import { openApprovalRequest } from '../thread/requests.js'
 import { approvalFindings, settleDecisionFiles } from './approvalChecks.js'
+import { leftoverFindings } from './leftoverChecks.js'
 import type { Finding } from './approvalChecks.js'
 import { checkTranscript } from './transcriptCheck.js'
 import type { TranscriptFinding } from './transcriptCheck.js'
@@ -188,7 +189,8 @@ export type { Finding } from './approvalChecks.js'
 
 /**
  * Checks every thread of a data directory: registry row, state.json, transcript chain, and that
- * state.json and the registry agree with what the transcript replays to. Reads only.
+ * state.json and the registry agree with what the transcript replays to; and what processes
+ * killed mid-write left behind. Reads only.
  */
 export function doctor(dir: string): { threads: number; findings: Finding[] } {
   const paths = dataPaths(dir)
@@ -291,6 +293,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
       repair: 'Open a runtime on this directory: it writes the lines back (a suspended thread\'s when it is approved or resumed).',
     })
   }
+  findings.push(...leftoverFindings(paths, [...registered]))
   findings.push(...ledgerFindings(dir), ...lockFindings(dir, (id) => registered.has(id)), ...configFindings(paths.root))
   return { threads: records.length, findings }
 }

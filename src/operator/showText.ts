@@ -77,6 +77,12 @@ function recoveryLine(count: RecoveryCount): [string, string] | null {
   ]
 }
 
+/** Text on one line, cut at `max` characters with the cut marked. */
+function oneLine(text: string, max: number): string {
+  const flat = text.replace(/\s+/g, ' ').trim()
+  return flat.length > max ? `${flat.slice(0, max - 1)}… (${flat.length} characters)` : flat
+}
+
 /** The lines of `spindle show` after the first (id and status), as `label  text` pairs. */
 export function showLines(report: ThreadReport, dir: string): Array<[string, string]> {
   const { record, state, transcript, problems } = report
@@ -84,6 +90,7 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
   if (record.parentId) lines.push(['parent', record.parentId])
   if (state) {
     const c = state.context
+    if (c.directive.instructions) lines.push(['instructions', oneLine(c.directive.instructions, 240)])
     lines.push(['state', `${JSON.stringify(state.value)} (checkpointed ${state.savedAt}, transcript seq ${state.transcriptSeq})`])
     lines.push(['usage', `${plural(c.usage.turns, 'turn')}, ${c.usage.inputTokens}+${c.usage.outputTokens} ${c.usage.inputTokens + c.usage.outputTokens === 1 ? 'token' : 'tokens'}, ${formatUsd(c.usage.spend)}`])
     lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])

@@ -134,7 +134,15 @@ export interface Problem {
 /** What a thread is told to do, and the configuration that travels with it (the directive layer). */
 export interface DirectiveSpec {
   name: string
+  /** The task: the conversation's first user message. */
   prompt: string
+  /**
+   * The system prompt: who the agent is and how it works, given to the model on every call (the
+   * AI SDK adapter passes it as the system message). Kept with the thread: a thread carried on
+   * after a crash, or resumed later, runs with the instructions it started with. A child spawned
+   * with `spawn_thread` has only the instructions that call gives it.
+   */
+  instructions?: string
   /** The tools the thread may use, by name (each must be a tool of the runtime); absent: all of them. */
   tools?: string[]
   /**

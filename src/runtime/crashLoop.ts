@@ -107,6 +107,14 @@ interface Gate {
   open: () => void
 }
 
+/** A suspect waiting for its turn to run alone. */
+interface Held extends RecoveryCount {
+  gate: Gate
+  modelCall: boolean
+  /** Opened because it stopped or was cancelled, not because its turn came. */
+  letGo: boolean
+}
+
 function newGate(): Gate {
   let open!: () => void
   const promise = new Promise<void>((resolve) => (open = resolve))
@@ -120,7 +128,13 @@ export class CrashLoopGuard {
   /** Counts of quarantined threads, written with the next flush. */
   private quarantines: Array<{ id: string } & RecoveryCount> = []
   /** Suspects waiting for their turn to run alone, in recovery's order. */
-  private readonly held = new Map<string, RecoveryCount & { gate: Gate; modelCall: boolean }>()
+  private readonly held = new Map<string, Held>()
+  /**
+   * Threads cancelled while the probation runs: `cancelling` runs no code that could kill the
+   * process (it only waits for children), so they wait for nobody; `clearedMore` wakes the waiting.
+   */
+  private readonly cleared = new Set<string>()
+  private clearedMore = newGate()
   /** The suspect running alone now, until it takes a step or stops. */
   private admitted: string | null = null
   /** Its count, written once its effect is about to run code (`starting`). */
@@ -184,7 +198,7 @@ export class CrashLoopGuard {
       return RUN
     }
     // Whether it runs alone is known at the flush, once every suspect has been found.
-    this.held.set(id, { count, seq, gate: newGate(), modelCall: inModelCall(snapshot.value) })
+    this.held.set(id, { count, seq, gate: newGate(), modelCall: inModelCall(snapshot.value), letGo: false })
     return HOLD
   }
 
@@ -200,7 +214,10 @@ export class CrashLoopGuard {
     this.releaseModelCallsBeyondTurns()
     if (this.held.size > 0) this.probation ??= newGate()
     if (this.probation) this.admitNext()
-    else this.write(this.pending.splice(0))
+    else {
+      this.cleared.clear()
+      this.write(this.pending.splice(0))
+    }
   }
 
   /**
@@ -216,14 +233,33 @@ export class CrashLoopGuard {
     // Called while recovery starts threads: whether there is a probation is known once it is done.
     await null
     for (;;) {
-      const gate = this.held.get(id)?.gate.promise ?? (this.probation && id !== this.admitted ? this.probation.promise : undefined)
-      if (!gate) return
-      await gate
+      if (this.cleared.has(id)) return
+      const held = this.held.get(id)
+      if (held) {
+        await held.gate.promise
+        // Stopped here, or cancelled: what waited returns (or settles its children) now, not at
+        // the probation's end, when it would find its thread gone.
+        if (held.letGo) return
+        continue
+      }
+      if (!this.probation || id === this.admitted) return
+      await Promise.race([this.probation.promise, this.clearedMore.promise])
     }
   }
 
-  /** Thread \`id\` made a transition: if it is the suspect running alone, it got further, and the next may run. */
-  progressed(id: string): void {
+  /**
+   * Thread \`id\` made a transition, to `value`: if it is the suspect running alone, it got
+   * further, and the next may run; if it was cancelled (with children to settle), it waits for
+   * nobody from now on, and a suspect is let go uncounted.
+   */
+  progressed(id: string, value?: unknown): void {
+    if (value === 'cancelling' && (this.probation !== null || this.recovering) && !this.cleared.has(id)) {
+      this.cleared.add(id)
+      this.letGo(id)
+      const more = this.clearedMore
+      this.clearedMore = newGate()
+      more.open()
+    }
     if (id !== this.admitted) return
     this.stopAloneTimer()
     this.admitted = null
@@ -236,13 +272,18 @@ export class CrashLoopGuard {
   stopped(id: string): void {
     // Only live threads are reset at a clean close: a runtime that runs for months keeps nothing of the rest.
     this.counted.delete(id)
-    const held = this.held.get(id)
-    if (held) {
-      this.held.delete(id)
-      // Its effects see that they were stopped, and return.
-      held.gate.open()
-    }
+    this.cleared.delete(id)
+    this.letGo(id)
     this.progressed(id)
+  }
+
+  /** A held suspect leaves the queue uncounted; its effects see that they were stopped, and return. */
+  private letGo(id: string): void {
+    const held = this.held.get(id)
+    if (!held) return
+    this.held.delete(id)
+    held.letGo = true
+    held.gate.open()
   }
 
   /** A person resumed the thread: whatever it did before, trying again starts a new count. */
@@ -266,6 +307,7 @@ export class CrashLoopGuard {
     this.stopAloneTimer()
     for (const held of this.held.values()) held.gate.open()
     this.held.clear()
+    this.cleared.clear()
     this.probation?.open()
     this.probation = null
   }
@@ -351,6 +393,7 @@ export class CrashLoopGuard {
   /** No suspect is left to run alone: the counts of the others are written, and everything runs. */
   private endProbation(): void {
     this.write(this.pending.splice(0))
+    this.cleared.clear()
     this.probation?.open()
     this.probation = null
   }

@@ -98,15 +98,20 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     },
     deliver: (id, event) => table.get(id)?.deliver(event) ?? false,
     messages: (id) => table.running(id).messages(),
-    directiveName: (id) => table.running(id).directiveName(),
+    directive: (id) => table.running(id).directive(),
     judgeModelFailure: (id, error, at) => deps.policies.judgeModelFailure(id, error, at),
     decideLimit: (id, hit) => deps.policies.decideLimit(id, hit),
     toolIntent: (id, key) => table.get(id)?.toolIntent(key) ?? null,
-    recordToolIntent: async (id, key, call) => {
+    recordToolIntent: async (id, key, call, signal) => {
       await crashLoop.waitTurn(id)
       // Checked here, after any wait for a turn: a call that has not started is the next process's.
       if (life.closed) return null
-      table.running(id).recordToolIntent(key, call)
+      // A suspect cancelled (or detached) while it waited for its turn: its step was stopped, and
+      // nothing of a tool that will not run belongs in its transcript.
+      if (signal.aborted) return null
+      const thread = table.get(id)
+      if (!thread || thread.stopped) return null
+      thread.recordToolIntent(key, call)
       const underWay = deps.stoppedAtClose.has(call.name) ? () => {} : shutdown.toolStarted(id, { key, callId: call.id, name: call.name })
       try {
         await commit.whenLogged()

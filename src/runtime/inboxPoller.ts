@@ -74,7 +74,10 @@ export class InboxPoller {
     const { inbox, table, approvals, config } = this.deps
     const report: RequestsReport = { honoured: [], refused: [] }
     if (this.deps.life.closed) return report
-    if (sweep) this.sweep(report)
+    if (sweep) {
+      this.sweep(report)
+      await this.takeOverAbandoned(report)
+    }
     const rings = inbox.changed()
     const everywhere = sweep || rings.missed || table.size + approvals.size <= config.requests.scanPerPoll
     const look = everywhere ? null : this.lookIn(rings.ids)
@@ -219,9 +222,35 @@ export class InboxPoller {
     return `file ${ref.startsWith(this.deps.dir) ? ref.slice(this.deps.dir.length).replace(/^[/\\]/, '') : ref}`
   }
 
+  /**
+   * Requests a runtime claimed and did not carry out before it was killed, acted on as if this one
+   * had claimed them. A cancel left claimed was never carried out (it leaves the inbox before the
+   * thread is cancelled). A resume may have been, just before the kill: a thread no longer
+   * suspended needs none (recovery has replayed what was recorded before this runs).
+   */
+  private async takeOverAbandoned(report: RequestsReport): Promise<void> {
+    for (const claimed of this.deps.inbox.abandoned()) {
+      const id = claimed.threadId!
+      if (claimed.kind === 'cancel') {
+        await this.actOnCancel(id, claimed, report)
+        continue
+      }
+      const status = this.deps.registry.get(id)?.status ?? null
+      if (status === 'suspended' && !this.deps.table.has(id)) await this.actOnResume(id, claimed, report)
+      else {
+        const now = this.deps.table.has(id) ? 'runs again' : `is ${status ?? 'gone from the registry'}`
+        this.honour(claimed, `not carried out again: the thread ${now}, resumed by the runtime that claimed the request before it stopped`, report)
+      }
+    }
+  }
+
   private async handleCancel(id: string, report: RequestsReport): Promise<void> {
     const claimed = this.deps.inbox.claim(id, 'cancel')
     if (!claimed) return
+    await this.actOnCancel(id, claimed, report)
+  }
+
+  private async actOnCancel(id: string, claimed: ClaimedRequest, report: RequestsReport): Promise<void> {
     const read = this.nonceRequest(claimed, (request) => cancelRefusal(this.deps.registry.get(id), request))
     if (read.refusal !== null) {
       this.refuseCancel(claimed, read.refusal, report)
@@ -240,6 +269,10 @@ export class InboxPoller {
   private async handleResume(id: string, report: RequestsReport): Promise<void> {
     const claimed = this.deps.inbox.claim(id, 'resume')
     if (!claimed) return
+    await this.actOnResume(id, claimed, report)
+  }
+
+  private async actOnResume(id: string, claimed: ClaimedRequest, report: RequestsReport): Promise<void> {
     const read = this.nonceRequest(claimed, (request) => (this.deps.registry.get(id)?.nonce === request.nonce ? null : "the nonce does not match the thread's nonce"))
     let refusal = read.refusal
     if (read.refusal === null) {

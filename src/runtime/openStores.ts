@@ -17,6 +17,7 @@ import { createMemoryRegistry } from '../../persistence/memoryRegistry.js'
 import { createMemoryRequestInbox } from '../../persistence/memoryRequestInbox.js'
 import { createMemoryThreadFolders } from '../../persistence/memoryThreadFolders.js'
 import { createMemoryTranscriptStore } from '../../persistence/memoryTranscript.js'
+import { removeLeftovers } from '../../persistence/leftovers.js'
 import { assertDirectories, assertRegistryKept, dataPaths } from '../../persistence/paths.js'
 import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
@@ -77,6 +78,10 @@ export function openStores(options: { dir: string; durability: Durability; store
   assertDirectories(paths)
   assertRegistryKept(paths)
   fs.mkdirSync(paths.threads, { recursive: true })
+  // What processes killed mid-write left (temp files, a journal probe, a set-aside bell): removed
+  // once their writers are gone for good. Their claimed requests are taken over by the inbox's
+  // first sweep, their empty journals settled with the others after recovery.
+  removeLeftovers(paths)
   const stores = {
     transcripts: createJsonlTranscriptStore({
       paths,

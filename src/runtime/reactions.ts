@@ -39,7 +39,7 @@ export class Reactions {
     const { policies, budgets } = this.deps
     const status = statusOfValue(snapshot.value as never)
     const context = snapshot.context
-    this.deps.crashLoop.progressed(thread.id)
+    this.deps.crashLoop.progressed(thread.id, snapshot.value)
     if (status === 'suspended' && previous.status !== 'suspended') this.deps.approvals.suspendedNow(thread.id, context)
     if (previous.status === 'created' && status === 'running') policies.fireHook(thread, 'thread_started', context)
     const wasRunningTools = isStateValue(previous.value, 'runningTools')

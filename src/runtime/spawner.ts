@@ -10,7 +10,7 @@ import { capPermissions, PermissionsSchema } from '../base/permissions.js'
 import { mergeConfig } from '../../config/load.js'
 import type { Config } from '../../config/schema.js'
 import type { Limits, ThreadPolicy } from '../../machines/threadPolicy.js'
-import type { TaskInfo, ThreadInput } from '../../machines/threadContext.js'
+import type { TaskInfo, ThreadDirective, ThreadInput } from '../../machines/threadContext.js'
 import { isStorageFailure } from '../../persistence/storageFailure.js'
 import type { Registry } from '../../persistence/types.js'
 import type { z } from 'zod'
@@ -50,6 +50,11 @@ export function validateSpawn(options: SpawnOptions): void {
       { details: { field: 'directive' } },
     )
   }
+  if (d.instructions !== undefined && typeof d.instructions !== 'string') {
+    throw new SpindleError('INVALID_OPTIONS', `directive "${d.name}": instructions must be a string (the system prompt), not ${typeof d.instructions}.`, {
+      details: { field: 'directive.instructions' },
+    })
+  }
 }
 
 export class Spawner {
@@ -58,7 +63,7 @@ export class Spawner {
   /** Resolves, reserves and starts a thread; `id` and `task` are set by spawn_thread and recovery attempts. */
   async spawn(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
     const { toolNames, table, leases, budgets } = this.deps
-    const { name, prompt, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
+    const { name, prompt, instructions, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
     if (allowedTools !== undefined) {
       const unknown = allowedTools.filter((tool) => !toolNames.has(tool))
       if (!Array.isArray(allowedTools) || unknown.length > 0) {
@@ -109,7 +114,8 @@ export class Spawner {
       const capped = capPermissions(parentPermissions, policy.permissions)
       if (capped) policy.permissions = { ...capped }
     }
-    const directive = { name, prompt }
+    // Empty instructions are none: the model is sent no system message at all.
+    const directive: ThreadDirective = { name, prompt, ...(instructions ? { instructions } : {}) }
     const threadId = id ?? newThreadId(directive.name)
     // Before its lease is taken (renewed, were it this process's): nothing of a live thread is touched.
     table.assertVacant(threadId)
@@ -171,7 +177,13 @@ export class Spawner {
     const parentTools = table.get(parentId)?.context().policy.tools
     const spawning = this.spawn(
       {
-        directive: { name: spec.name, prompt: spec.prompt, ...(parentTools ? { tools: parentTools } : {}) },
+        // Its own instructions or none: a parent's are about the parent's job, not the child's.
+        directive: {
+          name: spec.name,
+          prompt: spec.prompt,
+          ...(spec.instructions ? { instructions: spec.instructions } : {}),
+          ...(parentTools ? { tools: parentTools } : {}),
+        },
         ...(spec.limits ? { limits: spec.limits } : {}),
         parentId,
       },

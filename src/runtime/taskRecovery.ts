@@ -115,6 +115,9 @@ export class TaskRecovery {
             prompt:
               `${task.prompt}\n\n[Attempt ${record.attempt} by ${record.handler}. The previous attempt (thread ${record.failedThreadId}, ` +
               `directive ${context.directive.name}) failed with ${error}. Take the task over from the start.]`,
+            // A handler of the same directive is the same agent trying again; another one is told
+            // nothing of the failed agent's role.
+            ...(record.handler === context.directive.name && context.directive.instructions ? { instructions: context.directive.instructions } : {}),
           },
           ...(failed.parentId ? { parentId: failed.parentId } : {}),
         },

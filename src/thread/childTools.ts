@@ -22,6 +22,10 @@ const LimitsInput = z
 export const SpawnThreadInput = z.strictObject({
   name: z.string().min(1).max(60).describe('A short name for the child\'s task, e.g. "summarise-chapter-3".'),
   prompt: z.string().min(1).describe('What the child thread is to do.'),
+  instructions: z
+    .string()
+    .optional()
+    .describe("The child's system prompt: its role and how to work. It does not inherit yours; give it what it needs."),
   limits: LimitsInput.optional(),
 })
 

@@ -5,7 +5,7 @@
  */
 import type { AnyStateMachine, InspectionEvent, StateValue } from 'xstate'
 import type { Message } from '../../actors/model.js'
-import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadContext, ThreadDirective } from '../../machines/threadContext.js'
 import type { ThreadEvent } from '../../machines/threadEvents.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { effectOf } from '../../machines/effectOf.js'
@@ -158,8 +158,8 @@ export class LiveThread implements ThreadHandle {
     return () => void this.listeners?.delete(listener)
   }
 
-  directiveName(): string {
-    return this.actor?.getSnapshot().context.directive.name ?? ''
+  directive(): ThreadDirective {
+    return this.actor?.getSnapshot().context.directive ?? { name: '', prompt: '' }
   }
 
   /** The machine's current context (read-only by convention). */

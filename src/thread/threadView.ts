@@ -6,7 +6,7 @@
  */
 import type { StateValue } from 'xstate'
 import type { Limits } from '../../machines/threadPolicy.js'
-import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadContext, ThreadDirective } from '../../machines/threadContext.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { effectOf } from '../../machines/effectOf.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
@@ -19,7 +19,7 @@ export interface ThreadView {
   status: ThreadStatus
   /** The machine's state value, e.g. `{ running: 'callingModel' }`. */
   state: StateValue
-  directive: { name: string; prompt: string }
+  directive: ThreadDirective
   usage: Cost
   limits: Limits
   suspendReason: ThreadContext['suspendReason']

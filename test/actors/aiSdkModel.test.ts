@@ -272,3 +272,26 @@ describe('aiSdkModel in a spindle runtime', () => {
     expect(rt.checkReplay(second.id).matches).toBe(true)
   })
 })
+
+describe('aiSdkModel with instructions', () => {
+  let rt: TestRuntime | null = null
+  afterEach(async () => {
+    await rt?.cleanup()
+    rt = null
+  })
+
+  it("should send a directive's instructions as the system message of every call, before the conversation", async () => {
+    const noop = defineTool({ name: 'noop', description: 'Does nothing', input: z.object({}), idempotent: true, execute: () => 'ok' })
+    rt = await createTestRuntime({ model: adapter(), tools: [noop] })
+    server.requests.length = 0
+    server.push({ kind: 'toolCalls', calls: [{ id: 'call_1', name: 'noop', arguments: {} }] }, { kind: 'text', text: 'done' })
+    const thread = await rt.spawn({ directive: { name: 'terse', prompt: 'Find X', instructions: 'You answer in one word.' } })
+    expect(await thread.done).toMatchObject({ status: 'completed', result: 'done' })
+    expect(server.requests).toHaveLength(2)
+    for (const request of server.requests) {
+      expect(request.body.messages[0]).toEqual({ role: 'system', content: 'You answer in one word.' })
+      expect(request.body.messages[1]).toEqual({ role: 'user', content: 'Find X' })
+      expect(request.body.messages.filter((m: { role: string }) => m.role === 'system')).toHaveLength(1)
+    }
+  })
+})

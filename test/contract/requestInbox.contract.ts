@@ -138,6 +138,18 @@ export function requestInboxContract(name: string, create: () => RequestInboxBac
         expect(inbox.waiting(A, 'cancel')).toBe(false)
       }))
 
+      it('should hand out no request claimed by a process that still runs as abandoned, and no claim twice', withInbox(({ inbox, leave }) => {
+        expect(inbox.abandoned()).toEqual([])
+        leave(A, 'cancel', { nonce: 'n-a' })
+        leave(B, 'resume', { nonce: 'n-b' })
+        const claims = [inbox.claim(A, 'cancel')!, inbox.claim(B, 'resume')!]
+        // Claimed by this process, which runs: not abandoned, however long it takes to act.
+        expect(inbox.abandoned()).toEqual([])
+        for (const claimed of claims) inbox.honour(claimed)
+        expect(inbox.abandoned()).toEqual([])
+        expect(inbox.claim(A, 'cancel')).toBeNull()
+      }))
+
       it('should find cancel requests of threads nobody here runs, and set a stray aside unclaimed', withInbox(({ inbox, leave }) => {
         leave(A, 'cancel', { nonce: 'n-a' })
         leave(B, 'cancel', { nonce: 'n-b' })

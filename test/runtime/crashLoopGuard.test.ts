@@ -159,4 +159,34 @@ describe('crash-loop probation', () => {
     guard.close()
     expect(timers.map((t) => t.cleared)).toEqual([true, true])
   })
+
+  it('should let a waiting thread that stopped or was cancelled go at once, a suspect uncounted, while the first suspect still runs alone', async () => {
+    // t0 runs alone; t1 and t2 wait their turn. t1 is cancelled with children to settle, t2 stops.
+    const registry = registryWith({ [id('t0')]: 1, [id('t1')]: 1, [id('t2')]: 1 })
+    const guard = new CrashLoopGuard(registry, 3, (error) => {
+      throw error
+    })
+    guard.begin()
+    for (const t of [id('t0'), id('t1'), id('t2')]) guard.assess(t, RUNNING_TOOL, [], SEQ)
+    const turns = [id('t0'), id('t1'), id('t2')].map((t) => guard.waitTurn(t))
+    guard.flush()
+    expect(await Promise.all(turns.map(settled))).toEqual([true, false, false])
+
+    guard.progressed(id('t1'), 'cancelling')
+    guard.stopped(id('t2'))
+
+    // Both are let go before t0 takes a step, and what t1 runs next (settling its children) waits for nobody.
+    expect(await Promise.all(turns.map(settled))).toEqual([true, true, true])
+    expect(guard.waitTurn(id('t1'))).toBeDefined()
+    expect(await settled(guard.waitTurn(id('t1')))).toBe(true)
+    // t0 alone is still on probation: an ordinary thread's effect waits, until that thread is cancelled.
+    const bystander = guard.waitTurn(id('b'))
+    expect(await settled(bystander)).toBe(false)
+    guard.progressed(id('b'), 'cancelling')
+    expect(await settled(bystander)).toBe(true)
+    // Neither was counted: a death from now on is no evidence against them.
+    expect(registry.recoveryCount(id('t1'))).toEqual({ count: 1, seq: SEQ })
+    expect(registry.recoveryCount(id('t2'))).toEqual({ count: 1, seq: SEQ })
+    guard.close()
+  })
 })
