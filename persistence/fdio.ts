@@ -49,9 +49,10 @@ export class NotRegularFile extends Error {
 /**
  * Opens `file`, which must be a regular file, non-blocking: a FIFO put in its place would otherwise
  * block the open or the first read, and with it the whole process. Throws NotRegularFile (the
- * descriptor closed) when it is not one; other fs errors as they come.
+ * descriptor closed) when it is not one; other fs errors as they come. `dev` and `ino` say which
+ * file it is, for a caller that must find the same one again.
  */
-export function openRegular(file: string, flags: number): { fd: number; size: number } {
+export function openRegular(file: string, flags: number): { fd: number; size: number; dev: number; ino: number } {
   let fd: number
   try {
     fd = fs.openSync(file, flags | fs.constants.O_NONBLOCK)
@@ -64,7 +65,7 @@ export function openRegular(file: string, flags: number): { fd: number; size: nu
     fs.closeSync(fd)
     throw new NotRegularFile(file, stat.isDirectory() ? 'a directory' : 'a FIFO, socket or device')
   }
-  return { fd, size: stat.size }
+  return { fd, size: stat.size, dev: stat.dev, ino: stat.ino }
 }
 
 /** A small file (configuration, a request) that is larger than its readers allow. */

@@ -26,6 +26,7 @@
 import type { SuspendReason } from '../machines/threadContext.js'
 import { SpindleError } from '../src/base/errors.js'
 import { Rounds } from './rounds.js'
+import { isDescriptorShortage } from './storageFailure.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
 export { FAILED_ROUND_BACKOFF_MAX_MS } from './rounds.js'
@@ -270,6 +271,9 @@ export class GroupCommit {
       for (const id of staged) if (!this.discarded.has(id)) this.staged.add(id)
       this.restorePatches(patches)
       for (const id of statusChanged) if (patches.has(id) && !this.settling.has(id)) this.statusChanged.add(id)
+      // Short of descriptors (a state.json's temp file, a folder to fsync): the transcripts' idle
+      // ones go first, so that what this process holds itself never keeps checkpoints from being written.
+      if (isDescriptorShortage(error)) this.parts.transcripts.releaseDescriptors?.()
       if (this.checkpoint.failures === 0) this.onBackgroundError(error)
       throw error
     } finally {

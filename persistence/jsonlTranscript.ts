@@ -1,13 +1,14 @@
 /**
  * transcript.jsonl per thread: append-only, one hash-chained entry per line. Side effects.
  *
- * Caveats: one writer per data directory (nothing locks the files); an open thread holds one file
- * descriptor until it is closed; a transcript is read into memory whole when opened without a
- * position, so very long transcripts should be opened from their checkpoint's position.
+ * Caveats: one writer per data directory (nothing locks the files); a transcript is read into
+ * memory whole when opened without a position, so very long transcripts should be opened from
+ * their checkpoint's position.
  *
- * This module is the store's bookkeeping: the files it holds open, what each sync covers, the
+ * This module is the store's bookkeeping: the threads it has open, what each sync covers, the
  * journal. The work on one file (opening it, checking its anchor, setting bytes aside, bytes
- * another writer appended) is in transcriptFile.ts.
+ * another writer appended) is in transcriptFile.ts; the descriptors it holds on the files, bounded,
+ * and what each one's lines wait for, in transcriptDescriptors.ts and descriptorPool.ts.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -22,8 +23,21 @@ import { recordIdentity } from './journalFiles.js'
 import type { SkippedJournal } from './journalFiles.js'
 import { eachLimited, poolShare } from './poolShare.js'
 import { fdatasync, readRange, writeAll } from './fdio.js'
-import type { ForeignTail, OpenFile } from './transcriptFile.js'
-import { checkAnchor, corrupt, isNoEntry, NOFOLLOW, notOpen, OPEN_EXISTING, openTranscript, saveTorn, settleForeignTail } from './transcriptFile.js'
+import { defaultMaxOpenTranscripts } from './descriptorPool.js'
+import { TranscriptDescriptors } from './transcriptDescriptors.js'
+import type { ForeignTail, Handle, OpenFile } from './transcriptFile.js'
+import {
+  checkAnchor,
+  corrupt,
+  isNoEntry,
+  NOFOLLOW,
+  notOpen,
+  OPEN_EXISTING,
+  openTranscript,
+  reopenTranscript,
+  saveTorn,
+  settleForeignTail,
+} from './transcriptFile.js'
 import type { Durability, TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from './types.js'
 import { EMPTY_POSITION } from './types.js'
 
@@ -48,10 +62,20 @@ export interface JsonlTranscriptOptions {
    * opened (see `append`): they were moved aside to `savedTo` and cut off before its next line.
    */
   onForeignTail?: (found: ForeignTail) => void
+  /**
+   * Most descriptors the store keeps open on the transcripts of open threads (default: a quarter of
+   * the process's descriptor limit, from 16 to 4096; see defaultMaxOpenTranscripts). A thread whose
+   * file is not among them (the least recently written are closed first) has it opened again at
+   * its next append. Files closed with lines not yet fdatasynced stay open until they are, at most
+   * as many again (see descriptorPool.ts).
+   */
+  maxOpen?: number
 }
 
 /**
- * Opens, appends to and syncs `transcript.jsonl` files, one file descriptor per open thread.
+ * Opens, appends to and syncs `transcript.jsonl` files, keeping at most `maxOpen` descriptors open
+ * however many threads are open (see descriptorPool.ts): a thread's file is opened again when it is
+ * appended to after its descriptor was given up, at the position the store knows (nothing is read).
  *
  * `append` hands each line to the OS with one `writeSync` (it survives a process crash when it
  * returns). With durability 'fsync', `sync()` makes every line appended so far survive power loss
@@ -74,12 +98,8 @@ export interface JsonlTranscriptOptions {
 export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): TranscriptStore {
   const { paths, durability } = options
   const files = new Map<string, OpenFile>()
-  // Only tracked with durability 'fsync': with 'process' there is nothing for sync() to do.
-  // Files appended to since their last fdatasync.
-  let dirty = new Set<OpenFile>()
-  // Closed files whose appends only the journal holds: the next files sync fdatasyncs and closes them.
-  let closing = new Set<OpenFile>()
   let newDirs = new Set<string>()
+  // Open threads whose file failed an fdatasync (sticky until the thread is closed).
   const failed = new Set<OpenFile>()
   const inFlight = new Set<Promise<unknown>>()
   const dirsInFlight = new Set<Promise<unknown>>()
@@ -93,9 +113,14 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
 
   const fileOf = (threadId: string): string => threadFile(paths, threadId, TRANSCRIPT_FILE)
 
+  const descriptors = new TranscriptDescriptors(options.maxOpen ?? defaultMaxOpenTranscripts(), {
+    sync: (handle) => syncFile(handle),
+    syncFailed: (open, error) => void fileSyncFailed(open, error),
+  })
+
   function openOrNull(file: string): number | null {
     try {
-      return openTranscript(file, OPEN_EXISTING)
+      return descriptors.opening(() => openTranscript(file, OPEN_EXISTING))
     } catch (error) {
       if (isNoEntry(error)) return null
       throw error
@@ -110,7 +135,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     const dir = path.dirname(file)
     // `known`: open() checked the folder a moment ago when it exists; a missing one is made here.
     const { made } = assertThreadDir(paths, threadId, { create: true, known: true })
-    const fd = openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT)
+    const fd = descriptors.opening(() => openTranscript(file, OPEN_EXISTING | fs.constants.O_CREAT))
     if (durability === 'fsync') {
       // A new file's name is durable once its directory is fsynced; a new directory's name once
       // its parent is. sync() does both, once per batch.
@@ -121,36 +146,55 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
   }
 
   function register(threadId: string, file: string, fd: number, position: TranscriptPosition, inherited = true): void {
-    files.set(threadId, { threadId, file, fd, position, syncing: 0, closed: false, syncError: null, appendError: null, identity: null, inherited })
+    const open: OpenFile = { threadId, file, position, handle: null, inode: null, closed: false, syncError: null, appendError: null, identity: null, inherited }
+    files.set(threadId, open)
+    // A descriptor the prefetch opened counts from here: room is made now (a no-op after `opening`).
+    descriptors.adoptOpened(open, fd)
   }
 
-  /** fdatasyncs one file; the caller has counted it in `open.syncing` (see the files sync). */
-  async function syncFile(open: OpenFile): Promise<void> {
+  /** A file's fdatasync failed (through any of its descriptors): sticky, see below. */
+  function fileSyncFailed(open: OpenFile, error: unknown): Error {
+    // Sticky: after a failed fsync the kernel may have dropped the dirty pages and a retry can
+    // succeed without them, so no later sync may vouch for this file (the PostgreSQL "fsyncgate").
+    const cause = error as NodeJS.ErrnoException
+    open.syncError ??= Object.assign(new Error(`fdatasync of ${open.file} failed: ${cause.message}`, { cause }), {
+      code: cause.code,
+      path: open.file,
+    })
+    // An open file stays failed until it is closed (every files sync reports it); a closed one
+    // is reported by this round only. Either way `pinned` keeps the journal's copy of its lines.
+    if (!open.closed) failed.add(open)
+    // And the journal keeps every epoch from here on: it may hold the only durable copy of lines
+    // this file dropped, whatever later syncs of other files (or of this one, closed) report.
+    if (journal) pinned ??= open.syncError
+    return open.syncError
+  }
+
+  /** fdatasyncs one descriptor; the caller has counted it in `handle.syncing` (see the files sync). */
+  async function syncFile(handle: Handle): Promise<void> {
+    const open = handle.owner
     try {
       // Never retried: a retry can succeed without the pages the failed one dropped.
       if (open.syncError) throw open.syncError
-      await fdatasync(open.fd)
+      // A retired descriptor takes no more lines: the fdatasync started when the pool gave it up
+      // covers them all. A second one could report success where that one failed (the error is
+      // reported once per open file).
+      const started = handle.flushing
+      if (started) await started
+      else await fdatasync(handle.fd)
     } catch (error) {
       if (error === open.syncError) throw error
-      // Sticky: after a failed fsync the kernel may have dropped the dirty pages and a retry can
-      // succeed without them, so no later sync may vouch for this file (the PostgreSQL "fsyncgate").
-      const cause = error as NodeJS.ErrnoException
-      open.syncError ??= Object.assign(new Error(`fdatasync of ${open.file} failed: ${cause.message}`, { cause }), {
-        code: cause.code,
-        path: open.file,
-      })
-      // An open file stays failed until it is closed (every files sync reports it); a closed one
-      // is reported by this round only. Either way `pinned` keeps the journal's copy of its lines.
-      if (!open.closed) failed.add(open)
-      // And the journal keeps every epoch from here on: it may hold the only durable copy of lines
-      // this file dropped, whatever later syncs of other files (or of this one, closed) report.
-      if (journal) pinned ??= open.syncError
-      throw open.syncError
+      throw fileSyncFailed(open, error)
     } finally {
-      open.syncing--
-      // A closed file waiting in `closing` is the next files sync's to fdatasync, then close.
-      if (open.closed && open.syncing === 0 && !closing.has(open)) fs.close(open.fd, () => {})
+      descriptors.syncEnded(handle)
     }
+  }
+
+  /** fsyncs directories, a bounded number at a time; rejects with the first failure once all were tried. */
+  async function syncDirs(dirs: readonly string[]): Promise<void> {
+    const errors: unknown[] = []
+    await eachLimited(dirs, poolShare(), (dir) => syncDir(dir).catch((error: unknown) => void errors.push(error)))
+    if (errors.length > 0) throw errors[0]
   }
 
   async function syncDir(dir: string): Promise<void> {
@@ -169,21 +213,24 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
     forgetThreadDir(paths, threadId)
     failed.delete(open)
     open.closed = true
-    const wasDirty = dirty.delete(open)
+    // A descriptor the pool gave up earlier with unsynced appends waits for a files sync as it did.
+    const released = descriptors.release(open)
+    if (!released) return
+    const { handle, dirty: wasDirty } = released
     if (wasDirty && journal) {
       // The journal holds its appends: the next files sync fdatasyncs the file, then closes it.
-      closing.add(open)
+      descriptors.closeAfterSync(handle)
       return
     }
     try {
       // A thread closed between an append and the next sync is made durable here instead.
       if (wasDirty) {
-        fs.fdatasyncSync(open.fd)
+        fs.fdatasyncSync(handle.fd)
         if (newDirs.has(path.dirname(open.file))) for (const dir of newDirs) fsyncDirSync(dir)
       }
     } finally {
       // An fdatasync still running on the threadpool closes the fd when it finishes.
-      if (open.syncing === 0) fs.closeSync(open.fd)
+      if (handle.syncing === 0) descriptors.close(handle)
     }
   }
 
@@ -197,7 +244,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       const file = fileOf(threadId)
       const start = from ?? EMPTY_POSITION
       // The folder is checked once here, when the thread's file is opened (a prefetched descriptor
-      // comes from a folder the reading worker checked the same way): appends go to the descriptor.
+      // comes from a folder the reading worker checked the same way): appends go to the descriptor,
+      // or to the same file opened again (reopenTranscript checks it is the same).
       const fd = read ? ('fd' in read ? read.fd : null) : assertThreadDir(paths, threadId, { writes: true }).missing ? null : openOrNull(file)
       if (fd === null) {
         if (start.seq > 0) {
@@ -269,22 +317,24 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           'has an incomplete line from a failed append that could not be cut off. Close the thread and open it again to recover.',
         )
       }
+      const handle = descriptors.of(open, () => reopenTranscript(open, durability === 'fsync', options.onForeignTail))
+      const fd = handle.fd
       // Read before the line is written: a failing fstat must not leave a line the journal lacks.
-      const identity = journal ? (open.identity ??= recordIdentity(open.fd, paths.journal)) : null
+      const identity = journal ? (open.identity ??= recordIdentity(fd, paths.journal)) : null
       // One fstat per line, for files this store did not create: a new file has had no other writer.
-      if (open.inherited) settleForeignTail(open, durability === 'fsync', options.onForeignTail)
+      if (open.inherited) settleForeignTail(open, fd, durability === 'fsync', options.onForeignTail)
       const encoded = encodeEntry(open.position, type, data, ts)
       const entry = encoded.entry
       // Written as a string (no Buffer per line); a short write, if any, is finished from bytes.
       const length = Buffer.byteLength(encoded.line, 'utf8')
       try {
-        const written = fs.writeSync(open.fd, encoded.line)
-        if (written < length) writeAll(open.fd, Buffer.from(encoded.line, 'utf8').subarray(written))
+        const written = fs.writeSync(fd, encoded.line)
+        if (written < length) writeAll(fd, Buffer.from(encoded.line, 'utf8').subarray(written))
       } catch (error) {
         // A partial write (ENOSPC, EIO) would leave half a line that the next append lands after,
         // which reads back as real damage rather than a torn tail. Cut it off now.
         try {
-          fs.ftruncateSync(open.fd, open.position.bytes)
+          fs.ftruncateSync(fd, open.position.bytes)
         } catch (cutError) {
           open.appendError = cutError
         }
@@ -292,7 +342,7 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
       if (journal && identity) journal.add(threadId, identity, open.position.bytes, encoded.line)
       open.position = { seq: entry.seq, hash: entry.hash, bytes: open.position.bytes + length }
-      if (durability === 'fsync') dirty.add(open)
+      if (durability === 'fsync') descriptors.appended(handle)
       return entry
     },
 
@@ -306,7 +356,9 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       if (durability !== 'fsync') return
       const dirs = [...newDirs]
       newDirs = new Set()
-      const dirSyncs: Promise<unknown>[] = dirs.map(syncDir)
+      // A bounded number at a time, as the files are: a burst of new threads must not open a
+      // descriptor per new folder at once (a spawn of thousands would run out of them).
+      const dirSyncs: Promise<unknown>[] = dirs.length === 0 ? [] : [syncDirs(dirs)]
       for (const d of dirSyncs) {
         dirsInFlight.add(d)
         void d.then(
@@ -324,18 +376,23 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         // The named threads' own files, whatever they hold: their state.json is about to point
         // into them. Out of `dirty` (a files sync in flight or to come waits for this one before
         // it deletes a journal epoch, as for one of its own: it is in `inFlight`), no rotation.
-        const wanted = new Set(options.threads)
-        const batch = options.threads.flatMap((id) => files.get(id) ?? [])
-        for (const open of closing) if (wanted.has(open.threadId)) batch.push(open)
-        for (const open of batch) {
-          dirty.delete(open)
-          closing.delete(open)
-          open.syncing++
+        // A thread whose descriptor the pool gave up is not opened again (that would take
+        // descriptors past the pool's bound): its lines are durable already, or wait in a retired
+        // descriptor (taken here), or in one a sync under way fdatasyncs — that sync is waited for.
+        const current: Handle[] = []
+        let givenUp = false
+        for (const id of options.threads) {
+          const open = files.get(id)
+          if (!open) continue
+          if (open.handle) current.push(open.handle)
+          else givenUp = true
         }
-        earlier = [...dirsInFlight].filter((d) => !dirSyncs.includes(d))
+        const batch = [...current, ...descriptors.takeThreads(new Set(options.threads), current)]
+        for (const handle of batch) handle.syncing++
+        earlier = [...dirsInFlight].filter((d) => !dirSyncs.includes(d)).concat(givenUp ? earlier : [])
         const errors: unknown[] = []
         parts = [
-          eachLimited(batch, poolShare(), (open) => syncFile(open).catch((error: unknown) => void errors.push(error))).then(() => {
+          eachLimited(batch, poolShare(), (handle) => syncFile(handle).catch((error: unknown) => void errors.push(error))).then(() => {
             if (errors.length > 0) throw errors[0]
           }),
         ]
@@ -358,19 +415,17 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
         ]
       } else {
         // Cleared first: appends made while these fdatasyncs run belong to the next sync.
-        const batch = [...dirty, ...closing]
-        dirty = new Set()
-        closing = new Set()
+        const batch = descriptors.takeBatch()
         // Records added from here on go to a new epoch; the ones before are deleted once these
         // fdatasyncs succeed.
         finish = ownJournal ? ownJournal.rotate() : null
         // Counted now, not when each fdatasync starts: a bounded number run at once, and a thread
         // closed meanwhile must find its descriptor still held (close leaves a counted fd open).
-        for (const open of batch) open.syncing++
+        for (const handle of batch) handle.syncing++
         // Every file is tried, whatever fails: a failure stays with its file (see syncFile).
         const errors: unknown[] = []
         parts = [
-          eachLimited(batch, poolShare(), (open) => syncFile(open).catch((error: unknown) => void errors.push(error))).then(() => {
+          eachLimited(batch, poolShare(), (handle) => syncFile(handle).catch((error: unknown) => void errors.push(error))).then(() => {
             if (errors.length > 0) throw errors[0]
           }),
         ]
@@ -435,6 +490,10 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       }
     },
 
+    releaseDescriptors(): number {
+      return descriptors.shed()
+    },
+
     close,
 
     closeAll(): void {
@@ -446,23 +505,22 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
           first ??= error
         }
       }
-      // Files closed after their last files sync: made durable here, so the journal can go.
+      // Descriptors retired after their last files sync: made durable here, so the journal can go.
       let undecided = false
-      for (const open of [...closing]) {
-        closing.delete(open)
+      for (const handle of descriptors.takeClosing()) {
         try {
-          if (open.syncError) throw open.syncError
-          if (open.syncing > 0) {
+          if (handle.owner.syncError) throw handle.owner.syncError
+          if (handle.syncing > 0) {
             // Still being fdatasynced on the pool: it closes itself when that ends, and the
             // journal stays, since this cannot wait for the outcome.
             undecided = true
             continue
           }
-          fs.fdatasyncSync(open.fd)
+          fs.fdatasyncSync(handle.fd)
         } catch (error) {
           first ??= error
         } finally {
-          if (open.syncing === 0) fs.closeSync(open.fd)
+          if (handle.syncing === 0) descriptors.close(handle)
         }
       }
       try {

@@ -31,16 +31,26 @@ export const NOFOLLOW = fs.constants.O_NOFOLLOW ?? 0
  */
 export const OPEN_EXISTING = fs.constants.O_RDWR | fs.constants.O_APPEND | NOFOLLOW
 
-/** A transcript the store holds open: its descriptor, and what the store's appends and syncs know of it. */
+/**
+ * A transcript the store holds open (from `open` to `close`): where this store's appends go, and
+ * what its syncs know of the file. Its descriptor comes and goes (see `handle`).
+ */
 export interface OpenFile {
   threadId: string
   file: string
-  fd: number
   position: TranscriptPosition
-  /** fdatasyncs in flight on `fd`: `close` leaves the fd open until they finish. */
-  syncing: number
+  /**
+   * The descriptor the store holds on the file now, or null: the store's pool gave it up (the
+   * least recently used go first), and the next append opens the file again.
+   */
+  handle: Handle | null
+  /**
+   * The file's device and inode, read when its first descriptor is given up: a descriptor opened
+   * again must reach this very file (null until then).
+   */
+  inode: { dev: number; ino: number } | null
   closed: boolean
-  /** The first fdatasync failure; sticky, see the store's `sync`. */
+  /** The first fdatasync failure, of any of its descriptors; sticky, see the store's `sync`. */
   syncError: Error | null
   /** A failed append whose partial line could not be cut off: the end of the file is unknown. */
   appendError: unknown
@@ -51,6 +61,23 @@ export interface OpenFile {
    * thread before may still write a line into it (see the store's `append`).
    */
   inherited: boolean
+}
+
+/**
+ * One descriptor on a transcript. It outlives its thread's use of it while an fdatasync needs it: a
+ * descriptor is closed only once every line written through it is durable or handed to a sync,
+ * never under a queued fdatasync (whose descriptor number could by then name another file).
+ */
+export interface Handle {
+  fd: number
+  /** The thread file it was opened on; a failed fdatasync is the file's, not the descriptor's. */
+  owner: OpenFile
+  /** fdatasyncs in flight (or queued) on `fd`: it stays open until they finish. */
+  syncing: number
+  /** No longer its thread's descriptor (closed, or given up by the pool): closed once nothing needs it. */
+  retired: boolean
+  /** The fdatasync started when the pool gave it up (a retired descriptor takes no more lines). */
+  flushing?: Promise<void>
 }
 
 /** TRANSCRIPT_CORRUPT for `file`, with `message` saying what is wrong and what to do. */
@@ -68,8 +95,13 @@ function notAFile(file: string, what = 'a directory'): SpindleError {
  * or a symlink at its name, as the thread's damage.
  */
 export function openTranscript(file: string, flags: number): number {
+  return openTranscriptFile(file, flags).fd
+}
+
+/** `openTranscript`, with the file's size, device and inode as the open found them. */
+function openTranscriptFile(file: string, flags: number): { fd: number; size: number; dev: number; ino: number } {
   try {
-    return openRegular(file, flags).fd
+    return openRegular(file, flags)
   } catch (error) {
     if (error instanceof NotRegularFile) throw notAFile(file, error.kind)
     if (notRegularReason(error) === 'a symbolic link') {
@@ -82,6 +114,46 @@ export function openTranscript(file: string, flags: number): number {
         { target },
       )
     }
+    throw error
+  }
+}
+
+/**
+ * Opens again a transcript whose descriptor the store's pool gave up, to append where the store's
+ * last line ended. Nothing is read or verified again (the store knows its position): the file must
+ * be the one it was (same device and inode) and must end there. Bytes past that end go through
+ * settleForeignTail, as before every line of an inherited file; a file that was removed, replaced,
+ * or is shorter is damage (TRANSCRIPT_CORRUPT), and nothing is written to it. Errors of the open
+ * itself (EMFILE) are thrown as they come.
+ */
+export function reopenTranscript(open: OpenFile, fsync: boolean, onForeignTail?: (found: ForeignTail) => void): number {
+  let opened: { fd: number; size: number; dev: number; ino: number }
+  try {
+    opened = openTranscriptFile(open.file, OPEN_EXISTING)
+  } catch (error) {
+    if (!isNoEntry(error)) throw error
+    throw corrupt(
+      open.file,
+      open.threadId,
+      `was removed while its thread ran (this process had written ${open.position.seq} entries, ${open.position.bytes} bytes, to it): nothing more is written. ` +
+        'Restore the file from a backup; without it the thread cannot be rebuilt.',
+      { seq: open.position.seq, bytes: open.position.bytes },
+    )
+  }
+  try {
+    if (open.inode && (opened.dev !== open.inode.dev || opened.ino !== open.inode.ino)) {
+      throw corrupt(
+        open.file,
+        open.threadId,
+        'is no longer the file this process wrote to (another file is at its name, or its folder was swapped for another): nothing was written to it. ' +
+          'Find out who replaced it; put the thread\'s own transcript back, or inspect what is there with readThreadFiles() from the spindle API.',
+        { seq: open.position.seq, bytes: open.position.bytes },
+      )
+    }
+    if (opened.size !== open.position.bytes) settleForeignTail(open, opened.fd, fsync, onForeignTail, opened.size)
+    return opened.fd
+  } catch (error) {
+    fs.closeSync(opened.fd)
     throw error
   }
 }
@@ -176,8 +248,7 @@ export function saveTorn(fd: number, file: string, offset: number, length: numbe
  * from a writer ahead of it: this store is the one that lost the thread, and writes nothing
  * (LEASE_LOST). Anything else is left as it is (TRANSCRIPT_CORRUPT).
  */
-export function settleForeignTail(open: OpenFile, fsync: boolean, onForeignTail?: (found: ForeignTail) => void): void {
-  const size = fs.fstatSync(open.fd).size
+export function settleForeignTail(open: OpenFile, fd: number, fsync: boolean, onForeignTail?: (found: ForeignTail) => void, size = fs.fstatSync(fd).size): void {
   if (size === open.position.bytes) return
   if (size < open.position.bytes) {
     throw corrupt(
@@ -188,7 +259,7 @@ export function settleForeignTail(open: OpenFile, fsync: boolean, onForeignTail?
       { bytes: open.position.bytes, size },
     )
   }
-  const tail = readRange(open.fd, open.position.bytes, size)
+  const tail = readRange(fd, open.position.bytes, size)
   const seqs = tail
     .toString('utf8')
     .split('\n')
@@ -210,7 +281,7 @@ export function settleForeignTail(open: OpenFile, fsync: boolean, onForeignTail?
       { seq: open.position.seq, bytes: open.position.bytes, size },
     )
   }
-  const savedTo = saveTorn(open.fd, open.file, open.position.bytes, tail.length, fsync)
-  fs.ftruncateSync(open.fd, open.position.bytes)
+  const savedTo = saveTorn(fd, open.file, open.position.bytes, tail.length, fsync)
+  fs.ftruncateSync(fd, open.position.bytes)
   onForeignTail?.({ threadId: open.threadId, file: open.file, offset: open.position.bytes, bytes: tail.length, savedTo })
 }

@@ -119,6 +119,14 @@ export interface TranscriptOpenResult {
   stale?: Array<{ offset: number; bytes: number; seq: number }>
 }
 
+/**
+ * Transcripts, one per thread, append-only and hash-chained.
+ *
+ * Any number of threads may be open at once, whatever the process's descriptor limit: a backend
+ * bounds the descriptors it holds however many threads are open (the file backend keeps at most
+ * `maxOpen`, and opens a thread's file again at its next append, where it left off), so a host runs
+ * as many live threads as its memory allows.
+ */
 export interface TranscriptStore {
   /**
    * Open a thread's transcript for appending. Without `from`, a missing transcript is created
@@ -151,6 +159,12 @@ export interface TranscriptStore {
   settleJournals?(mayWriteBack?: (threadId: string) => boolean): Promise<{ removed: string[]; kept: string[] }>
   /** Read and verify a transcript without opening it for append. */
   read(threadId: string): { entries: TranscriptEntry[]; torn: { bytes: number } | null; stale?: TranscriptOpenResult['stale'] }
+  /**
+   * The process is short of file descriptors: gives up those the store holds that nothing needs
+   * now (threads stay open; their files are opened again at their next append). Returns how many
+   * it closed. Backends without files leave it out.
+   */
+  releaseDescriptors?(): number
   close(threadId: string): void
   closeAll(): void
 }

@@ -60,6 +60,7 @@ export const SPINDLE_ERROR_CODES = [
   'CRASH_LOOP_PROBATION_ENDED',
   'WAIT_CYCLE',
   'STORAGE_FAILED',
+  'DESCRIPTORS_EXHAUSTED',
 ] as const
 
 export type SpindleErrorCode = (typeof SPINDLE_ERROR_CODES)[number]

@@ -37,6 +37,13 @@ export interface RuntimeOptions {
   durability?: Durability
   /** 'file' (default) or 'memory': nothing on disk, for tests and benchmarks. */
   store?: 'file' | 'memory'
+  /**
+   * Most transcript files kept open at once (default: a quarter of the process's descriptor limit,
+   * from 16 to 4096). A live thread's file is opened again when it writes after its descriptor was
+   * given up (the least recently written go first), so this bounds descriptors, not threads; files
+   * given up are closed once their lines are fdatasynced (at most as many again meanwhile).
+   */
+  maxOpenTranscripts?: number
   /** Carry unfinished threads on when the runtime opens (default true). */
   recover?: boolean
   /** Limits for threads that do not set their own, over config/defaults.yaml's `limits`. null is unlimited. */
@@ -92,10 +99,12 @@ export type LifecycleEvent =
   | { type: 'thread_crashed'; at: number; threadId: string; error: { code: string; message: string } }
   | { type: 'thread_restarted'; at: number; threadId: string; crashed: string; restartsInWindow: number }
   /**
-   * A write of the thread's failed for want of storage (a full disk, an I/O error): it is parked at
-   * its last recorded input and tried again by itself, backing off (`thread_unparked` when it goes on).
+   * A write of the thread's failed for want of storage (a full disk, an I/O error: STORAGE_FAILED;
+   * no file descriptors left: DESCRIPTORS_EXHAUSTED): it is parked at its last recorded input and
+   * tried again by itself, backing off (`thread_unparked` when it goes on). Short of descriptors, it
+   * stops trying after a minute (its `done` rejects with DESCRIPTORS_EXHAUSTED).
    */
-  | { type: 'thread_parked'; at: number; threadId: string; error: { code: 'STORAGE_FAILED'; message: string } }
+  | { type: 'thread_parked'; at: number; threadId: string; error: { code: 'STORAGE_FAILED' | 'DESCRIPTORS_EXHAUSTED'; message: string } }
   /** A parked thread's disk took writes again: it goes on from where it was parked. */
   | { type: 'thread_unparked'; at: number; threadId: string; since: number; attempts: number }
   | { type: 'supervision_gave_up'; at: number; threadIds: string[]; crashed: string; report: string }

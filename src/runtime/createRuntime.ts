@@ -60,6 +60,12 @@ function validateOptions(options: RuntimeOptions): Durability {
       details: { field: 'durability' },
     })
   }
+  const max = options.maxOpenTranscripts
+  if (max !== undefined && (!Number.isInteger(max) || max < 1)) {
+    throw new SpindleError('INVALID_OPTIONS', `maxOpenTranscripts must be a whole number of at least 1 (got ${JSON.stringify(max)}).`, {
+      details: { field: 'maxOpenTranscripts' },
+    })
+  }
   return durability
 }
 
@@ -78,7 +84,12 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   // Stores report through ports bound to parts built below: called only once the runtime runs.
   let parts: Parts | undefined
   const stores = openStores(
-    { dir: options.dir, durability, ...(options.store ? { store: options.store } : {}) },
+    {
+      dir: options.dir,
+      durability,
+      ...(options.store ? { store: options.store } : {}),
+      ...(options.maxOpenTranscripts !== undefined ? { maxOpenTranscripts: options.maxOpenTranscripts } : {}),
+    },
     {
       problem: (error, threadId) => bus.report(error, threadId),
       folderInvalid: (threadId, error) => parts?.reactions.folderInvalid(threadId, error),

@@ -53,7 +53,7 @@ export interface StorePorts {
   folderInvalid(threadId: string, error: SpindleError): void
 }
 
-export function openStores(options: { dir: string; durability: Durability; store?: 'file' | 'memory' }, ports: StorePorts): Stores {
+export function openStores(options: { dir: string; durability: Durability; store?: 'file' | 'memory'; maxOpenTranscripts?: number }, ports: StorePorts): Stores {
   const { durability } = options
   const paths = dataPaths(options.dir)
   const close = (stores: Omit<Stores, 'close' | 'root' | 'shared' | 'folders' | 'inbox'>) => (): void => {
@@ -86,6 +86,7 @@ export function openStores(options: { dir: string; durability: Durability; store
     transcripts: createJsonlTranscriptStore({
       paths,
       durability,
+      ...(options.maxOpenTranscripts !== undefined ? { maxOpen: options.maxOpenTranscripts } : {}),
       onJournalSkipped: ({ file, reason }) =>
         ports.problem(
           new SpindleError('JOURNAL_UNREADABLE', `Skipped ${file} in the transcript journal: ${reason}. Threads open without whatever it holds; move it out of ${paths.journal} (if it is a journal spindle wrote, make it readable and open the directory again).`, {

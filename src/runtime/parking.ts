@@ -1,12 +1,21 @@
 /**
  * Storage parking: a thread whose write failed for want of storage (a full disk, an I/O error, a
- * file system gone read-only) is parked at its last recorded input and tried again later, backing
- * off, outside its supervisor's restart intensity. A cancel that reaches a parked thread waits
- * with it and is delivered as soon as it can write again. Owns the retry timers.
+ * file system gone read-only, no file descriptors left) is parked at its last recorded input and
+ * tried again later, backing off, outside its supervisor's restart intensity. A cancel that
+ * reaches a parked thread waits with it and is delivered as soon as it can write again. Owns the
+ * retry timers.
+ *
+ * A full disk is waited out however long it lasts: someone is told to free space, and a thread
+ * has nowhere better to be. A descriptor shortage is not: the limit it hits is the process's, set
+ * when it started, and every thread parked on it would try again forever. So after
+ * DESCRIPTOR_GIVE_UP_MS of it a thread stops here (its `done` rejects with DESCRIPTORS_EXHAUSTED,
+ * its lease goes), holding nothing, at its last durable step: `rt.recover()` or the next runtime
+ * carries it on.
  */
 import type { Clock } from '../base/clock.js'
 import { threadMachine } from '../../machines/thread.machine.js'
-import { isStorageFailure, storageFailureOf, threadParked } from '../../persistence/storageFailure.js'
+import { DESCRIPTOR_GIVE_UP_MS, isStorageFailure, storageFailureOf, threadParked, threadStoppedForDescriptors } from '../../persistence/storageFailure.js'
+import type { StorageShortage } from '../../persistence/storageFailure.js'
 import type { LiveThread } from '../thread/liveThread.js'
 import type { Emitter, Lifecycle, Reporter } from './events.js'
 import type { ThreadTable } from './threadTable.js'
@@ -31,6 +40,11 @@ interface Episode {
   attempts: number
   since: number
   errno: string
+  /** What the last failure lacked, and since when failures have lacked it without a break. */
+  shortage: StorageShortage
+  shortSince: number
+  /** The last failure (for the report of a thread that stops for want of descriptors). */
+  error: unknown
   cancel?: { reason: string; by: string }
 }
 
@@ -53,17 +67,18 @@ export class Parking {
     const episode = this.episodes.get(thread.id)
     if (episode && episode.timer !== null) return
     const attempts = (episode?.attempts ?? 0) + 1
+    const now = clock.now()
+    const shortage = storageFailureOf(error)?.kind ?? 'disk'
     if (attempts === 1) {
       const parked = threadParked(thread.id, error, STORAGE_RETRY_MAX_MS)
       // A disk on the edge of full lets a thread go on and stop again and again (a journal epoch
       // deleted frees a little): the host hears of it once a minute, and sees each park as an event.
-      const now = clock.now()
       const told = this.toldAt.get(thread.id)
       if (told === undefined || now - told >= STORAGE_REPORT_EVERY_MS) {
         this.toldAt.set(thread.id, now)
         bus.report(parked, thread.id)
       }
-      bus.emit({ type: 'thread_parked', at: now, threadId: thread.id, error: { code: 'STORAGE_FAILED', message: parked.message } })
+      bus.emit({ type: 'thread_parked', at: now, threadId: thread.id, error: { code: parked.code as 'STORAGE_FAILED' | 'DESCRIPTORS_EXHAUSTED', message: parked.message } })
     }
     const delay = Math.min(STORAGE_RETRY_MAX_MS, STORAGE_RETRY_FIRST_MS * 2 ** (attempts - 1))
     const timer = clock.setTimeout(() => this.retry(thread.id), delay)
@@ -71,8 +86,11 @@ export class Parking {
       ...episode,
       timer,
       attempts,
-      since: episode?.since ?? clock.now(),
+      since: episode?.since ?? now,
       errno: episode?.errno ?? storageFailureOf(error)?.code ?? 'unknown',
+      shortage,
+      shortSince: episode && episode.shortage === shortage ? episode.shortSince : now,
+      error,
     })
   }
 
@@ -121,6 +139,10 @@ export class Parking {
       return
     }
     const at = this.deps.clock.now()
+    if (episode.shortage === 'descriptors' && at - episode.shortSince >= DESCRIPTOR_GIVE_UP_MS) {
+      this.stopShortOfDescriptors(thread, episode)
+      return
+    }
     try {
       if (!thread.unpark(threadMachine, ['storage_resumed', { at, since: episode.since, attempts: episode.attempts, errno: episode.errno }])) return
     } catch (error) {
@@ -131,6 +153,18 @@ export class Parking {
     this.episodes.delete(id)
     this.deps.bus.emit({ type: 'thread_unparked', at, threadId: id, since: episode.since, attempts: episode.attempts })
     if (episode.cancel) this.cancel(thread, episode.cancel.reason, episode.cancel.by)
+  }
+
+  /**
+   * A thread short of descriptors for DESCRIPTOR_GIVE_UP_MS stops in this process where it stands:
+   * nothing is written (nothing could be), its lease goes with it, and its `done` says why and what
+   * to do. A cancel that waited with it is named, not recorded.
+   */
+  private stopShortOfDescriptors(thread: LiveThread, episode: Episode): void {
+    this.episodes.delete(thread.id)
+    const stopped = threadStoppedForDescriptors(thread.id, episode.error, episode.cancel)
+    this.deps.bus.report(stopped, thread.id)
+    thread.detach(stopped)
   }
 
   /** The thread stopped here: its episode and report time go. */

@@ -10,6 +10,7 @@ import type { Message } from '../../actors/model.js'
 import type { ThreadInput } from '../../machines/threadContext.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
+import { descriptorAdvice, isDescriptorShortage } from '../../persistence/storageFailure.js'
 import type { TranscriptStore } from '../../persistence/types.js'
 import type { LiveThread } from '../thread/liveThread.js'
 import type { CompiledHooks } from '../policies/hooks.js'
@@ -21,7 +22,15 @@ import type { ThreadTable } from './threadTable.js'
 
 /** A spawn that failed for want of storage: nothing of the thread runs, and the caller may spawn again. */
 export function notCreated(id: string, error: unknown): SpindleError {
-  if (isSpindleError(error) && error.code === 'STORAGE_FAILED') return error
+  if (isSpindleError(error) && (error.code === 'STORAGE_FAILED' || error.code === 'DESCRIPTORS_EXHAUSTED')) return error
+  if (isDescriptorShortage(error)) {
+    return new SpindleError(
+      'DESCRIPTORS_EXHAUSTED',
+      `Thread ${id} was not created: ${describeError(error).message.replace(/\.?$/, '.')} The process has no file descriptors left: ${descriptorAdvice()}. ` +
+        'Nothing of the thread runs; spawn it again once descriptors are free.',
+      { cause: error, details: { threadId: id } },
+    )
+  }
   return new SpindleError(
     'STORAGE_FAILED',
     `Thread ${id} was not created: ${describeError(error).message.replace(/\.?$/, '.')} Nothing of it runs; spawn it again once the disk of the data directory takes writes.`,

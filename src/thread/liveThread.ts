@@ -13,7 +13,7 @@ import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
 import type { ThreadEffects, ToolCut } from '../../actors/threadEffects.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
-import { isStorageFailure } from '../../persistence/storageFailure.js'
+import { DESCRIPTOR_GIVE_UP_MS, finishedShortOfDescriptors, isDescriptorShortage, isStorageFailure } from '../../persistence/storageFailure.js'
 import type { GroupCommit, RegistryPatch } from '../../persistence/groupCommit.js'
 import type { CheckpointStore, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
@@ -64,6 +64,8 @@ export interface ThreadServices {
 /** @internal */
 export class LiveThread implements ThreadHandle {
   readonly done: Promise<ThreadOutcome>
+  /** Its `done` was rejected while its last checkpoint still waits for descriptors (see finish). */
+  private toldShortOfDescriptors = false
   private resolveDone!: (outcome: ThreadOutcome) => void
   private rejectDone!: (error: unknown) => void
   private actor: ThreadActor | null = null
@@ -543,6 +545,8 @@ export class LiveThread implements ThreadHandle {
     queueMicrotask(() => actor?.stop())
     // Its own end, not a round over every running thread: its transcript file, state.json and
     // registry row (so what `done` says, every store says, and a crash keeps).
+    // Since when its last checkpoint has been failing for want of descriptors, without a break.
+    let shortSince: number | null = null
     const settle = (): void => {
       this.services.commit.whenSettled(this.id).then(
         () => {
@@ -553,7 +557,18 @@ export class LiveThread implements ThreadHandle {
         (error: unknown) => {
           // Its last checkpoint waits for the disk (rounds retry, backing off): so does `done`,
           // which says what the registry will say. A runtime closing meanwhile ends the wait.
-          if (isStorageFailure(error) && !this.services.commit.closing) return settle()
+          if (isStorageFailure(error) && !this.services.commit.closing) {
+            // Short of descriptors, `done` does not wait for ever (see parking.ts): it says why
+            // after a while. The thread stays this process's until its checkpoint is written.
+            shortSince = isDescriptorShortage(error) ? (shortSince ?? this.services.now()) : null
+            if (shortSince !== null && this.services.now() - shortSince >= DESCRIPTOR_GIVE_UP_MS && !this.toldShortOfDescriptors) {
+              this.toldShortOfDescriptors = true
+              const stopped = finishedShortOfDescriptors(this.id, outcome.status, error)
+              this.services.report(stopped, this.id)
+              this.rejectDone(stopped)
+            }
+            return settle()
+          }
           this.services.forget(this)
           this.rejectDone(error)
         },

@@ -6,7 +6,12 @@
  *   workload.js rehydrate <dir>           time a runtime opening on what `leave` left
  *   workload.js suspend <dir> <threads>   spawn threads that suspend at once at their turn limit
  *   workload.js open <dir>                open a runtime on suspended threads, approve one, report memory
+ *   workload.js live <dir> <threads> <fsync|process>
+ *                                         spawn threads that wait in their first model call until all are
+ *                                         live, report descriptors and memory per live thread, then let them end
  */
+import fs from 'node:fs'
+import type { ModelAdapter } from '../../src/index.js'
 import { execFileSync } from 'node:child_process'
 import v8 from 'node:v8'
 import { z } from 'zod'
@@ -156,6 +161,75 @@ if (mode === 'turns') {
       rssGrowthMb: (process.memoryUsage().rss - before) / 1048576,
       peakRssMb: process.resourceUsage().maxRSS / 1024,
       approvedStatus: outcome.status,
+    }) + '\n',
+  )
+  process.exit(0)
+} else if (mode === 'live') {
+  const threads = Number(a)
+  const durability = b as 'fsync' | 'process'
+  const descriptors = (): number => fs.readdirSync('/proc/self/fd').length
+  const limitLine = fs.readFileSync('/proc/self/limits', 'utf8').split('\n').find((l) => l.startsWith('Max open files')) ?? ''
+  const limit = Number(limitLine.slice('Max open files'.length).trim().split(/\s+/)[0])
+  // Every model call waits until all threads are live, then its reply ends the thread. They are let
+  // go 500 at a time, a turn of the event loop apart, as replies from a provider would arrive: all
+  // in one microtask queue would hold the event loop (and the lease heartbeat) for as long as they run.
+  const waiting: Array<() => void> = []
+  let open = false
+  const reply = scriptedModel([{ text: 'done' }])
+  const model: ModelAdapter = {
+    name: 'gated',
+    async generate(request) {
+      if (!open) await new Promise<void>((resolve) => waiting.push(resolve))
+      return reply.generate(request)
+    },
+  }
+  const release = async (): Promise<void> => {
+    open = true
+    for (let i = 0; i < waiting.length; i += 500) {
+      for (const go of waiting.slice(i, i + 500)) go()
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+  }
+  const rt = await createRuntime({ dir, model, durability, userConfig: null })
+  global.gc?.()
+  const openRss = process.memoryUsage().rss
+  const openHeap = process.memoryUsage().heapUsed
+  const openDescriptors = descriptors()
+  let peakDescriptors = openDescriptors
+  const sampler = setInterval(() => (peakDescriptors = Math.max(peakDescriptors, descriptors())), 50)
+  const started = performance.now()
+  const handles = []
+  for (let i = 0; i < threads; i += 500) {
+    handles.push(...(await Promise.all(Array.from({ length: Math.min(500, threads - i) }, (_, j) => rt.spawn({ directive: { name: `live${i + j}`, prompt: 'wait' } })))))
+  }
+  while (waiting.length < threads) await new Promise((resolve) => setTimeout(resolve, 20))
+  const spawnSeconds = (performance.now() - started) / 1000
+  global.gc?.()
+  const live = rt.active().length
+  const liveDescriptors = descriptors()
+  const rssPerThreadKb = (process.memoryUsage().rss - openRss) / 1024 / threads
+  const heapPerThreadKb = (process.memoryUsage().heapUsed - openHeap) / 1024 / threads
+  const released = performance.now()
+  await release()
+  const outcomes = await Promise.all(handles.map((h) => h.done))
+  const endSeconds = (performance.now() - released) / 1000
+  clearInterval(sampler)
+  await rt.close()
+  process.stdout.write(
+    JSON.stringify({
+      threads,
+      durability,
+      limit,
+      live,
+      spawnSeconds,
+      openDescriptors,
+      liveDescriptors,
+      peakDescriptors,
+      rssPerThreadKb,
+      heapPerThreadKb,
+      completed: outcomes.filter((o) => o.status === 'completed').length,
+      endSeconds,
+      peakRssMb: process.resourceUsage().maxRSS / 1024,
     }) + '\n',
   )
   process.exit(0)

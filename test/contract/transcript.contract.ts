@@ -4,6 +4,10 @@
  *
  * Known deviations: none. (The memory backend never reports a torn tail; torn tails are file-only
  * and tested in test/persistence/jsonlTranscript.test.ts.)
+ *
+ * Promise stated here: any number of threads may be open at once, each appendable where it left
+ * off, whatever a backend holds per thread (the file backend also runs this suite holding at most
+ * 3 descriptors, so that nearly every append opens its thread's file again).
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { isSpindleError } from '../../src/base/errors.js'
@@ -186,6 +190,27 @@ export function transcriptContract(name: string, create: () => TranscriptBackend
 
     it('should throw INVALID_THREAD_ID when opening a thread id that could leave the data directory', () => {
       expect(codeOf(() => store.open('../evil-aaaaaaaaaaaa'))).toBe('INVALID_THREAD_ID')
+    })
+
+    it('should keep every open thread appendable where it left off, however many are open at once', async () => {
+      const ids = Array.from({ length: 24 }, (_, i) => `many-${String(i).padStart(12, 'a')}`)
+      const appended = new Map<string, ReturnType<TranscriptStore['append']>[]>(ids.map((id) => [id, []]))
+      for (const id of ids) store.open(id)
+      for (let round = 0; round < 3; round++) {
+        for (const id of ids) appended.get(id)!.push(store.append(id, 'NOTE', { round, id }, at(round)))
+        await store.sync()
+      }
+      // A thread closed among them, and opened again from its position, goes on from there too.
+      const end = store.position(ids[5]!)
+      store.close(ids[5]!)
+      expect(store.open(ids[5]!, end)).toEqual({ position: end, tail: [], torn: null })
+      appended.get(ids[5]!)!.push(store.append(ids[5]!, 'NOTE', 'after', at(9)))
+      await store.sync({ files: true })
+      for (const id of ids) {
+        const entries = appended.get(id)!
+        expect(store.read(id)).toEqual({ entries, torn: null })
+        expect(store.position(id)).toEqual({ seq: entries.length, hash: entries.at(-1)!.hash, bytes: expect.any(Number) })
+      }
     })
 
     it('should resolve sync', async () => {

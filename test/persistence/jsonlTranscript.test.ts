@@ -20,11 +20,11 @@ function freshDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'spindle-'))
 }
 
-function fileBackend(durability: Durability) {
+function fileBackend(durability: Durability, maxOpen?: number) {
   return () => {
     const root = freshDir()
     return {
-      store: createJsonlTranscriptStore({ paths: dataPaths(root), durability }),
+      store: createJsonlTranscriptStore({ paths: dataPaths(root), durability, ...(maxOpen ? { maxOpen } : {}) }),
       destroy: () => fs.rmSync(root, { recursive: true, force: true }),
     }
   }
@@ -33,6 +33,8 @@ function fileBackend(durability: Durability) {
 transcriptContract('memory', () => ({ store: createMemoryTranscriptStore() }))
 transcriptContract('jsonl (durability process)', fileBackend('process'))
 transcriptContract('jsonl (durability fsync)', fileBackend('fsync'))
+transcriptContract('jsonl (durability process, 3 descriptors)', fileBackend('process', 3))
+transcriptContract('jsonl (durability fsync, 3 descriptors)', fileBackend('fsync', 3))
 
 const ID = 'research-abcdefghijkl'
 const T0 = Date.parse('2025-01-01T00:00:00.000Z')
