@@ -58,6 +58,7 @@ export const SPINDLE_ERROR_CODES = [
   'CRASH_LOOP_PROBATION_ENDED',
   'WAIT_CYCLE',
   'STORAGE_FAILED',
+  'THREAD_ID_TAKEN',
 ] as const
 
 export type SpindleErrorCode = (typeof SPINDLE_ERROR_CODES)[number]
