@@ -121,6 +121,28 @@ describe('spawns under one id from two host processes at once', () => {
       expect(spawnEntries(dir, id)).toBe(1)
     }
   }, 120_000)
+
+  it('should find the thread made and finished by another process between its registry read and its lease, not make it twice', async () => {
+    const dir = tempDir('spindle-caller-gap')
+    const go = path.join(dir, 'go')
+    const late = worker(dir, 'gap', 'order-3', 'ship it', go)
+    await until(() => late.output().includes('ready'), `the late spawner is ready: ${late.output()}`)
+    fs.writeFileSync(go, '')
+    await until(() => late.output().includes('at gap'), `the late spawner read no row: ${late.output()}`)
+
+    // Meanwhile this process makes the thread, runs it to the end and lets its lease go.
+    const rt = await open(dir, done)
+    const thread = await rt.spawn({ id: 'order-3', directive: { name: 'fulfil', prompt: 'ship it' } })
+    expect(await thread.done).toMatchObject({ status: 'completed' })
+    await rt.close()
+
+    late.child.kill('SIGCONT')
+    await until(() => late.output().includes('finished'), `the late spawner finished: ${late.output()}`)
+    expect(late.results()).toEqual([{ id: 'order-3', status: 'completed' }])
+    expect(spawnEntries(dir, 'order-3')).toBe(1)
+    const after = await open(dir, hang, false)
+    expect(after.list().map((r) => [r.id, r.status])).toEqual([['order-3', 'completed']])
+  }, 60_000)
 })
 
 describe('a spawn under an id whose host was killed', () => {

@@ -12,11 +12,17 @@
  *                  sees the actor made). Prints `at window`, then is killed there with SIGKILL
  *                  (`kill`) or stopped with SIGSTOP (`stop`: alive, holding the id's lease, until
  *                  the test kills it)
+ *   gap <id> <prompt> <go file>
+ *                  once the go file exists, spawns the id and is stopped with SIGSTOP right after its
+ *                  first registry read of the id found no row, before it takes the id's lease
+ *                  (the registry's statement is wrapped); prints `at gap` first, then, continued
+ *                  by the test, what the spawn gave as `race` does, and `finished`
  *   kill-after <id> <prompt>
  *                  spawns the id, prints `spawned`, and is killed with SIGKILL before it returns
  *                  anything else
  */
 import fs from 'node:fs'
+import Database from 'better-sqlite3'
 import { createRuntime, scriptedModel } from '../../src/index.js'
 import type { ScriptedTurn } from '../../src/index.js'
 
@@ -63,6 +69,37 @@ if (step === 'race') {
   })
   await rt.spawn({ id: id!, directive: { name: 'fulfil', prompt: prompt! } })
   process.stdout.write('spawn returned\n')
+} else if (step === 'gap') {
+  const [id, prompt, go] = rest
+  let armed = false
+  const prepare = Database.prototype.prepare
+  Database.prototype.prepare = function (this: Database.Database, sql: string) {
+    const statement = prepare.call(this, sql)
+    if (sql !== 'SELECT * FROM threads WHERE id = ?') return statement
+    const get = statement.get.bind(statement) as (...params: unknown[]) => unknown
+    statement.get = ((...params: unknown[]) => {
+      const row = get(...params)
+      if (armed && params[0] === id && row === undefined) {
+        armed = false
+        fs.writeSync(1, 'at gap\n')
+        process.kill(process.pid, 'SIGSTOP')
+      }
+      return row
+    }) as typeof statement.get
+    return statement
+  } as typeof prepare
+  const rt = await createRuntime({ ...base, model: scriptedModel(done) })
+  process.stdout.write('ready\n')
+  while (!fs.existsSync(go!)) await new Promise((resolve) => setTimeout(resolve, 1))
+  armed = true
+  try {
+    const thread = await rt.spawn({ id: id!, directive: { name: 'fulfil', prompt: prompt! } })
+    process.stdout.write(`${JSON.stringify({ id: thread.id, status: thread.status })}\n`)
+  } catch (error) {
+    process.stdout.write(`${JSON.stringify({ error: (error as { code?: string }).code, message: (error as Error).message })}\n`)
+  }
+  await rt.close()
+  process.stdout.write('finished\n')
 } else if (step === 'kill-after') {
   const [id, prompt] = rest
   const rt = await createRuntime({ ...base, model: scriptedModel(hang) })
