@@ -68,13 +68,13 @@ export function isThreadId(id: unknown): id is string {
  */
 export function assertCallerId(id: unknown): asserts id is string {
   if (isThreadId(id)) return
-  const text = typeof id === 'string' ? JSON.stringify(id.slice(0, 80)) : `a ${typeof id}`
+  const text = typeof id === 'string' ? JSON.stringify(id.slice(0, 80)) : String(JSON.stringify(id) ?? typeof id).slice(0, 80)
   const hint =
     typeof id !== 'string'
       ? 'Pass a string.'
       : id !== id.toLowerCase() && isThreadId(id.toLowerCase())
         ? `Lower-case it ("${id.toLowerCase()}"): ids are folder names, and a case-insensitive filesystem would take "A" and "a" for one.`
-        : 'Keep to those characters, e.g. prefix a number that starts with "-" ("chat-…"), or hash a longer key and use the digest.'
+        : 'Keep to those characters: prefix a number, keeping its sign ("chat--100123" for chat -100123), and hash a longer key and use the digest.'
   throw new SpindleError(
     'INVALID_THREAD_ID',
     `spawn: id ${text} cannot be a thread id: an id you choose names the thread's folder, so it is 1 to 76 lower-case letters, digits, "-" and "_", starting with a letter or digit. ${hint}`,

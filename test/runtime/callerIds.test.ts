@@ -194,7 +194,7 @@ describe('rt.spawn id rule', () => {
     ['a/b', 'Keep to those characters'],
     ['a.b', 'Keep to those characters'],
     ['', 'Keep to those characters'],
-    ['-100123456', 'Keep to those characters'],
+    ['-100123456', 'keeping its sign ("chat--100123" for chat -100123)'],
     ['x'.repeat(77), 'Keep to those characters'],
   ])('should refuse %j with INVALID_THREAD_ID, writing nothing', async (id, hint) => {
     const rt = await runtime({ model: scriptedModel(hang) })
@@ -210,6 +210,7 @@ describe('rt.spawn id rule', () => {
     const rt = await runtime({ model: scriptedModel(hang) })
     const refused = await refusal(rt.spawn({ id: 1234 as unknown as string, directive: { name: 'fulfil', prompt: 'p' } }))
     expect(refused).toMatchObject({ code: 'INVALID_THREAD_ID', details: { field: 'id' } })
+    expect(refused.message).toContain('spawn: id 1234 cannot be a thread id')
     expect(refused.message).toContain('Pass a string.')
   })
 
