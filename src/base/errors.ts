@@ -61,6 +61,7 @@ export const SPINDLE_ERROR_CODES = [
   'WAIT_CYCLE',
   'STORAGE_FAILED',
   'DESCRIPTORS_EXHAUSTED',
+  'THREAD_ID_TAKEN',
 ] as const
 
 export type SpindleErrorCode = (typeof SPINDLE_ERROR_CODES)[number]

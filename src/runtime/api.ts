@@ -171,6 +171,18 @@ export interface SpawnOptions {
   directive: DirectiveSpec
   /** The name of one of the runtime's `models`, over the directive's `model`. */
   model?: string
+  /**
+   * The thread's id, chosen by the caller (an order number, a chat id): spawning is then
+   * idempotent. The same id with the same directive — `name`, `prompt` and `instructions` — and the
+   * same `parentId` returns the thread of that id, from any process on the data directory, even
+   * while the first spawn is still under way: live, its live handle; run by another process or
+   * stopped, what `rt.get(id)` returns (a completed thread's `done` resolves with its outcome).
+   * Another directive or parent under an existing id is refused (THREAD_ID_TAKEN). The other
+   * options of a repeated spawn are not compared: the thread keeps those it was made with. 1 to 76
+   * lower-case letters, digits, `-` and `_`, starting with a letter or digit (INVALID_THREAD_ID
+   * otherwise). Absent: a new id, e.g. `research-3f9k2m1x0q7a`.
+   */
+  id?: string
   /** Per-spawn overrides, over the directive's. A child's limits are also capped by its parent's. */
   limits?: Partial<Limits>
   retry?: Partial<RetryPolicy>

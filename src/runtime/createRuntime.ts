@@ -15,6 +15,7 @@ import { childTools } from '../thread/childTools.js'
 import type { Runtime, RuntimeOptions } from './api.js'
 import { Approvals } from './approvals.js'
 import { Budgets } from './budgets.js'
+import { CallerIds } from './callerIds.js'
 import { CrashLoopGuard } from './crashLoop.js'
 import { Decisions } from './decisions.js'
 import { FollowUps } from './followUps.js'
@@ -222,6 +223,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
         })
   const tools = toolTable(builtin, options.tools ?? [])
   const spawner: Spawner = new Spawner({ dir, config, models, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
+  const callerIds = new CallerIds({ table, registry, leases, spawner, life, leaseTtlMs: config.orphans.thresholdMs })
   const gate = new ModelGate({ models, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
   const approvals = new Approvals({ inbox: stores.inbox, transcripts, commit, clock, bus, life })
@@ -316,6 +318,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     crashLoop,
     starter,
     spawner,
+    callerIds,
     gate,
     taskRecovery,
     approvals,

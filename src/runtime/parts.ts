@@ -6,6 +6,7 @@ import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { Durability } from '../../persistence/types.js'
 import type { Approvals } from './approvals.js'
 import type { Budgets } from './budgets.js'
+import type { CallerIds } from './callerIds.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import type { Decisions } from './decisions.js'
 import type { FollowUps } from './followUps.js'
@@ -49,6 +50,7 @@ export interface Parts {
   crashLoop: CrashLoopGuard
   starter: ThreadStarter
   spawner: Spawner
+  callerIds: CallerIds
   gate: ModelGate
   taskRecovery: TaskRecovery
   approvals: Approvals

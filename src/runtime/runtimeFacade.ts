@@ -45,6 +45,7 @@ export class SpindleRuntime implements Runtime {
   async spawn(options: SpawnOptions): Promise<ThreadHandle> {
     this.parts.life.assertOpen()
     validateSpawn(options)
+    if (options.id !== undefined) return this.parts.callerIds.spawn(options, options.id, (id) => this.get(id))
     return this.parts.spawner.spawn(options)
   }
 
