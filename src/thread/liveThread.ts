@@ -3,7 +3,7 @@
  * transition, notifies subscribers, and settles `done` once the thread stops. What host code
  * holds and sees of it (ThreadHandle, ThreadView) is in threadView.ts; its actor in threadActor.ts.
  */
-import type { AnyStateMachine, InspectionEvent, StateValue } from 'xstate'
+import type { AnyStateMachine, StateValue } from 'xstate'
 import type { Message } from '../../actors/model.js'
 import type { ThreadContext, ThreadDirective } from '../../machines/threadContext.js'
 import type { ThreadEvent } from '../../machines/threadEvents.js'
@@ -11,11 +11,11 @@ import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { effectOf } from '../../machines/effectOf.js'
 import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
-import type { ThreadEffects, ToolCut } from '../../actors/threadEffects.js'
+import type { ToolCut } from '../../actors/threadEffects.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
 import { DESCRIPTOR_GIVE_UP_MS, finishedShortOfDescriptors, isDescriptorShortage, isStorageFailure } from '../../persistence/storageFailure.js'
-import type { GroupCommit, RegistryPatch } from '../../persistence/groupCommit.js'
-import type { CheckpointStore, StateEnvelope, ThreadStatus, TranscriptEntry, TranscriptStore } from '../../persistence/types.js'
+import type { RegistryPatch } from '../../persistence/groupCommit.js'
+import type { StateEnvelope, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
 import { applyRepairs } from './continuation.js'
 import type { RepairedCall } from './continuation.js'
@@ -26,40 +26,10 @@ import type { ThreadHandle, ThreadView } from './threadView.js'
 import { viewOf } from './threadView.js'
 import type { ThreadActor, ThreadSnapshot } from './threadActor.js'
 import { createActorFrom } from './threadActor.js'
+import type { ThreadServices as Services } from './threadServices.js'
 
 /** @internal What a live thread needs from its runtime. */
-export interface ThreadServices {
-  /** The effects a thread's states ask for (model calls, tool calls, waits). */
-  effects: ThreadEffects
-  transcripts: TranscriptStore
-  checkpoints: CheckpointStore
-  commit: GroupCommit
-  now(): number
-  report(error: unknown, threadId: string): void
-  /** `thread` stopped here; its id's runtime state goes unless another object holds the id now. */
-  forget(thread: LiveThread): void
-  /** Sees every checkpointed transition after it is staged (hooks, approval requests). */
-  observe?(thread: LiveThread, snapshot: { value: StateValue; context: ThreadContext }, previous: { status: ThreadStatus | null; value: StateValue | null }): void
-  /**
-   * Why this process may no longer write for the thread (its lease ran out by its own clock), or
-   * null. Checked before every transcript append: a process that lost a thread stops writing it.
-   */
-  fenced?(threadId: string): SpindleError | null
-  /**
-   * The thread's transcript goes on past its last line, written by another process: this one
-   * stopped it (and gave its lease up, if it still held it). The lines may be those of a process
-   * that had lost the thread, written in the moment between its check and its write; then nobody
-   * runs it now, and the runtime takes it over again at once instead of at its next heartbeat.
-   */
-  writtenAhead?(threadId: string): void
-  /**
-   * A write of the thread's failed for want of storage (a full disk, an I/O error): the thread is
-   * parked (`park`), and the runtime tries it again later (`unpark`).
-   */
-  storageFailed?(thread: LiveThread, error: unknown): void
-  /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
-  inspect?: (event: InspectionEvent) => void
-}
+export type ThreadServices = Services<LiveThread>
 
 /** @internal */
 export class LiveThread implements ThreadHandle {

@@ -1,7 +1,8 @@
 /**
  * The architecture, checked: every source file sits on a floor, imports only the floors below it
  * (test/architecture/importRules.ts states which), and no import circle exists. A change that
- * breaks a rule fails here, naming the import and the rule.
+ * breaks a rule fails here, naming the import and the rule. So does a source file grown past 600
+ * lines: one part, one job.
  */
 import path from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -27,6 +28,13 @@ describe('the import rules', () => {
       file === 'src/runtime/createRuntime.ts' ? [] : parts.filter((part) => new RegExp(`new ${part}\\(`).test(text)).map((part) => `${file} builds ${part}`),
     )
     expect(builtElsewhere).toEqual([])
+  })
+
+  it('should keep every source file under 600 lines, and the composition root under 400', () => {
+    const lines = (text: string) => text.split('\n').length - (text.endsWith('\n') ? 1 : 0)
+    const tooLong = [...sourceFiles(root)].filter(([, text]) => lines(text) > 600).map(([file, text]) => `${file}: ${lines(text)} lines`)
+    expect(tooLong).toEqual([])
+    expect(lines(sourceFiles(root).get('src/runtime/createRuntime.ts')!)).toBeLessThan(400)
   })
 
   describe('what it catches', () => {
