@@ -99,13 +99,18 @@ describe.each([
   })
 
   it('should be reported by doctor as a decision missing, with the transcript’s decision and the repair', () => {
+    // The thread's end may be in the registry by the kill (its own settle round races the
+    // decision file): then no runtime carries it on, and the repair is a rebuild.
+    const registry = openSqliteRegistry({ path: dataPaths(dir).registry, durability: 'fsync' })
+    const status = registry.get(id)?.status
+    registry.close()
     const missing = doctor(dir).filter((f) => f.code === 'DECISION_MISSING')
     expect(missing).toEqual([
       expect.objectContaining({
         threadId: id,
         kind: 'lag',
         message: expect.stringContaining(`Approval request ${requestId} of ${id} has no decision file`),
-        repair: expect.stringContaining('Open a runtime on this directory'),
+        repair: !['completed', 'cancelled', 'error'].includes(status ?? '') ? expect.stringContaining('Open a runtime on this directory') : `\`spindle rebuild ${id} --apply\` writes the decision file from the transcript.`,
       }),
     ])
     expect(missing[0]!.message).toContain(`it was ${decision} by ada`)
