@@ -57,7 +57,9 @@ describe('spindle ls', () => {
     expect(registryRow(dir, id).updatedAt).toBeLessThan(Date.parse(checkpoint.savedAt))
 
     const [listed] = JSON.parse(spindle('ls', '--dir', dir, '--json').stdout)
-    expect(listed).toMatchObject({ id, status: 'running', updatedAt: Date.parse(checkpoint.savedAt), cost: checkpoint.snapshot.context.usage })
+    // A row's cost is the totals; the checkpoint also keeps them per model.
+    const { byModel: _perModel, ...totals } = checkpoint.snapshot.context.usage as { byModel?: unknown; turns: number; spend: number }
+    expect(listed).toMatchObject({ id, status: 'running', updatedAt: Date.parse(checkpoint.savedAt), cost: totals })
     const text = spindle('ls', '--dir', dir).stdout
     expect(text).toMatch(new RegExp(`^${id} +running +${checkpoint.snapshot.context.usage.turns} .*${checkpoint.savedAt}$`, 'm'))
   })
