@@ -73,9 +73,13 @@ const REJECTED = /^(.+)\.response\.rejected(?:-(\d+))?\.json$/
  */
 export function listApprovals(paths: DataPaths, id: string): ApprovalListing {
   const listing: ApprovalListing = { requests: [], decided: new Set(), waiting: [], taken: [], rejected: [] }
+  const dir = path.join(threadDir(paths, id), APPROVALS_DIR)
+  // Most threads never had an approval request: a failed readdir builds an error with its stack,
+  // which for 10,000 threads rehydrated at once costs a third of a second; a stat does not.
+  if (!fs.existsSync(dir)) return listing
   let names: string[]
   try {
-    names = fs.readdirSync(path.join(threadDir(paths, id), APPROVALS_DIR)).sort()
+    names = fs.readdirSync(dir).sort()
   } catch {
     return listing
   }
