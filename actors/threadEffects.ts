@@ -11,6 +11,7 @@
  */
 import type { CallModelInput, DecideLimitInput, RunToolInput, SettleChildrenInput, WaitUntilInput } from '../machines/effectOf.js'
 import type { FailureInfo, HookVerdict, ThreadEvent, ToolCall } from '../machines/threadEvents.js'
+import type { CallDecision } from '../machines/threadContext.js'
 import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
 import { atDeadline } from '../src/base/clock.js'
 import type { Clock } from '../src/base/clock.js'
@@ -76,6 +77,14 @@ export interface EffectHost {
    * `timeouts.shutdownGraceMs` and records its result.
    */
   recordToolIntent(threadId: string, idempotencyKey: string, call: { id: string; name: string }, signal: AbortSignal): Promise<(() => void) | null>
+  /**
+   * Whether call `call` may run now: `run` (it needs no approval, or a `tool_approval` hook approved
+   * it — noted in the transcript), `deny` (a hook denied it: the denial is its result), or `ask`
+   * (the thread pauses at it for a person, under request `requestId`, until `deadlineAt`).
+   */
+  toolApproval(threadId: string, turn: number, call: ToolCall): Promise<ApprovalVerdict>
+  /** The request id and deadline (ms since epoch, or null) of a call that waits for an answer. */
+  waitRequest(threadId: string, turn: number, deadlineMs: number | undefined): { requestId: string; deadlineAt: number | null }
   /** The runtime is closing: no effect starts any more (the next process takes the step). */
   closing(): boolean
   /** An unexpected exception inside an effect: the supervisor restarts the thread or ends it in `error`. */
@@ -93,6 +102,36 @@ export interface EffectHost {
   handOffOnContextLength(threadId: string, failure: FailureInfo): Promise<boolean>
   /** Cancels every open child of a cancelled thread and resolves once all have settled. */
   settleChildren(threadId: string, reason: string, signal: AbortSignal): Promise<string[]>
+}
+
+/** What `EffectHost.toolApproval` decided about a call. */
+export type ApprovalVerdict =
+  | { verdict: 'run' }
+  | { verdict: 'deny'; by: string; reason: string | null }
+  | { verdict: 'ask'; requestId: string; deadlineAt: number | null }
+
+/** The result the model gets for a call decided without running it: denied, answered, timed out. */
+export function decidedOutcome(call: ToolCall, decision: CallDecision): ToolOutcome | null {
+  switch (decision.decision) {
+    case 'approved':
+      return null
+    case 'answered':
+      return { ok: true, output: decision.answer }
+    case 'denied':
+      return {
+        ok: false,
+        output: {
+          error: 'TOOL_DENIED',
+          message: `The call to "${call.name}" was denied by ${decision.by}${decision.reason ? `: ${decision.reason}` : ''}. It did not run. Do the task another way, or say that you cannot.`,
+          ...(decision.reason ? { reason: decision.reason } : {}),
+        },
+      }
+    case 'timed_out':
+      return {
+        ok: false,
+        output: { error: 'WAIT_TIMED_OUT', message: `No answer came for the call to "${call.name}" before its deadline. Go on without it, or say what is missing.` },
+      }
+  }
 }
 
 /**
@@ -309,23 +348,38 @@ export function runToolLogic(host: EffectHost) {
     let settled = false
     /** Ends the call's being under way (see EffectHost.recordToolIntent); null before its intent. */
     let underWay: (() => void) | null = null
-    const { threadId, turn, call } = input
-    if (!call) throw stepWithout(threadId, 'runningTools', 'a tool call without a result')
+    const { threadId, turn, decision } = input
+    if (!input.call) throw stepWithout(threadId, 'runningTools', 'a tool call without a result')
+    // An approver may have edited the input: the call runs with theirs, under the same id.
+    const call: ToolCall = decision?.decision === 'approved' && decision.input !== undefined ? { ...input.call, input: decision.input } : input.call
     const key = toolIdempotencyKey(threadId, turn, call.id)
+    const done = (outcome: ToolOutcome): void => {
+      settled = true
+      host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
+    }
     detach(host, threadId, async () => {
       // No separate checkpoint wait: the intent is appended after the records that started this
       // step, so the one wait for the intent covers them too.
       await Promise.resolve()
       if (stopped) return
       const tool = host.tools.get(call.name)
+      // Decided without running (denied, answered, timed out): the decision is its result.
+      let outcome: ToolOutcome | null = decision ? decidedOutcome(call, decision) : null
       // A refused call has no effect to protect: no intent, and the same answer after a crash.
-      let outcome: ToolOutcome | null = refusal(host, threadId, call)
+      outcome ??= refusal(host, threadId, call)
       const cut = outcome ? null : host.toolIntent(threadId, key)
       if (cut !== null && !tool?.idempotent) outcome = interrupted(call, cut)
-      if (outcome) {
-        settled = true
-        host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
-        return
+      if (outcome) return done(outcome)
+      // An intent means the call was cleared to run before (approved, or needing no approval).
+      if (!decision && cut === null && tool) {
+        const approval = await host.toolApproval(threadId, turn, call)
+        if (stopped) return
+        if (approval.verdict === 'deny') return done(decidedOutcome(call, { decision: 'denied', by: approval.by, reason: approval.reason })!)
+        if (approval.verdict === 'ask') {
+          settled = true
+          host.deliver(threadId, { type: 'TOOL_PAUSED', at: host.clock.now(), turn, callId: call.id, kind: 'approval', requestId: approval.requestId, deadlineAt: approval.deadlineAt })
+          return
+        }
       }
       underWay = await host.recordToolIntent(threadId, key, call, controller.signal)
       if (!underWay) return
@@ -333,8 +387,14 @@ export function runToolLogic(host: EffectHost) {
         if (stopped) return
         outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
         if (stopped) return
-        settled = true
-        host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
+        if (outcome.wait) {
+          // Handed to the outside world: the thread suspends at the call until it is answered.
+          const { requestId, deadlineAt } = host.waitRequest(threadId, turn, outcome.wait.deadlineMs)
+          settled = true
+          host.deliver(threadId, { type: 'TOOL_PAUSED', at: host.clock.now(), turn, callId: call.id, kind: 'wait', requestId, deadlineAt, request: outcome.wait.request })
+          return
+        }
+        done(outcome)
       } finally {
         // After the delivery: a closing runtime waiting for this call finds its result recorded.
         underWay()

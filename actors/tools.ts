@@ -21,6 +21,46 @@ export interface ToolContext {
   threadId: string
 }
 
+/**
+ * Whether a call needs a person's approval before it runs: always, never, or as a function of its
+ * (validated) input and the calling thread decides.
+ */
+export type NeedsApproval<Input> = boolean | ((input: Input, context: { threadId: string; directive: string }) => boolean | Promise<boolean>)
+
+/**
+ * What a tool returns to hand its call to the outside world and wait (see `waitForAnswer`). The
+ * thread suspends at the call; the answer someone gives (`rt.answer`, `spindle answer`, the
+ * inspector, a request file) becomes the call's result.
+ */
+export class AnswerWait {
+  constructor(
+    /** What is asked or awaited, as JSON: shown to whoever answers, kept in the request file. */
+    readonly request: unknown,
+    /** How long to wait, in ms, before the call ends with a timeout result; undefined: no limit. */
+    readonly deadlineMs: number | undefined,
+  ) {}
+}
+
+/**
+ * Ends a tool's `execute` by waiting for an answer from outside: a person's reply, a webhook, a CI
+ * run finishing. The thread waits durably (suspended, `waiting`: no process needs to keep it in
+ * memory); whoever answers, from any process, gives the call its result. After `deadlineMs` the
+ * call gets a WAIT_TIMED_OUT error result instead and the thread goes on.
+ *
+ * @example
+ * execute: async ({ pr }, { idempotencyKey }) => {
+ *   await ci.start(pr, { key: idempotencyKey })
+ *   return waitForAnswer({ awaiting: 'ci', pr }, { deadlineMs: 3_600_000 })
+ * }
+ */
+export function waitForAnswer(request: unknown, options: { deadlineMs?: number } = {}): AnswerWait {
+  const ms = options.deadlineMs
+  if (ms !== undefined && (typeof ms !== 'number' || Number.isNaN(ms) || ms <= 0)) {
+    throw new TypeError(`waitForAnswer: deadlineMs must be a positive number of ms (got ${ms})`)
+  }
+  return new AnswerWait(request, ms === Infinity ? undefined : ms)
+}
+
 export interface Tool<Input = unknown> {
   readonly name: string
   readonly description: string
@@ -38,6 +78,8 @@ export interface Tool<Input = unknown> {
    * `permissions` do not grant one of them gets PERMISSION_DENIED and the tool does not run.
    */
   readonly permissions: readonly string[]
+  /** Whether a call must be approved by a person (or a `tool_approval` hook) before it runs. */
+  needsApproval(input: Input, context: { threadId: string; directive: string }): boolean | Promise<boolean>
   execute(input: Input, context: ToolContext): unknown
 }
 
@@ -54,8 +96,18 @@ export interface ToolSpec<S extends z.ZodType> {
   timeoutMs?: number
   /** Capabilities a call needs, checked against the thread's `permissions`. @default [] */
   permissions?: readonly string[]
+  /**
+   * `true`, or a function of the call's input: the thread suspends at the call (`tool_approval`)
+   * until a person approves it — possibly with edited input, checked by `input` — or denies it, in
+   * which case the model gets the denial as the call's result. Configuration (`approvals.tools`)
+   * and a directive's `approve` name more tools that need it. @default false
+   */
+  needsApproval?: NeedsApproval<z.infer<S>>
   execute(input: z.infer<S>, context: ToolContext): unknown
 }
+
+const always = (): boolean => true
+const never = (): boolean => false
 
 const TOOL_NAME = /^[a-zA-Z][a-zA-Z0-9_-]{0,63}$/
 
@@ -89,6 +141,7 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool<z.infer
     idempotent: spec.idempotent ?? false,
     timeoutMs,
     permissions: [...new Set(permissions)],
+    needsApproval: typeof spec.needsApproval === 'function' ? spec.needsApproval : spec.needsApproval === true ? always : never,
     execute: spec.execute,
   }
 }
@@ -108,6 +161,8 @@ export interface ToolOutcome {
   ok: boolean
   /** What the model sees: the tool's return value, or `{ error, message }`. */
   output: unknown
+  /** The tool handed its call to the outside world (`waitForAnswer`): the result is the answer. */
+  wait?: { request: unknown; deadlineMs: number | undefined }
 }
 
 /**
@@ -256,6 +311,10 @@ export async function executeToolCall(
         return errorOutcome('TOOL_INPUT_INVALID', `Invalid input for tool "${tool.name}":\n${z.prettifyError(parsed.error)}`)
       }
       const output = await tool.execute(parsed.data, { signal: controller.signal, idempotencyKey: context.idempotencyKey, threadId: context.threadId })
+      if (output instanceof AnswerWait) {
+        const request = recordable(tool.name, output.request === undefined ? null : output.request)
+        return request.ok ? { ok: true, output: null, wait: { request: request.output, deadlineMs: output.deadlineMs } } : request
+      }
       return recordable(tool.name, output === undefined ? null : output)
     })()
     return await Promise.race([run, timedOut])

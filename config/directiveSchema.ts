@@ -28,6 +28,8 @@ export const DirectiveFrontMatterSchema = z.strictObject({
   retry: ConfigLayerSchema.shape.retry,
   escalation: ConfigLayerSchema.shape.escalation,
   hooks: ConfigLayerSchema.shape.hooks,
+  /** Tools whose calls wait for a person's approval, and how long a request waits (adds to the configuration's). */
+  approvals: ConfigLayerSchema.shape.approvals,
   /** Names of tools the thread is meant to use (each must be known to the runtime that runs it). */
   tools: z.array(z.string().min(1)).optional(),
   /**

@@ -151,6 +151,12 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
       retry: { ...merged.retry, ...layer.retry },
       timeouts: { ...merged.timeouts, ...layer.timeouts },
       errors: { patterns: [...(layer.errors?.patterns ?? []), ...merged.errors.patterns] },
+      approvals: {
+        ...merged.approvals,
+        ...layer.approvals,
+        // A layer adds tools to approve: a directive or a spawn cannot drop one the project requires.
+        tools: [...new Set([...merged.approvals.tools, ...(layer.approvals?.tools ?? [])])],
+      },
       escalation: { ...merged.escalation, ...layer.escalation },
       orphans: { ...merged.orphans, ...layer.orphans },
       requests: { ...merged.requests, ...layer.requests },

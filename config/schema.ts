@@ -6,7 +6,7 @@ import { createRequire } from 'node:module'
 import { RegExpParser, visitRegExpAST } from '@eslint-community/regexpp'
 import type { analyse as Analyse } from 'scslre'
 import { z } from 'zod'
-import type { EscalationPolicy, EscalationRule, Limits, RetryPolicy } from '../machines/threadPolicy.js'
+import type { ApprovalPolicy, EscalationPolicy, EscalationRule, Limits, RetryPolicy } from '../machines/threadPolicy.js'
 import { HookSpecSchema } from './hookSchema.js'
 
 const limit = z.number().nonnegative().nullable()
@@ -260,6 +260,21 @@ export const WaitsSchema = z.strictObject({
   remotePollMs: z.number().int().positive().describe('How often threads run by another process are looked up while waited on, in ms (threads of this process tell their waiters at once).'),
 })
 
+export const ApprovalsSchema = z.strictObject({
+  tools: z
+    .array(z.string().regex(/^[a-zA-Z][a-zA-Z0-9_-]{0,63}$/, 'a tool name: a letter, then letters, digits, "-" and "_"'))
+    .describe("Tools whose every call waits for a person's approval before it runs, besides those that declare `needsApproval`. Layers add to the list: a directive cannot drop a tool the project names."),
+  timeoutSeconds: z
+    .number()
+    .int()
+    .positive()
+    .nullable()
+    .describe('How long a tool approval request waits for a decision, in seconds, before `onTimeout` applies. `null`: it waits until someone decides.'),
+  onTimeout: z
+    .enum(['deny', 'stay'])
+    .describe('What a tool approval request that has waited `timeoutSeconds` becomes: `deny` (the model gets a denial as the call\'s result and the thread goes on) or `stay` (it goes on waiting, and says it is overdue).'),
+})
+
 export const ConfigSchema = z.strictObject({
   limits: LimitsSchema.describe(
     "Limits a thread gets when neither its directive nor its spawn call sets them. Before each model call, a thread that has reached its turns, tokens, spend or durationMs limit suspends and asks for more (see `escalation`); a child's limits are also capped by its parent's.",
@@ -275,6 +290,9 @@ export const ConfigSchema = z.strictObject({
         .describe("Message patterns, tried in order; the first that matches gives its category. A layer's patterns are tried before those of the layers under it."),
     })
     .describe("How a failed model call is classified when neither its HTTP status nor the provider's error code decides, and what narrows a rate limit or a refused request (4xx) to `quota` or `context_length`, which waiting does not fix. A failure nothing classifies is permanent."),
+  approvals: ApprovalsSchema.describe(
+    "Tool calls that need a person's approval before they run: the thread suspends (`tool_approval`) at such a call until someone approves it (possibly with edited input) or denies it, through `rt.approve`/`rt.deny`, `spindle approve`/`deny`, a response file or the inspector. A `tool_approval` hook can decide instead.",
+  ),
   escalation: EscalationSchema.describe(
     'What a thread that reaches one of its limits proposes to the person asked to approve more (`spindle approve` takes the proposal unless told otherwise).',
   ),
@@ -306,6 +324,7 @@ export const ConfigSchema = z.strictObject({
 })
 
 export type Config = z.infer<typeof ConfigSchema>
+export type ApprovalsConfig = z.infer<typeof ApprovalsSchema>
 export type RecoveryPolicy = z.infer<typeof RecoverySchema>
 export type GovernancePolicy = z.infer<typeof GovernanceSchema>
 export type GovernanceAction = z.infer<typeof GovernanceActionSchema>
@@ -317,6 +336,7 @@ LimitsSchema satisfies z.ZodType<Limits>
 RetrySchema satisfies z.ZodType<RetryPolicy>
 EscalationRuleSchema satisfies z.ZodType<EscalationRule>
 EscalationSchema satisfies z.ZodType<EscalationPolicy>
+ApprovalsSchema satisfies z.ZodType<ApprovalPolicy>
 
 /**
  * What one layer (a file, a directive, a spawn) may set: any subset of the full shape. Error
@@ -327,6 +347,7 @@ export const ConfigLayerSchema = z.strictObject({
   retry: RetrySchema.partial().optional(),
   timeouts: TimeoutsSchema.partial().optional(),
   errors: z.strictObject({ patterns: z.array(ErrorPatternSchema) }).optional(),
+  approvals: ApprovalsSchema.partial().optional(),
   escalation: z
     .strictObject({
       turns: EscalationRuleSchema.optional(),

@@ -5,7 +5,7 @@
  */
 import type { LimitName } from './threadPolicy.js'
 import type { ToolCall } from './threadEvents.js'
-import type { ThreadContext } from './threadContext.js'
+import type { CallDecision, ThreadContext } from './threadContext.js'
 import { exceeded } from './threadContext.js'
 
 export interface CallModelInput {
@@ -18,6 +18,8 @@ export interface RunToolInput {
   threadId: string
   turn: number
   call: ToolCall
+  /** The decision on the call, when it paused for one (approved, denied, answered, timed out). */
+  decision?: CallDecision
 }
 
 export interface DecideLimitInput {
@@ -74,6 +76,8 @@ export function effectOf(snapshot: { value: unknown; context: ThreadContext }): 
     // by hand) still names its effect, which then fails the thread with a message; never a throw here.
     case 'runningTools': {
       const call = firstPendingTool(context)
+      const decision = call ? context.callDecisions?.[call.id] : undefined
+      if (decision) return { src: 'runTool', key: `t${turns}.${call!.id}.d`, input: { threadId: context.threadId, turn: turns, call: call!, decision } }
       return { src: 'runTool', key: `t${turns}.${call?.id}`, input: { threadId: context.threadId, turn: turns, call: call! } }
     }
     case 'limitReached': {

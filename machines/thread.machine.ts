@@ -15,7 +15,7 @@
  * policies), threadEvents.ts (its events), threadContext.ts (its context and input, `exceeded`),
  * threadOutcome.ts (`outcomeOf`).
  */
-import { and, setup } from 'xstate'
+import { and, not, setup } from 'xstate'
 import { assign } from './assign.js'
 import type { ErrorCategory, ModelUsage, ThreadEvent } from './threadEvents.js'
 import type { ThreadContext, ThreadInput, UsageTotals } from './threadContext.js'
@@ -97,6 +97,11 @@ export const threadMachine = setup({
     },
     shouldSuspendOnFailure: ({ event }) =>
       event.type === 'MODEL_FAILED' && (isRetryable(event.error.category) || event.error.category === 'context_length'),
+    isPendingPause: ({ context, event }) => event.type === 'TOOL_PAUSED' && event.turn === context.usage.turns && isPending(context, event.callId),
+    decidesPendingCall: ({ context, event }) =>
+      event.type === 'CALL_DECIDED' && context.pendingCall != null && event.callId === context.pendingCall.callId && event.requestId === context.pendingCall.requestId,
+    /** A thread at a paused call carries on by a decision on it, never by a plain resume. */
+    awaitsCall: ({ context }) => context.pendingCall != null,
     isPendingTool: ({ context, event }) => event.type === 'TOOL_DONE' && event.turn === context.usage.turns && isPending(context, event.callId),
     // toolsDone holds distinct calls of toolCalls (a result is taken only for a pending call).
     isLastPendingTool: ({ context, event }) =>
@@ -125,6 +130,7 @@ export const threadMachine = setup({
         },
         toolCalls: event.toolCalls,
         toolsDone: [],
+        callDecisions: {},
         attempt: 1,
         lastFailure: null,
         promptTokens: event.usage.inputTokens,
@@ -140,7 +146,44 @@ export const threadMachine = setup({
     /** The last tool result of the turn: the turn's calls are done with. */
     finishTools: assign(({ context, event }) => {
       if (event.type !== 'TOOL_DONE') return {}
-      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [] }
+      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [], callDecisions: {} }
+    }),
+    suspendAtCall: assign(({ context, event }) => {
+      if (event.type !== 'TOOL_PAUSED') return {}
+      const call = context.toolCalls.find((c) => c.id === event.callId)!
+      return {
+        activeMs: accruedMs(context, event.at),
+        lastAt: event.at,
+        suspendReason: event.kind === 'approval' ? ('tool_approval' as const) : ('waiting' as const),
+        pendingCall: {
+          kind: event.kind,
+          callId: event.callId,
+          tool: call.name,
+          input: call.input,
+          requestId: event.requestId,
+          deadlineAt: event.deadlineAt,
+          request: event.request ?? null,
+        },
+      }
+    }),
+    /** Time waited for the decision is not active time, as for any suspension. */
+    recordCallDecision: assign(({ context, event }) => {
+      if (event.type !== 'CALL_DECIDED') return {}
+      const by = event.by
+      const decided =
+        event.decision === 'approved'
+          ? { decision: 'approved' as const, by, ...(event.input !== undefined ? { input: event.input } : {}) }
+          : event.decision === 'denied'
+            ? { decision: 'denied' as const, by, reason: event.reason ?? null }
+            : event.decision === 'answered'
+              ? { decision: 'answered' as const, by, answer: event.answer ?? null }
+              : { decision: 'timed_out' as const, by }
+      return {
+        lastAt: event.at,
+        suspendReason: null,
+        pendingCall: null,
+        callDecisions: { ...context.callDecisions, [event.callId]: decided },
+      }
     }),
     scheduleRetry: assign(({ context, event }) => {
       if (event.type !== 'MODEL_FAILED') return {}
@@ -378,7 +421,7 @@ export const threadMachine = setup({
           },
         },
         runningTools: {
-          description: 'Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call.',
+          description: 'Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call. A call that needs an approval, or waits for an answer, sends TOOL_PAUSED instead, and the thread suspends at it.',
           on: {
             TOOL_DONE: [
               // Straight to the next step, not through checkingLimits: an eventless step costs XState
@@ -387,6 +430,7 @@ export const threadMachine = setup({
               { guard: 'isLastPendingTool', target: 'callingModel', actions: 'finishTools' },
               { guard: 'isPendingTool', target: 'runningTools', reenter: true, actions: 'recordToolDone' },
             ],
+            TOOL_PAUSED: { guard: 'isPendingPause', target: '#thread.suspended', actions: 'suspendAtCall' },
           },
         },
         limitReached: {
@@ -422,8 +466,10 @@ export const threadMachine = setup({
       },
     },
     suspended: {
+      description: 'Waits for a decision: RESUME (an approval of more, or a person carrying it on), or CALL_DECIDED when it waits at a tool call (pendingCall) for an approval or an answer.',
       on: {
-        RESUME: { target: 'running', actions: 'resumeWithLimits' },
+        RESUME: { guard: not('awaitsCall'), target: 'running', actions: 'resumeWithLimits' },
+        CALL_DECIDED: { guard: 'decidesPendingCall', target: '#thread.running.runningTools', actions: 'recordCallDecision' },
         CANCEL: [
           { guard: 'cancelAwaitsChildren', target: '#thread.cancelling', actions: 'recordCancel' },
           { target: '#thread.cancelled', actions: 'recordCancel' },

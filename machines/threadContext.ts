@@ -37,7 +37,31 @@ export interface Usage extends UsageTotals {
  * limit: its own usage hit a limit; budget: its tree's spend or tokens ran out in the ledger;
  * crash_loop: recovery kept finding it at the same point, where the process running it died.
  */
-export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget' | 'crash_loop'
+export type SuspendReason = 'limit' | 'error' | 'context_length' | 'budget' | 'crash_loop' | 'tool_approval' | 'waiting'
+
+/**
+ * A tool call the thread waits at: for a person's approval before it runs (`approval`), or for an
+ * answer from outside — a person's reply to `ask_human`, a webhook, a CI run — that becomes its
+ * result (`wait`). The request a person or a process answers is `requestId`.
+ */
+export interface PendingCall {
+  kind: 'approval' | 'wait'
+  callId: string
+  tool: string
+  input: unknown
+  requestId: string
+  /** When the wait ends by itself (ms since epoch), or null: it waits until answered. */
+  deadlineAt: number | null
+  /** What a `wait` asks (a question, a description of the event awaited); null for an approval. */
+  request: unknown
+}
+
+/** How a paused call was decided; its result follows from it when the thread runs the call again. */
+export type CallDecision =
+  | { decision: 'approved'; by: string; input?: unknown }
+  | { decision: 'denied'; by: string; reason: string | null }
+  | { decision: 'answered'; by: string; answer: unknown }
+  | { decision: 'timed_out'; by: string }
 
 /** What a thread was told: its directive's name, its task (the first user message) and its instructions. */
 export interface ThreadDirective {
@@ -79,6 +103,10 @@ export interface ThreadContext {
   toolsDone: string[]
   retry: { dueAt: number; failure: FailureInfo } | null
   suspendReason: SuspendReason | null
+  /** The call the thread is suspended at (`tool_approval`, `waiting`); absent or null otherwise. */
+  pendingCall?: PendingCall | null
+  /** Decisions on this turn's paused calls, by call id (absent in snapshots from before approvals). */
+  callDecisions?: Record<string, CallDecision>
   limitHit: LimitHit | null
   budgetHit: BudgetHit | null
   lastFailure: FailureInfo | null

@@ -75,6 +75,35 @@ export type ThreadEvent =
       decision?: HookVerdict
     }
   | { type: 'TOOL_DONE'; at: number; turn: number; callId: string; ok: boolean; output: unknown }
+  | {
+      /**
+       * The call needs a decision from outside before it has a result: a person's approval before
+       * it runs (`approval`), or an answer it waits for (`wait`). The thread suspends at it.
+       */
+      type: 'TOOL_PAUSED'
+      at: number
+      turn: number
+      callId: string
+      kind: 'approval' | 'wait'
+      requestId: string
+      deadlineAt: number | null
+      request?: unknown
+    }
+  | {
+      /** The decision on the call the thread is suspended at: it runs the call on from there. */
+      type: 'CALL_DECIDED'
+      at: number
+      callId: string
+      requestId: string
+      decision: 'approved' | 'denied' | 'answered' | 'timed_out'
+      by: string
+      /** For `approved`: the input to run the call with, when the approver edited it. */
+      input?: unknown
+      /** For `denied`: why, which the model receives as the call's result. */
+      reason?: string | null
+      /** For `answered`: the call's result. */
+      answer?: unknown
+    }
   | { type: 'RETRY_DUE'; at: number }
   | {
       type: 'CANCEL'
@@ -129,6 +158,8 @@ export const THREAD_EVENT_TYPES: readonly ThreadEventType[] = [
   'MODEL_REPLIED',
   'MODEL_FAILED',
   'TOOL_DONE',
+  'TOOL_PAUSED',
+  'CALL_DECIDED',
   'RETRY_DUE',
   'CANCEL',
   'RESUME',

@@ -55,6 +55,15 @@ export interface EscalationPolicy {
   requestTimeoutSeconds: number
 }
 
+/** Which tool calls wait for a person's approval, and what a request that waits too long becomes. */
+export interface ApprovalPolicy {
+  /** Tools whose every call needs approval (besides those declaring `needsApproval`). */
+  tools: string[]
+  /** null: a request waits until someone decides. */
+  timeoutSeconds: number | null
+  onTimeout: 'deny' | 'stay'
+}
+
 /**
  * The policies a thread was spawned with, resolved from every configuration layer and kept with
  * the thread: a thread resumed next week runs under the policy it started with.
@@ -71,6 +80,8 @@ export interface ThreadPolicy {
    * tools may do. Absent: everything.
    */
   permissions?: Record<string, boolean>
+  /** Tool approvals (absent in threads from before them: none required by configuration). */
+  approvals?: ApprovalPolicy
   /** How the supervisor restarts this thread after a crash, and the strategy for its own children. */
   supervision?: {
     restart: 'permanent' | 'transient' | 'temporary'

@@ -10,7 +10,7 @@ import { compareBinary } from './binaryOrder.js'
 import type { Cost, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 const STATUSES: ReadonlySet<string> = new Set<ThreadStatus>(['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued'])
-const SUSPEND_REASONS: ReadonlySet<string> = new Set<SuspendReason>(['limit', 'error', 'context_length', 'budget', 'crash_loop'])
+const SUSPEND_REASONS: ReadonlySet<string> = new Set<SuspendReason>(['limit', 'error', 'context_length', 'budget', 'crash_loop', 'tool_approval', 'waiting'])
 const ACTIVE: readonly ThreadStatus[] = ['created', 'running']
 const WHERE = 'the in-memory registry'
 

@@ -47,6 +47,13 @@ export const MIGRATIONS: readonly string[] = [
   // reading every state.json. Rows written before it read as null until their next status change.
   `ALTER TABLE threads ADD COLUMN suspend_reason TEXT NULL
      CHECK (suspend_reason IN ('limit','error','context_length','budget','crash_loop'));`,
+  // 5. Two more reasons: a thread at a tool call waiting for an approval, or for an answer. SQLite
+  // cannot change a CHECK in place: the column is rebuilt, its values kept.
+  `ALTER TABLE threads ADD COLUMN suspend_reason_5 TEXT NULL
+     CHECK (suspend_reason_5 IN ('limit','error','context_length','budget','crash_loop','tool_approval','waiting'));
+   UPDATE threads SET suspend_reason_5 = suspend_reason;
+   ALTER TABLE threads DROP COLUMN suspend_reason;
+   ALTER TABLE threads RENAME COLUMN suspend_reason_5 TO suspend_reason;`,
 ]
 
 /** A `threads` row as SQLite returns it (JSON columns still text). */

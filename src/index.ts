@@ -9,6 +9,7 @@ export type {
   SpawnOptions,
   DirectiveSpec,
   ApproveOptions,
+  AnswerOptions,
   FollowUpOptions,
   CancelResult,
   RequestsReport,
@@ -21,7 +22,7 @@ export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './thr
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'
 export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'
 export { requestCancel, requestResume, respondToApproval, pendingApprovals, readRequestLog } from './thread/requests.js'
-export type { ApprovalRequest, ApprovalResponse, CancelRequest, RequestLogEntry } from './thread/requests.js'
+export type { ApprovalRequest, ApprovalResponse, CallRequest, CancelRequest, RequestLogEntry } from './thread/requests.js'
 export { compileHooks } from './policies/hooks.js'
 export type { HookSpec, CodeHook, HookEvent, HookAction, HookDecision, HookLayer } from './policies/hooks.js'
 export type { HookInput } from './policies/hookInput.js'
@@ -32,8 +33,10 @@ export { scriptedModel } from '../actors/scriptedModel.js'
 export type { Script, ScriptedTurn, ScriptedReply, ScriptedFault, ScriptedModelOptions } from '../actors/scriptedModel.js'
 export { ModelHttpError } from '../actors/model.js'
 export type { ModelAdapter, ModelRequest, ModelResponse, Message, ToolDefinition } from '../actors/model.js'
-export { defineTool } from '../actors/tools.js'
-export type { Tool, ToolContext, ToolSpec } from '../actors/tools.js'
+export { defineTool, waitForAnswer } from '../actors/tools.js'
+export type { Tool, ToolContext, ToolSpec, NeedsApproval, AnswerWait } from '../actors/tools.js'
+export { askHuman } from '../actors/askHuman.js'
+export type { AskHumanOptions } from '../actors/askHuman.js'
 export { runProcess, commandTool } from '../actors/processTool.js'
 export type { ProcessResult, RunProcessOptions, CommandInvocation, CommandToolSpec } from '../actors/processTool.js'
 export { systemClock } from './base/clock.js'
@@ -43,7 +46,7 @@ export { threadMachine } from '../machines/thread.machine.js'
 export type { Limits, ThreadPolicy } from '../machines/threadPolicy.js'
 export type { ThreadOutcome } from '../machines/threadOutcome.js'
 export type { ThreadEvent, ToolCall, ErrorCategory, FailureInfo } from '../machines/threadEvents.js'
-export type { ThreadContext, ThreadDirective, Usage, LimitHit, SuspendReason } from '../machines/threadContext.js'
+export type { ThreadContext, ThreadDirective, Usage, LimitHit, SuspendReason, PendingCall, CallDecision } from '../machines/threadContext.js'
 
 export { replayTranscript, SPAWN_ENTRY } from './thread/replay.js'
 export type { ReplayOptions, ReplayResult } from './thread/replay.js'

@@ -76,6 +76,7 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     cancel: (id, reason) => runtime.cancel(id, reason),
     approve: (id, approveOptions) => runtime.approve(id, approveOptions),
     deny: (id, reason, denyOptions) => runtime.deny(id, reason, denyOptions),
+    answer: (id, answer, answerOptions) => runtime.answer(id, answer, answerOptions),
     resume: (id, resumeOptions) => runtime.resume(id, resumeOptions),
     followUp: (id, message, followUpOptions) => runtime.followUp(id, message, followUpOptions),
     checkRequests: (requestOptions) => runtime.checkRequests(requestOptions),

@@ -1,6 +1,6 @@
 // Generated from machines/ by `spindle viz`; do not edit. Paste into Stately Studio (Import from code).
 // Guards and actions are named here; what they do is in machines/thread.machine.ts.
-import { and, setup } from 'xstate'
+import { and, not, setup } from 'xstate'
 
 export const machine = setup({
   guards: {
@@ -19,6 +19,9 @@ export const machine = setup({
     isCurrentFailure: () => false,
     canRetry: () => false,
     shouldSuspendOnFailure: () => false,
+    isPendingPause: () => false,
+    decidesPendingCall: () => false,
+    awaitsCall: () => false,
     isPendingTool: () => false,
     isLastPendingTool: () => false,
   },
@@ -28,6 +31,8 @@ export const machine = setup({
     recordResult: () => {},
     recordToolDone: () => {},
     finishTools: () => {},
+    suspendAtCall: () => {},
+    recordCallDecision: () => {},
     scheduleRetry: () => {},
     beginRetry: () => {},
     suspendForLimit: () => {},
@@ -174,7 +179,7 @@ export const machine = setup({
           }
         },
         "runningTools": {
-          "description": "Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call.",
+          "description": "Effect runTool: the first tool call of the reply without a result; its intent is recorded before it runs, its result sent as TOOL_DONE. Re-entered for each call. A call that needs an approval, or waits for an answer, sends TOOL_PAUSED instead, and the thread suspends at it.",
           "on": {
             "TOOL_DONE": [
               {
@@ -193,7 +198,12 @@ export const machine = setup({
                 "reenter": true,
                 "actions": "recordToolDone"
               }
-            ]
+            ],
+            "TOOL_PAUSED": {
+              "guard": "isPendingPause",
+              "target": "#thread.suspended",
+              "actions": "suspendAtCall"
+            }
           }
         },
         "limitReached": {
@@ -239,10 +249,17 @@ export const machine = setup({
       }
     },
     "suspended": {
+      "description": "Waits for a decision: RESUME (an approval of more, or a person carrying it on), or CALL_DECIDED when it waits at a tool call (pendingCall) for an approval or an answer.",
       "on": {
         "RESUME": {
+          "guard": not("awaitsCall"),
           "target": "running",
           "actions": "resumeWithLimits"
+        },
+        "CALL_DECIDED": {
+          "guard": "decidesPendingCall",
+          "target": "#thread.running.runningTools",
+          "actions": "recordCallDecision"
         },
         "CANCEL": [
           {

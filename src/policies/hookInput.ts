@@ -46,6 +46,8 @@ export interface HookInput {
   step?: { turn: number; toolCalls: number }
   /** For `after_complete`. */
   outcome?: { status: string; result: string | null }
+  /** For `tool_approval`: the call that needs approval. */
+  tool?: { name: string; callId: string; input: unknown }
 }
 
 // ── the CEL variables ─────────────────────────────────────────────────────────────────────────
@@ -73,6 +75,7 @@ export const HOOK_VARIABLES = {
   pressure: { ratio: 'double', promptTokens: 'int', contextWindow: 'int' },
   step: { turn: 'int', toolCalls: 'int' },
   outcome: { status: 'string', result: 'json' },
+  tool: { name: 'string', callId: 'string', input: 'json' },
 } as const satisfies Record<string, Shape>
 
 type VariableName = keyof typeof HOOK_VARIABLES

@@ -8,7 +8,7 @@
  * match and is reported through onError with the hook's id and source.
  */
 import { z } from 'zod'
-import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, HookLimitsSchema, HookSpecSchema } from '../../config/hookSchema.js'
+import { HOOK_ACTIONS, HOOK_EVENTS, HookActionSchema, actionFits, HookLimitsSchema, HookSpecSchema } from '../../config/hookSchema.js'
 import type { HookAction, HookEvent, HookSpec } from '../../config/hookSchema.js'
 import type { Limits } from '../../machines/threadPolicy.js'
 import type { SpindleErrorCode } from '../base/errors.js'
@@ -311,6 +311,11 @@ class HookTable implements CompiledHooks {
       return { action: 'continue', ...by }
     }
     const result = parsed.data
+    const action = typeof result === 'string' ? result : result.action
+    if (!actionFits(hook.event, action)) {
+      this.report(hook, `handler returned ${action}, which a hook on ${hook.event} cannot take; the default applies.`)
+      return { action: 'continue', ...by }
+    }
     if (typeof result === 'string') return { action: result, ...by }
     return {
       action: result.action,

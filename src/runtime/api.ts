@@ -165,6 +165,12 @@ export interface DirectiveSpec {
   retry?: Partial<RetryPolicy>
   escalation?: ConfigLayer['escalation']
   hooks?: HookSpec[]
+  /**
+   * Tool approvals over the configuration's: `tools` adds tools whose every call waits for a
+   * person's approval; `timeoutSeconds` and `onTimeout` say how long a request waits and what it
+   * becomes then.
+   */
+  approvals?: ConfigLayer['approvals']
 }
 
 export interface SpawnOptions {
@@ -188,6 +194,8 @@ export interface SpawnOptions {
   retry?: Partial<RetryPolicy>
   escalation?: ConfigLayer['escalation']
   hooks?: HookSpec[]
+  /** Tool approvals over the directive's (tools add up). */
+  approvals?: ConfigLayer['approvals']
   parentId?: string
   /** How the supervisor treats this thread after a crash (default: config `supervision.restart`). */
   restart?: RestartType
@@ -201,11 +209,28 @@ export interface FollowUpOptions {
 }
 
 export interface ApproveOptions {
-  /** New limits; default: the proposal of the approval request. */
+  /** At a limit: the new limits; default: the proposal of the approval request. */
   limits?: Partial<Limits>
+  /**
+   * At a tool approval: the input to run the call with instead of the model's, checked by the
+   * tool's schema (TOOL_INPUT_INVALID, and nothing decided, when it fails).
+   */
+  input?: unknown
+  /**
+   * The request being decided, as the caller saw it (`rt.pending`, the request file): refused
+   * with NO_PENDING_APPROVAL when the thread has moved on to another one meanwhile.
+   */
+  requestId?: string
   /** Who approved, recorded in the transcript (default 'api'). */
   by?: string
   message?: string
+}
+
+export interface AnswerOptions {
+  /** Who answered, recorded in the transcript (default 'api'). */
+  by?: string
+  /** The request being answered, as the caller saw it: refused when the thread waits at another. */
+  requestId?: string
 }
 
 export type CancelResult =
@@ -263,8 +288,19 @@ export interface Runtime {
   cancel(id: string, reason?: string): Promise<CancelResult>
   /** Approves a limit escalation: raises the limits and carries the same thread on. */
   approve(id: string, options?: ApproveOptions): Promise<ThreadHandle>
-  /** Denies a suspended thread: it ends `cancelled` with its partial result. */
-  deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome>
+  /**
+   * Denies what a suspended thread waits at. At a limit it ends `cancelled` with its partial
+   * result. At a tool approval the call does not run: the model gets the denial and `reason` as the
+   * call's result, and the thread goes on; the promise resolves when the thread ends (its handle:
+   * `rt.get(id)`).
+   */
+  deny(id: string, reason?: string, options?: { by?: string; requestId?: string }): Promise<ThreadOutcome>
+  /**
+   * Answers the call a thread waits at (the built-in `ask_human`, or a tool that returned
+   * `waitForAnswer`): `answer` (any JSON value) becomes the call's result and the thread goes on,
+   * from whichever process holds the thread. Resolves with its handle once the answer is recorded.
+   */
+  answer(id: string, answer: unknown, options?: AnswerOptions): Promise<ThreadHandle>
   /** Carries on a thread suspended for a reason other than a limit (an error that outlasted its retries). */
   resume(id: string, options?: { by?: string }): Promise<ThreadHandle>
   /**

@@ -10,11 +10,13 @@ import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { RequestInbox, TranscriptStore } from '../../persistence/types.js'
 import { escalationMessage } from '../policies/escalation.js'
 import type { ApprovalDecision } from '../thread/approvalDecision.js'
-import { decisionFromTranscript } from '../thread/approvalDecision.js'
-import type { ApprovalRequest } from '../thread/requests.js'
+import { decisionFromTranscript, openRequestId } from '../thread/approvalDecision.js'
+import type { ApprovalRequest, CallRequest } from '../thread/requests.js'
 import type { Lifecycle, Reporter } from './events.js'
 
 export interface ApprovalsDeps {
+  /** Told of each suspended thread watched here (its paused call's deadline), and when it is no longer. */
+  deadlines: { track(id: string, context: ThreadContext): void; untrack(id: string): void }
   inbox: RequestInbox
   transcripts: Pick<TranscriptStore, 'read'>
   commit: Pick<GroupCommit, 'whenDurable'>
@@ -77,6 +79,7 @@ export class Approvals {
 
   unwatch(id: string): void {
     this.suspended.delete(id)
+    this.deps.deadlines.untrack(id)
   }
 
   /**
@@ -84,9 +87,11 @@ export class Approvals {
    * and its approval request written once the suspension is durable.
    */
   suspendedNow(id: string, context: ThreadContext): void {
-    this.suspended.set(id, context.limitHit?.requestId ?? null)
-    if (context.suspendReason === 'limit' && context.limitHit?.requestId) {
-      const request = this.approvalRequest(id, context)
+    const open = openRequestId(context)
+    this.suspended.set(id, open)
+    this.deps.deadlines.track(id, context)
+    if (open !== null) {
+      const request = this.buildRequest(id, context)
       // Write-ahead: the request goes out once the suspension it describes is durable.
       this.deps.commit.whenDurable().then(
         () => this.writeRequest(id, request),
@@ -97,8 +102,46 @@ export class Approvals {
 
   /** A suspended thread on disk, watched here for request files from now on. */
   watch(id: string, context: ThreadContext): void {
-    this.suspended.set(id, context.limitHit?.requestId ?? null)
+    this.suspended.set(id, openRequestId(context))
+    this.deps.deadlines.track(id, context)
     this.ensureRequest(id, context)
+  }
+
+  private buildRequest(id: string, context: ThreadContext): ApprovalRequest | CallRequest {
+    return context.suspendReason === 'limit' ? this.approvalRequest(id, context) : this.callRequest(id, context)
+  }
+
+  /** The request of a thread paused at a tool call: an approval of the call, or a question to answer. */
+  private callRequest(id: string, context: ThreadContext): CallRequest {
+    const call = context.pendingCall!
+    const answerAt = this.deps.inbox.answerAt(id, call.requestId)
+    const common = {
+      id: call.requestId,
+      threadId: id,
+      directive: context.directive.name,
+      tool: call.tool,
+      callId: call.callId,
+      createdAt: new Date(context.lastAt ?? this.deps.clock.now()).toISOString(),
+      deadline: call.deadlineAt === null ? null : new Date(call.deadlineAt).toISOString(),
+    }
+    const file = answerAt ?? '(none: this runtime keeps nothing on disk; answer with rt.approve, rt.deny or rt.answer)'
+    if (call.kind === 'approval') {
+      return {
+        ...common,
+        kind: 'tool_approval',
+        input: call.input,
+        message: `Thread ${id} (${context.directive.name}) wants to call ${call.tool}. Approve it (optionally with edited input) or deny it.`,
+        respond: { file, approve: { approved: true, input: call.input }, deny: { approved: false, message: 'why' } },
+      }
+    }
+    return {
+      ...common,
+      kind: 'question',
+      input: call.input,
+      request: call.request,
+      message: `Thread ${id} (${context.directive.name}) waits for an answer to its ${call.tool} call.`,
+      respond: { file, answer: { answer: 'your answer (any JSON value)' } },
+    }
   }
 
   private approvalRequest(id: string, context: ThreadContext): ApprovalRequest {
@@ -135,13 +178,13 @@ export class Approvals {
    * and opening a directory of 10,000 suspended threads does this for each.
    */
   private ensureRequest(id: string, context: ThreadContext): void {
-    const requestId = context.limitHit?.requestId
-    if (context.suspendReason !== 'limit' || !requestId) return
+    const requestId = openRequestId(context)
+    if (!requestId) return
     if (this.deps.inbox.hasApproval(id, requestId)) return
-    this.writeRequest(id, this.approvalRequest(id, context))
+    this.writeRequest(id, this.buildRequest(id, context))
   }
 
-  private writeRequest(id: string, request: ApprovalRequest): void {
+  private writeRequest(id: string, request: ApprovalRequest | CallRequest): void {
     if (this.deps.life.closed) return
     try {
       this.deps.inbox.putApprovalRequest(id, request.id, request)

@@ -15,6 +15,8 @@ import { childTools } from '../thread/childTools.js'
 import type { Runtime, RuntimeOptions } from './api.js'
 import { Approvals } from './approvals.js'
 import { Budgets } from './budgets.js'
+import { CallDeadlines } from './callDeadlines.js'
+import { CallDecisions } from './callDecisions.js'
 import { CallerIds } from './callerIds.js'
 import { CrashLoopGuard } from './crashLoop.js'
 import { Decisions } from './decisions.js'
@@ -44,6 +46,7 @@ import { Supervisor } from './supervisor.js'
 import { TaskRecovery } from './taskRecovery.js'
 import { ThreadStarter } from './threadStarter.js'
 import { ThreadTable } from './threadTable.js'
+import { ToolGate } from './toolGate.js'
 import { Waiting } from './waiting.js'
 
 function validateOptions(options: RuntimeOptions): Durability {
@@ -226,7 +229,8 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const callerIds = new CallerIds({ table, registry, leases, spawner, life, leaseTtlMs: config.orphans.thresholdMs })
   const gate = new ModelGate({ models, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
-  const approvals = new Approvals({ inbox: stores.inbox, transcripts, commit, clock, bus, life })
+  const deadlines = new CallDeadlines({ passed: (id, requestId) => calls.deadlinePassed(id, requestId), clock, bus, life })
+  const approvals = new Approvals({ deadlines, inbox: stores.inbox, transcripts, commit, clock, bus, life })
   const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
   const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
@@ -267,6 +271,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     bus,
     life,
   })
+  const calls: CallDecisions = new CallDecisions({ decisions, approvals, commit, transcripts, tools, clock })
   const followUps = new FollowUps({ dir, registry, table, transcripts, budgets, policies, starter, clock, bus })
   const inbox = new InboxPoller({
     dir,
@@ -275,6 +280,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     registry,
     approvals,
     decisions,
+    calls,
     takeNoCancelFile: () => recovery.takeNoCancelFile(),
     clock,
     config,
@@ -283,7 +289,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, decisions, parking, reactions, supervisor, bus }),
+    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {
@@ -326,6 +332,8 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     loader,
     recovery,
     decisions,
+    calls,
+    deadlines,
     followUps,
     inbox,
     shutdown,

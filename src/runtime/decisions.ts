@@ -17,7 +17,7 @@ import type { Registry, RequestInbox, TranscriptStore } from '../../persistence/
 import type { LiveThread } from '../thread/liveThread.js'
 import type { ThreadHandle } from '../thread/threadView.js'
 import { proposeLimit } from '../policies/escalation.js'
-import { limitStillExceeded } from '../thread/approvalDecision.js'
+import { limitStillExceeded, openRequestId } from '../thread/approvalDecision.js'
 import { cancelRefusal } from '../thread/requests.js'
 import { isActive, statusOfValue } from '../thread/threadStatus.js'
 import type { ApproveOptions, CancelResult } from './api.js'
@@ -68,13 +68,13 @@ export interface DecisionsDeps {
   life: Lifecycle
 }
 
-type Suspended = { snapshot: unknown; context: ThreadContext; intents: ReturnType<typeof intentsOf> }
+export type Suspended = { snapshot: unknown; context: ThreadContext; intents: ReturnType<typeof intentsOf> }
 
 export class Decisions {
   constructor(private readonly deps: DecisionsDeps) {}
 
   /** A suspended thread's stored state, read (not yet loaded) so that a request can be checked first. */
-  private async readSuspended(id: string): Promise<Suspended> {
+  async readSuspended(id: string): Promise<Suspended> {
     const { table, registry, dir } = this.deps
     this.deps.life.assertOpen()
     assertThreadId(id)
@@ -107,7 +107,7 @@ export class Decisions {
   }
 
   /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
-  private wake(id: string, stored: { snapshot: unknown; intents: ReturnType<typeof intentsOf> }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+  wake(id: string, stored: { snapshot: unknown; intents: ReturnType<typeof intentsOf> }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
     const { table, registry } = this.deps
     try {
       this.deps.leases.take(id)
@@ -127,11 +127,12 @@ export class Decisions {
     return thread
   }
 
-  async approve(id: string, options: ApproveOptions = {}): Promise<ThreadHandle> {
+  /** @param read the thread's stored state when the caller has read it already. */
+  async approve(id: string, options: ApproveOptions = {}, read?: Suspended): Promise<ThreadHandle> {
     const { clock } = this.deps
     assertText(options.by, 'by')
     assertText(options.message, 'message')
-    const stored = await this.readSuspended(id)
+    const stored = read ?? (await this.readSuspended(id))
     const { context } = stored
     if (context.suspendReason === 'budget' && context.budgetHit) {
       if (context.budgetHit.amount === 'spend' || context.budgetHit.amount === 'tokens') return this.approveBudget(id, stored, options)
@@ -199,7 +200,7 @@ export class Decisions {
    * which leads the next runtime to the thread (recovered, or found among the leases of stopped
    * threads) and so to the decision its transcript holds.
    */
-  private async deciding<T>(id: string, requestId: string | null, decide: () => Promise<T>): Promise<T> {
+  async deciding<T>(id: string, requestId: string | null, decide: () => Promise<T>): Promise<T> {
     if (requestId === null) return decide()
     this.deps.approvals.owe(id)
     try {
@@ -210,7 +211,7 @@ export class Decisions {
   }
 
   /** Whether what was appended so far became durable; false when it could not (yet). */
-  private logged(): Promise<boolean> {
+  logged(): Promise<boolean> {
     return this.deps.commit.whenLogged().then(
       () => true,
       () => false,
@@ -248,11 +249,11 @@ export class Decisions {
     return thread
   }
 
-  async deny(id: string, reason?: string, options: { by?: string } = {}): Promise<ThreadOutcome> {
+  async deny(id: string, reason?: string, options: { by?: string } = {}, read?: Suspended): Promise<ThreadOutcome> {
     assertText(reason, 'reason')
     assertText(options.by, 'by')
-    const stored = await this.readSuspended(id)
-    const requestId = stored.context.limitHit?.requestId ?? null
+    const stored = read ?? (await this.readSuspended(id))
+    const requestId = openRequestId(stored.context)
     const by = options.by ?? 'api'
     const at = this.deps.clock.now()
     const thread = await this.deciding(id, requestId, async () => {
@@ -312,6 +313,14 @@ export class Decisions {
   async resume(id: string, options: { by?: string } = {}): Promise<ThreadHandle> {
     assertText(options.by, 'by')
     const stored = await this.readSuspended(id)
+    const pending = stored.context.pendingCall
+    if (pending && (stored.context.suspendReason === 'tool_approval' || stored.context.suspendReason === 'waiting')) {
+      this.deps.transcripts.close(id)
+      const how = stored.context.suspendReason === 'tool_approval' ? 'approve or deny the call (rt.approve / rt.deny, spindle approve / deny)' : 'answer it (rt.answer, spindle answer)'
+      throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} waits at its ${pending.tool} call (request ${pending.requestId}), not for a resume: ${how}.`, {
+        details: { threadId: id, requestId: pending.requestId },
+      })
+    }
     if (stored.context.suspendReason === 'limit') {
       const hit = stored.context.limitHit
       throw new SpindleError(
@@ -356,7 +365,7 @@ export class Decisions {
       const stored = await this.readSuspended(id)
       const awaitChildren = this.deps.family.openChildren(id).length > 0
       // A cancel closes the approval request the thread waited at: its decision file says so.
-      const requestId = stored.context.suspendReason === 'limit' ? (stored.context.limitHit?.requestId ?? null) : null
+      const requestId = openRequestId(stored.context)
       const at = clock.now()
       const thread = await this.deciding(id, requestId, async () => {
         const woken = this.wake(id, stored, null, { type: 'CANCEL', at, reason, by, ...(awaitChildren ? { awaitChildren } : {}) })

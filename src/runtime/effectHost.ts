@@ -21,6 +21,7 @@ import type { Reactions } from './reactions.js'
 import type { Shutdown } from './shutdown.js'
 import type { Supervisor } from './supervisor.js'
 import type { ThreadTable } from './threadTable.js'
+import type { ToolGate } from './toolGate.js'
 import { DEFAULT_MODEL } from './models.js'
 import type { Models } from './models.js'
 
@@ -45,6 +46,7 @@ export interface EffectHostDeps {
   life: Pick<Lifecycle, 'closed'>
   policies: Pick<PolicyDesk, 'judgeModelFailure' | 'decideLimit'>
   gate: Pick<ModelGate, 'beforeModelCall' | 'handOffOnContextLength'>
+  toolGate: Pick<ToolGate, 'approval' | 'waitRequest'>
   decisions: Pick<Decisions, 'settleChildren'>
   parking: Pick<Parking, 'storageFailed' | 'parkForStorage'>
   reactions: Pick<Reactions, 'endDamaged'>
@@ -126,6 +128,8 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
       crashLoop.starting(id)
       return underWay
     },
+    toolApproval: (id, turn, call) => deps.toolGate.approval(id, turn, call),
+    waitRequest: (_id, turn, deadlineMs) => deps.toolGate.waitRequest(turn, deadlineMs),
     closing: () => life.closed,
     crash: (id, error) => {
       // Called from an effect's catch: whatever happens here must not escape as an unhandled

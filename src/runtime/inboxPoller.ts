@@ -14,6 +14,7 @@ import { ApprovalResponseSchema, CancelRequestSchema, cancelRefusal, checkReques
 import { isActive } from '../thread/threadStatus.js'
 import type { RequestsReport } from './api.js'
 import type { Approvals } from './approvals.js'
+import type { CallDecisions } from './callDecisions.js'
 import type { Decisions } from './decisions.js'
 import type { Lifecycle, Reporter } from './events.js'
 import type { ThreadTable } from './threadTable.js'
@@ -24,7 +25,9 @@ export interface InboxPollerDeps {
   table: ThreadTable
   registry: Registry
   approvals: Pick<Approvals, 'isWatched' | 'requestOf' | 'ids' | 'entries' | 'watch' | 'size' | 'settleDecisions'>
-  decisions: Pick<Decisions, 'cancelAs' | 'resume' | 'approve' | 'deny'>
+  decisions: Pick<Decisions, 'cancelAs' | 'resume'>
+  /** Approve, deny and answer: at a tool call, or (approve, deny) at a limit. */
+  calls: Pick<CallDecisions, 'approve' | 'deny' | 'answer'>
   /** Threads just recovered whose folders the read-ahead worker saw without a cancel file. */
   takeNoCancelFile(): Set<string>
   clock: Clock
@@ -307,12 +310,21 @@ export class InboxPoller {
     if (!read.ok) return reject(read.problem)
     const response = read.value
     const by = response.by ?? this.byFile(claimed.ref)
+    // The request the file answers: a decision for another one (the thread moved on) is refused.
+    const options = { by, requestId }
     try {
-      if (response.approved) await this.deps.decisions.approve(id, { ...(response.limits ? { limits: response.limits } : {}), by, ...(response.message ? { message: response.message } : {}) })
-      else await this.deps.decisions.deny(id, response.message, { by })
+      if (response.approved === undefined) await this.deps.calls.answer(id, response.answer, options)
+      else if (response.approved) {
+        await this.deps.calls.approve(id, {
+          ...options,
+          ...(response.limits ? { limits: response.limits } : {}),
+          ...(response.input !== undefined ? { input: response.input } : {}),
+          ...(response.message ? { message: response.message } : {}),
+        })
+      } else await this.deps.calls.deny(id, response.message, options)
     } catch (error) {
       return reject(describeError(error).message)
     }
-    this.honour(claimed, response.approved ? 'approved' : 'denied', report)
+    this.honour(claimed, response.approved === undefined ? 'answered' : response.approved ? 'approved' : 'denied', report)
   }
 }

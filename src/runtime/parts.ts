@@ -6,6 +6,8 @@ import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { Durability } from '../../persistence/types.js'
 import type { Approvals } from './approvals.js'
 import type { Budgets } from './budgets.js'
+import type { CallDeadlines } from './callDeadlines.js'
+import type { CallDecisions } from './callDecisions.js'
 import type { CallerIds } from './callerIds.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import type { Decisions } from './decisions.js'
@@ -58,6 +60,8 @@ export interface Parts {
   loader: ThreadLoader
   recovery: Recovery
   decisions: Decisions
+  calls: CallDecisions
+  deadlines: CallDeadlines
   followUps: FollowUps
   inbox: InboxPoller
   shutdown: Shutdown

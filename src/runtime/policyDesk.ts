@@ -104,7 +104,7 @@ export class PolicyDesk {
         'error',
         this.hookInput(context, { error: { ...classified.failure, attempt: at.attempt, retryInMs } } as Partial<HookInput>),
       )
-      if (decided.hookId && decided.action !== 'continue') {
+      if (decided.hookId && (decided.action === 'retry' || decided.action === 'fail' || decided.action === 'abort')) {
         decision = { action: decided.action, hookId: decided.hookId, ...(decided.message ? { message: decided.message } : {}) }
       }
     }

@@ -13,7 +13,7 @@ import type { ThreadHandle } from '../thread/threadView.js'
 import { viewOf } from '../thread/threadView.js'
 import { isActive } from '../thread/threadStatus.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
-import type { ApproveOptions, FollowUpOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions } from './api.js'
+import type { AnswerOptions, ApproveOptions, FollowUpOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions } from './api.js'
 import type { Parts } from './parts.js'
 import { TOOL_ABORTED_AT_SHUTDOWN } from './shutdown.js'
 import { validateSpawn } from './spawner.js'
@@ -99,11 +99,17 @@ export class SpindleRuntime implements Runtime {
   }
 
   approve(id: string, options?: ApproveOptions): Promise<ThreadHandle> {
-    return this.parts.decisions.approve(id, options)
+    return this.parts.calls.approve(id, options)
   }
 
-  deny(id: string, reason?: string, options?: { by?: string }): Promise<ThreadOutcome> {
-    return this.parts.decisions.deny(id, reason, options)
+  async deny(id: string, reason?: string, options?: { by?: string; requestId?: string }): Promise<ThreadOutcome> {
+    const { thread } = await this.parts.calls.deny(id, reason, options)
+    return thread.done
+
+  }
+
+  answer(id: string, answer: unknown, options?: AnswerOptions): Promise<ThreadHandle> {
+    return this.parts.calls.answer(id, answer, options)
   }
 
   resume(id: string, options?: { by?: string }): Promise<ThreadHandle> {
@@ -155,6 +161,7 @@ export class SpindleRuntime implements Runtime {
     const polled = inbox.close()
     taskRecovery.close()
     parking.close()
+    this.parts.deadlines.close()
     waiting.close()
     supervisor.close()
     await polled

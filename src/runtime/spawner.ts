@@ -88,7 +88,7 @@ export class Spawner {
     }
     const fromDirective = validateLayer(directiveLayer, `directive "${name}"`)
     const fromSpawn = validateLayer(
-      { limits: options.limits, retry: options.retry, escalation: options.escalation, hooks: options.hooks },
+      { limits: options.limits, retry: options.retry, escalation: options.escalation, hooks: options.hooks, approvals: options.approvals },
       'spawn',
     )
     const resolved = mergeConfig(this.deps.config, fromDirective, fromSpawn)
@@ -97,6 +97,7 @@ export class Spawner {
       retry: resolved.retry,
       escalation: resolved.escalation,
       hooks: dataHooks as ThreadPolicy['hooks'],
+      approvals: { ...resolved.approvals, tools: [...resolved.approvals.tools] },
       ...(allowedTools !== undefined ? { tools: [...allowedTools] } : {}),
       ...(ownPermissions !== undefined ? { permissions: { ...ownPermissions } } : {}),
       supervision: {

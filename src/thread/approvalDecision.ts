@@ -16,11 +16,15 @@ import { SpindleError } from '../base/errors.js'
  * written after a crash from the transcript, not by the process that decided.
  */
 export interface ApprovalDecision {
-  decision: 'approved' | 'denied' | 'cancelled' | 'failed'
+  decision: 'approved' | 'denied' | 'answered' | 'timed_out' | 'cancelled' | 'failed'
   by: string | null
   /** ISO time of the decision. */
   at: string
   limits?: Partial<Limits>
+  /** A tool call approved with edited input: the input it ran with. */
+  input?: unknown
+  /** A question's answer. */
+  answer?: unknown
   message: string | null
   recovered?: true
 }
@@ -29,6 +33,16 @@ type Data = Record<string, unknown>
 
 const text = (value: unknown): string | null => (typeof value === 'string' ? value : null)
 const isoOf = (at: unknown, fallback: string): string => (typeof at === 'number' && Number.isFinite(at) ? new Date(at).toISOString() : fallback)
+
+/**
+ * The request a suspended thread waits at — a limit's approval request, a tool call's approval
+ * request, a question — or null when it waits at none.
+ */
+export function openRequestId(context: Pick<ThreadContext, 'suspendReason' | 'limitHit' | 'pendingCall'>): string | null {
+  if (context.suspendReason === 'limit') return context.limitHit?.requestId ?? null
+  if (context.suspendReason === 'tool_approval' || context.suspendReason === 'waiting') return context.pendingCall?.requestId ?? null
+  return null
+}
 
 /**
  * How approval request `requestId` was decided, read from the thread's transcript: the
@@ -40,7 +54,7 @@ export function decisionFromTranscript(entries: readonly TranscriptEntry[], requ
   const named = (e: TranscriptEntry): boolean => (e.data as Data | null)?.requestId === requestId
   let asked = -1
   for (let i = entries.length - 1; i >= 0; i--) {
-    if (entries[i]!.type === 'LIMIT_DECIDED' && named(entries[i]!)) {
+    if ((entries[i]!.type === 'LIMIT_DECIDED' || entries[i]!.type === 'TOOL_PAUSED') && named(entries[i]!)) {
       asked = i
       break
     }
@@ -48,6 +62,17 @@ export function decisionFromTranscript(entries: readonly TranscriptEntry[], requ
   for (let i = asked + 1; i < entries.length; i++) {
     const entry = entries[i]!
     const data = (entry.data ?? {}) as Data
+    if (entry.type === 'CALL_DECIDED' && named(entry)) {
+      const decision = data.decision === 'denied' || data.decision === 'answered' || data.decision === 'timed_out' ? data.decision : 'approved'
+      return {
+        decision,
+        by: text(data.by),
+        at: isoOf(data.at, entry.ts),
+        ...(data.input !== undefined ? { input: data.input } : {}),
+        ...(data.answer !== undefined ? { answer: data.answer } : {}),
+        message: text(data.reason),
+      }
+    }
     if (entry.type === 'approval_decided' && named(entry)) {
       const decision = data.decision === 'denied' ? 'denied' : 'approved'
       return {

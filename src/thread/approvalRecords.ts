@@ -18,6 +18,7 @@ import type { ThreadStatus } from '../../persistence/types.js'
 import { threadDir } from '../../persistence/paths.js'
 import type { SpindleErrorCode } from '../base/errors.js'
 import { describeError } from '../base/errors.js'
+import { openRequestId } from './approvalDecision.js'
 
 /** Where a thread stands towards approval: waiting at request `requestId`, or why it is not. */
 export type ApprovalStanding =
@@ -64,7 +65,7 @@ export function approvalStanding(paths: DataPaths, id: string, status: ThreadSta
     }
   }
   const context = (envelope.snapshot as { context: ThreadContext }).context
-  const requestId = context.suspendReason === 'limit' ? (context.limitHit?.requestId ?? null) : null
+  const requestId = openRequestId(context)
   if (requestId === null) {
     return { open: false, code: 'NO_PENDING_APPROVAL', why: `is suspended ${context.suspendReason === 'limit' ? 'at a limit without an approval request' : `for ${context.suspendReason ?? 'an unknown reason'}, not at an approval request`}` }
   }

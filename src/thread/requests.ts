@@ -48,7 +48,12 @@ export type CancelRequest = z.infer<typeof CancelRequestSchema>
 
 export const ApprovalResponseSchema = z
   .object({
-    approved: z.boolean(),
+    /** Approve or deny a limit or a tool call; absent in the answer to a question. */
+    approved: z.boolean().optional(),
+    /** For a tool approval: the input to run the call with instead of the model's. */
+    input: z.unknown().optional(),
+    /** For a question (`ask_human`, `waitForAnswer`): the answer, any JSON value. */
+    answer: z.unknown().optional(),
     /** New limits; when absent an approval takes the proposed one. */
     limits: LimitsSchema.partial().optional(),
     /** Accepted as a synonym of `limits`. */
@@ -57,8 +62,30 @@ export const ApprovalResponseSchema = z
     message: z.string().max(10_000).optional(),
     by: z.string().max(200).optional(),
   })
+  .refine((r) => (r.approved !== undefined) !== ('answer' in r && r.answer !== undefined), {
+    message: 'an answer says either "approved": true or false (a limit or a tool approval) or "answer": … (a question), not both',
+  })
   .transform(({ new_limits, limits, ...rest }) => ({ ...rest, ...(limits ?? new_limits ? { limits: limits ?? new_limits } : {}) }))
 export type ApprovalResponse = z.infer<typeof ApprovalResponseSchema>
+
+/** What a person is asked about a tool call the thread is paused at: to approve it, or to answer it. */
+export interface CallRequest {
+  id: string
+  threadId: string
+  directive: string
+  kind: 'tool_approval' | 'question'
+  tool: string
+  callId: string
+  /** The call's input, as the model gave it. */
+  input: unknown
+  /** For a question: what is asked (the `ask_human` question, a tool's `waitForAnswer` request). */
+  request?: unknown
+  message: string
+  createdAt: string
+  /** When the request ends by itself (ISO), or null. */
+  deadline: string | null
+  respond: { file: string; approve?: ApprovalResponse; deny?: ApprovalResponse; answer?: ApprovalResponse }
+}
 
 /** What a person (or a policy script) is asked to approve. */
 export interface ApprovalRequest {
@@ -190,13 +217,14 @@ function readApprovalRequest(paths: DataPaths, id: string, requestId: string): A
  * while the response file lies there, `taken` once a runtime has claimed it. Null when unanswered
  * (or when the answer is unreadable: the runtime rejects that one and the request stays open).
  */
-export function approvalAnswer(dir: string, id: string, requestId: string): { approved: boolean; by: string | null; state: 'waiting' | 'taken' } | null {
+export function approvalAnswer(dir: string, id: string, requestId: string): { approved: boolean | null; by: string | null; state: 'waiting' | 'taken' } | null {
   const files = approvalFiles(dataPaths(dir), id, requestId)
   for (const [file, state] of [[files.response, 'waiting'], [files.taken, 'taken']] as const) {
     if (!fs.existsSync(file)) continue
     // Read as the runtime reads it: an answer it would reject does not show as given.
     const read = readRequestFile(file, ApprovalResponseSchema)
-    return read.ok ? { approved: read.value.approved, by: read.value.by ?? null, state } : null
+    // approved null: the answer to a question.
+    return read.ok ? { approved: read.value.approved ?? null, by: read.value.by ?? null, state } : null
   }
   return null
 }
@@ -213,7 +241,7 @@ export function approvalAnswer(dir: string, id: string, requestId: string): { ap
 export function respondToApproval(
   dir: string,
   id: string,
-  response: { approved: boolean; limits?: Partial<Limits>; message?: string; by?: string },
+  response: { approved?: boolean; limits?: Partial<Limits>; input?: unknown; answer?: unknown; message?: string; by?: string },
   options: { replace?: boolean } = {},
 ): string {
   assertThreadId(id)
@@ -242,11 +270,32 @@ export function respondToApproval(
       details: { threadId: id, field: issue.path.join('.') },
     })
   }
-  if (checked.data.approved) assertApprovable(id, standing.context, checked.data.limits)
+  assertFits(id, standing.context, checked.data)
+  if (checked.data.approved && standing.context.suspendReason === 'limit') assertApprovable(id, standing.context, checked.data.limits)
   const files = approvalFiles(paths, id, requestId)
   if (!options.replace) assertNoAnswerWaiting(id, requestId, files)
   writeRequestFile(paths, id, files.response, response)
   return files.response
+}
+
+/**
+ * An answer of the kind the request asks for: approve or deny a limit or a tool call (limits only
+ * for a limit, input only for a tool call), an answer for a question. The edited input of a tool
+ * call is checked by the runtime, which has the tool's schema: one it rejects leaves the request open.
+ */
+function assertFits(id: string, context: ThreadContext, response: ApprovalResponse): void {
+  const reason = context.suspendReason
+  const call = context.pendingCall
+  const wrong = (what: string): never => {
+    throw new SpindleError('INVALID_OPTIONS', `Thread ${id} ${what}. Nothing was written.`, { details: { threadId: id, suspendReason: reason } })
+  }
+  if (reason === 'waiting') {
+    if (response.approved !== undefined) wrong(`waits for an answer to its ${call?.tool ?? ''} call, not for an approval: answer it (spindle answer ${id} <answer>)`)
+    return
+  }
+  if (response.approved === undefined) wrong(`waits at ${reason === 'tool_approval' ? `a tool approval (${call?.tool ?? ''})` : 'a limit'}, not for an answer: approve or deny it`)
+  if (reason === 'tool_approval' && response.limits !== undefined) wrong(`waits at a tool approval (${call?.tool ?? ''}): limits apply only at a limit`)
+  if (reason === 'limit' && response.input !== undefined) wrong('waits at a limit: edited input applies only to a tool approval')
 }
 
 /** What `rt.approve` refuses of an approval with `limits` (none: the proposal), refused here too. */
@@ -272,7 +321,7 @@ function assertNoAnswerWaiting(id: string, requestId: string, files: ReturnType<
     if (!fs.existsSync(file)) continue
     const read = readRequestFile(file, ApprovalResponseSchema)
     const what = read.ok
-      ? `${read.value.approved ? 'an approval' : 'a denial'}${read.value.limits ? ` (${Object.entries(read.value.limits).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''} by ${read.value.by ?? 'someone who did not say (no "by")'}`
+      ? `${read.value.approved === undefined ? 'an answer' : read.value.approved ? 'an approval' : 'a denial'}${read.value.limits ? ` (${Object.entries(read.value.limits).map(([k, v]) => `${k} ${v}`).join(', ')})` : ''} by ${read.value.by ?? 'someone who did not say (no "by")'}`
       : `an answer the runtime will reject (${read.problem})`
     throw new SpindleError(
       'APPROVAL_ALREADY_ANSWERED',

@@ -24,6 +24,8 @@ export interface ThreadView {
   limits: Limits
   suspendReason: ThreadContext['suspendReason']
   limitHit: ThreadContext['limitHit']
+  /** The tool call a thread suspended for `tool_approval` or `waiting` waits at, with its request id; else null. */
+  pendingCall: NonNullable<ThreadContext['pendingCall']> | null
   retry: ThreadContext['retry']
   result: string | null
   error: { code: string; message: string } | null
@@ -88,6 +90,7 @@ export function viewOf(id: string, snapshot: { value: StateValue; context: Threa
     limits: c.limits,
     suspendReason: c.suspendReason,
     limitHit: c.limitHit,
+    pendingCall: c.pendingCall ?? null,
     retry: c.retry,
     result: c.result,
     error: c.error,
