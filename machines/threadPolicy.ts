@@ -71,6 +71,11 @@ export interface ThreadPolicy {
    * tools may do. Absent: everything.
    */
   permissions?: Record<string, boolean>
+  /**
+   * How a final answer is checked against the directive's output schema (config `output`); set
+   * only for a thread whose directive has one. `maxTries`: answers the model may give in all.
+   */
+  output?: { maxTries: number }
   /** How the supervisor restarts this thread after a crash, and the strategy for its own children. */
   supervision?: {
     restart: 'permanent' | 'transient' | 'temporary'
