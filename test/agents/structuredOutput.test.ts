@@ -101,6 +101,15 @@ describe('structured results', () => {
     expect(rt.checkReplay(thread.id).matches).toBe(true)
   })
 
+  it('should check the limits before asking again: an invalid answer that used the last turn suspends the thread', async () => {
+    const { model, requests } = recording(() => ({ text: 'not JSON' }))
+    const rt = await runtime({ model })
+    const thread = await rt.spawn({ directive: { name: 'judge', prompt: 'Judge it', output: Verdict }, limits: { turns: 1 } })
+    expect(await thread.done).toMatchObject({ status: 'suspended', suspendReason: 'limit' })
+    expect(requests).toHaveLength(1)
+    expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+
   it('should validate only the final answer: a reply with tool calls runs them as usual', async () => {
     const noop = defineTool({ name: 'noop', description: 'Does nothing', input: z.object({}), idempotent: true, execute: () => 'ok' })
     const { model, requests } = recording([{ text: 'looking', toolCalls: [{ name: 'noop' }] }, { text: JSON.stringify(VALID) }])
