@@ -3,13 +3,18 @@
  * Google, an OpenAI-compatible server — becomes a spindle ModelAdapter. Side effects. Not
  * imported by machines/.
  *
+ * A request with an output schema asks the provider for it through the SDK's structured-output
+ * mode (`Output.object`: OpenAI's `response_format` json_schema, and the like); the tools stay
+ * declared beside it. The SDK's own check of the answer is not what decides: an answer it refuses
+ * is returned as text all the same, and spindle validates it and asks again with the errors.
+ *
  * One adapter call is exactly one model step: tools are declared without `execute`, so the SDK
  * never runs them (spindle does, durably), and the SDK's own retries are off, so spindle's retry
  * policy alone decides what is retried and how long to wait. Failures are rethrown untouched:
  * `classifyError` reads the SDK's `APICallError` (status, headers, provider error body).
  */
-import { generateText, jsonSchema, stepCountIs, tool } from 'ai'
-import type { JSONSchema7, JSONValue, LanguageModel, ModelMessage, ToolResultPart, ToolSet } from 'ai'
+import { NoObjectGeneratedError, Output, generateText, jsonSchema, stepCountIs, tool } from 'ai'
+import type { JSONSchema7, JSONValue, LanguageModel, LanguageModelUsage, ModelMessage, ToolResultPart, ToolSet } from 'ai'
 import type { ToolCall } from '../machines/threadEvents.js'
 import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
 
@@ -129,26 +134,37 @@ export function aiSdkModel(options: AiSdkModelOptions): ModelAdapter {
     name,
     ...(options.contextWindow !== undefined ? { contextWindow: options.contextWindow } : {}),
     async generate(request: ModelRequest): Promise<ModelResponse> {
-      const result = await generateText({
-        model,
-        ...(request.instructions ? { system: request.instructions } : {}),
-        messages: toModelMessages(request.messages),
-        ...(request.tools.length > 0 ? { tools: toToolSet(request.tools) } : {}),
-        stopWhen: stepCountIs(1),
-        maxRetries: 0,
-        abortSignal: request.signal,
-        ...(options.providerOptions !== undefined ? { providerOptions: options.providerOptions } : {}),
-        ...(options.maxOutputTokens !== undefined ? { maxOutputTokens: options.maxOutputTokens } : {}),
-        ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
-      })
+      const usageOf = (usage: LanguageModelUsage | undefined): ModelResponse['usage'] => {
+        const inputTokens = tokens(usage?.inputTokens)
+        const outputTokens = tokens(usage?.outputTokens)
+        const counted: ModelResponse['usage'] = { inputTokens, outputTokens }
+        if (pricing) counted.cost = (inputTokens * pricing.inputPerMillion + outputTokens * pricing.outputPerMillion) / 1_000_000
+        return counted
+      }
+      let result
+      try {
+        result = await generateText({
+          model,
+          ...(request.outputSchema ? { output: Output.object({ schema: jsonSchema(request.outputSchema as JSONSchema7) }) } : {}),
+          ...(request.instructions ? { system: request.instructions } : {}),
+          messages: toModelMessages(request.messages),
+          ...(request.tools.length > 0 ? { tools: toToolSet(request.tools) } : {}),
+          stopWhen: stepCountIs(1),
+          maxRetries: 0,
+          abortSignal: request.signal,
+          ...(options.providerOptions !== undefined ? { providerOptions: options.providerOptions } : {}),
+          ...(options.maxOutputTokens !== undefined ? { maxOutputTokens: options.maxOutputTokens } : {}),
+          ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
+        })
+      } catch (error) {
+        // An answer that is not JSON, or not the schema's: the model's to correct, not a failed call.
+        if (request.outputSchema && NoObjectGeneratedError.isInstance(error)) return { text: error.text ?? '', toolCalls: [], usage: usageOf(error.usage) }
+        throw error
+      }
       // Calls the SDK could not parse (bad JSON, unknown tool) are kept: spindle validates every
       // input and answers a bad one with an error result the model can correct.
       const toolCalls: ToolCall[] = result.toolCalls.map((call) => ({ id: call.toolCallId, name: call.toolName, input: call.input ?? {} }))
-      const inputTokens = tokens(result.usage.inputTokens)
-      const outputTokens = tokens(result.usage.outputTokens)
-      const usage: ModelResponse['usage'] = { inputTokens, outputTokens }
-      if (pricing) usage.cost = (inputTokens * pricing.inputPerMillion + outputTokens * pricing.outputPerMillion) / 1_000_000
-      return { text: result.text, toolCalls, usage }
+      return { text: result.text, toolCalls, usage: usageOf(result.usage) }
     },
   }
   return adapter

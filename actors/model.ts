@@ -47,6 +47,13 @@ export interface ModelRequest {
    */
   instructions?: string
   /**
+   * The JSON Schema the final answer must match: the directive's `output` (absent: the answer is
+   * text). An adapter with a structured-output mode asks the provider for it (the AI SDK adapter
+   * does); one without should tell the model in its prompt. Spindle parses and validates the
+   * answer of a reply without tool calls either way, and asks again with the errors.
+   */
+  outputSchema?: Record<string, unknown>
+  /**
    * The conversation so far, oldest first: the directive's prompt as the first `user` message
    * (a continuation's restates it and carries the recent part of its predecessor's), then each
    * `assistant` reply and each `tool` result. Read-only: it is the thread's own cache.

@@ -22,6 +22,9 @@ import { executeToolCall } from './tools.js'
 import type { Permissions } from '../src/base/permissions.js'
 import { deniedCapability, describePermissions } from '../src/base/permissions.js'
 import { SpindleError } from '../src/base/errors.js'
+import { checkFinalAnswer } from './outputSchema.js'
+import type { OutputValidator } from './outputSchema.js'
+import type { ThreadDirective } from '../machines/threadContext.js'
 
 /**
  * How a tool call's run ended without a result: its process died (`crash`), or the runtime shut
@@ -50,8 +53,13 @@ export interface EffectHost {
   /** Records the event in the transcript, then sends it to the thread. False when dropped as stale. */
   deliver(threadId: string, event: ThreadEvent): boolean
   messages(threadId: string): readonly Message[]
-  /** The thread's directive: its name and instructions. */
-  directive(threadId: string): { name: string; instructions?: string }
+  /** The thread's directive: its name, instructions and output schema. */
+  directive(threadId: string): ThreadDirective
+  /**
+   * What checks a final answer of a thread whose directive has an output schema: the host's zod
+   * schema when this process spawned the thread with one, else its kept JSON Schema.
+   */
+  outputValidator(threadId: string): OutputValidator
   /**
    * Classifies a model failure, decides the wait before the next attempt and asks the thread's
    * `error` hooks; records the classification in the transcript.
@@ -187,11 +195,27 @@ function recordableInput(adapter: string, call: { id: string; name: string; inpu
   return JSON.parse(json) as unknown
 }
 
-/** The tools the model is shown: its directive's, less those needing a capability the thread lacks. */
-/** What a model request says of the directive: its name, and its instructions when it has some. */
-function directiveFields(directive: { name: string; instructions?: string }): Pick<ModelRequest, 'directiveName' | 'instructions'> {
-  return { directiveName: directive.name, ...(directive.instructions ? { instructions: directive.instructions } : {}) }
+/** What a model request says of the directive: its name, instructions and output schema when it has them. */
+function directiveFields(directive: ThreadDirective): Pick<ModelRequest, 'directiveName' | 'instructions' | 'outputSchema'> {
+  return {
+    directiveName: directive.name,
+    ...(directive.instructions ? { instructions: directive.instructions } : {}),
+    ...(directive.output ? { outputSchema: directive.output } : {}),
+  }
 }
+
+/**
+ * A final answer's check against the directive's output schema, as the reply records it: its JSON
+ * (`output`) or what is wrong (`outputErrors`). Nothing for a reply with tool calls or a thread
+ * without a schema.
+ */
+function outputFields(host: EffectHost, threadId: string, directive: ThreadDirective, reply: ModelResponse): { output?: unknown; outputErrors?: string[] } {
+  if (!directive.output || reply.toolCalls.length > 0) return {}
+  const checked = checkFinalAnswer(reply.text, host.outputValidator(threadId))
+  return checked.ok ? { output: checked.json } : { outputErrors: checked.errors }
+}
+
+/** The tools the model is shown: its directive's, less those needing a capability the thread lacks. */
 
 function visibleTools(host: EffectHost, threadId: string): readonly ToolDefinition[] {
   const allowed = host.allowedTools(threadId)
@@ -252,11 +276,12 @@ export function callModelLogic(host: EffectHost) {
       try {
         // Inside the try: a model this runtime lacks fails the attempt like any other failure.
         const model = host.model(input.threadId)
+        const directive = host.directive(input.threadId)
         // Async, so that an adapter throwing before it returns a promise fails like any other.
         const generate = async (): Promise<unknown> =>
           model.adapter.generate({
             threadId: input.threadId,
-            ...directiveFields(host.directive(input.threadId)),
+            ...directiveFields(directive),
             turn: input.turn,
             attempt: input.attempt,
             messages: host.messages(input.threadId),
@@ -281,6 +306,7 @@ export function callModelLogic(host: EffectHost) {
           toolCalls: reply.toolCalls,
           usage: reply.usage,
           model: model.name,
+          ...outputFields(host, input.threadId, directive, reply),
         }
       } catch (error) {
         const timedOut = controller.signal.aborted && controller.signal.reason === timeout

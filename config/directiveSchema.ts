@@ -37,6 +37,12 @@ export const DirectiveFrontMatterSchema = z.strictObject({
    * a tool needing a denied one is hidden and its calls are refused with PERMISSION_DENIED.
    */
   permissions: PermissionsSchema.optional(),
+  /**
+   * The JSON Schema the thread's final answer must match (structured results): the answer is
+   * parsed, validated, sent back with the errors while `output.maxTries` allows, and `done` gives
+   * the value as `output`.
+   */
+  output: z.record(z.string(), z.unknown()).optional(),
   /** Inputs, filled into the prompt and the instructions as {{name}}. */
   input: z.record(z.string().regex(/^[a-zA-Z_][a-zA-Z0-9_]*$/, 'a name of letters, digits and "_"'), DirectiveInputSchema).optional(),
 })

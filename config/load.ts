@@ -174,6 +174,7 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
         byDirective: mergeRecords(merged.governance.byDirective, layer.governance?.byDirective),
       },
       waits: { ...merged.waits, ...layer.waits },
+      output: { ...merged.output, ...layer.output },
       hooks: [...merged.hooks, ...(layer.hooks ?? [])],
     }
   }

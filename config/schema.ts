@@ -275,6 +275,14 @@ export const ApprovalsSchema = z.strictObject({
     .describe('What a tool approval request that has waited `timeoutSeconds` becomes: `deny` (the model gets a denial as the call\'s result and the thread goes on) or `stay` (it goes on waiting, and says it is overdue).'),
 })
 
+export const OutputSchema = z.strictObject({
+  maxTries: z
+    .number()
+    .int()
+    .positive()
+    .describe("Answers a thread whose directive has an output schema may give in all: one that does not parse or match the schema is sent back to the model with the errors while tries are left; then the thread ends in `error` (OUTPUT_INVALID). Each answer is a turn."),
+})
+
 export const ConfigSchema = z.strictObject({
   limits: LimitsSchema.describe(
     "Limits a thread gets when neither its directive nor its spawn call sets them. Before each model call, a thread that has reached its turns, tokens, spend or durationMs limit suspends and asks for more (see `escalation`); a child's limits are also capped by its parent's.",
@@ -310,6 +318,7 @@ export const ConfigSchema = z.strictObject({
   ),
   children: ChildrenSchema.describe("How child threads share their parent's spend and token budget."),
   waits: WaitsSchema.describe('How a thread (the `wait_threads` tool) or host code (`rt.waitThreads`) waits for other threads.'),
+  output: OutputSchema.describe("How the final answer of a thread whose directive has an output schema (structured results) is checked."),
   recovery: RecoverySchema.describe(
     'What happens to a task when its thread ends in `error` (off by default): its own directive tries again up to `maxAttempts` times, then each handler of `chain` in turn, and finally a person.',
   ),
@@ -363,6 +372,7 @@ export const ConfigLayerSchema = z.strictObject({
   supervision: SupervisionSchema.partial().optional(),
   children: ChildrenSchema.partial().optional(),
   waits: WaitsSchema.partial().optional(),
+  output: OutputSchema.partial().optional(),
   recovery: RecoverySchema.partial().optional(),
   governance: GovernanceSchema.partial().optional(),
   hooks: z.array(HookSpecSchema).optional(),

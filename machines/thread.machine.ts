@@ -87,6 +87,10 @@ export const threadMachine = setup({
     isCurrentReply: ({ context, event }) =>
       event.type === 'MODEL_REPLIED' && event.turn === context.usage.turns + 1 && event.attempt === context.attempt,
     replyHasToolCalls: ({ event }) => event.type === 'MODEL_REPLIED' && event.toolCalls.length > 0,
+    /** A final answer that failed the directive's output schema. */
+    replyOutputInvalid: ({ event }) => event.type === 'MODEL_REPLIED' && event.outputErrors !== undefined,
+    /** Counting the answer in hand, the model may still give another (policy `output.maxTries`). */
+    outputTriesLeft: ({ context }) => (context.outputTries ?? 0) + 1 < (context.policy.output?.maxTries ?? 1),
     isCurrentFailure: ({ context, event }) => isCurrentFailure(context, event),
     canRetry: ({ context, event }) => {
       if (event.type !== 'MODEL_FAILED' || !isRetryable(event.error.category)) return false
@@ -139,6 +143,21 @@ export const threadMachine = setup({
       }
     }),
     recordResult: assign(({ event }) => (event.type === 'MODEL_REPLIED' ? { result: event.text } : {})),
+    /** The valid answer of a thread with an output schema (recorded with the reply). */
+    recordOutput: assign(({ event }) => (event.type === 'MODEL_REPLIED' && event.output !== undefined ? { output: event.output } : {})),
+    /** One more answer failed the output schema; the conversation tells the model why (messages.ts). */
+    countInvalidOutput: assign(({ context }) => ({ outputTries: (context.outputTries ?? 0) + 1 })),
+    failWithInvalidOutput: assign(({ context, event }) => {
+      if (event.type !== 'MODEL_REPLIED') return {}
+      const tries = (context.outputTries ?? 0) + 1
+      return {
+        outputTries: tries,
+        error: {
+          code: 'OUTPUT_INVALID',
+          message: `The model's answer did not match the directive's output schema after ${tries} ${tries === 1 ? 'try' : 'tries'}: ${(event.outputErrors ?? []).join('; ')}`,
+        },
+      }
+    }),
     recordToolDone: assign(({ context, event }) => {
       if (event.type !== 'TOOL_DONE') return {}
       return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolsDone: [...context.toolsDone, event.callId] }
@@ -391,7 +410,15 @@ export const threadMachine = setup({
                 target: 'runningTools',
                 actions: 'recordReply',
               },
-              { guard: 'isCurrentReply', target: '#thread.completed', actions: ['recordReply', 'recordResult'] },
+              // Back through the limit check: every answer is a turn, and a model that keeps failing
+              // the schema spends like any other.
+              {
+                guard: and(['isCurrentReply', 'replyOutputInvalid', 'outputTriesLeft']),
+                target: 'checkingLimits',
+                actions: ['recordReply', 'countInvalidOutput'],
+              },
+              { guard: and(['isCurrentReply', 'replyOutputInvalid']), target: '#thread.error', actions: ['recordReply', 'failWithInvalidOutput'] },
+              { guard: 'isCurrentReply', target: '#thread.completed', actions: ['recordReply', 'recordResult', 'recordOutput'] },
             ],
             BUDGET_EXHAUSTED: { target: '#thread.suspended', actions: 'suspendForBudget' },
             MODEL_FAILED: [

@@ -77,6 +77,12 @@ export interface ThreadDirective {
    * `default`.
    */
   model?: string
+  /**
+   * The JSON Schema its final answer must match (the directive's `output`, a zod schema turned
+   * into JSON Schema); absent: the answer is text. Kept with the thread, so a process that carries
+   * it on validates the same way.
+   */
+  output?: Record<string, unknown>
 }
 
 export interface ThreadContext {
@@ -120,6 +126,10 @@ export interface ThreadContext {
   retries?: number
   /** The task this thread is an attempt at, when recovery escalation started it. */
   task?: TaskInfo | null
+  /** Final answers that failed the directive's output schema so far (absent until one does). */
+  outputTries?: number
+  /** The final answer's JSON, once it passed the directive's output schema (absent otherwise). */
+  output?: unknown
 }
 
 /** A thread started by recovery escalation to try a failed task again. */

@@ -64,6 +64,17 @@ export type ThreadEvent =
       usage: ModelUsage
       /** The name of the runtime's model that replied (`default`, `fast` …); absent in transcripts from before several models. */
       model?: string
+      /**
+       * A final reply of a thread with an output schema: the JSON its text holds, once it passed
+       * the schema (the thread completes with it). Recorded, so replay never validates again.
+       */
+      output?: unknown
+      /**
+       * A final reply of a thread with an output schema that failed it: what is wrong, one line per
+       * problem. The model is asked again with them while tries are left; else the thread ends in
+       * error (OUTPUT_INVALID).
+       */
+      outputErrors?: string[]
     }
   | {
       type: 'MODEL_FAILED'

@@ -7,9 +7,15 @@ import type { SuspendReason, ThreadContext, Usage } from './threadContext.js'
 
 export type TerminalStatus = 'completed' | 'error' | 'cancelled' | 'continued'
 
-export interface ThreadOutcome {
+export interface ThreadOutcome<Output = unknown> {
   status: TerminalStatus | 'suspended'
   result?: string
+  /**
+   * A thread whose directive has an output schema, completed: its answer, parsed and valid. From
+   * the process that spawned it with a zod schema, zod's parse (its output type); otherwise the
+   * JSON the model wrote.
+   */
+  output?: Output
   error?: { code: string; message: string }
   cost: Usage
   suspendReason?: SuspendReason
@@ -20,6 +26,7 @@ export interface ThreadOutcome {
 export function outcomeOf(status: TerminalStatus | 'suspended', context: ThreadContext): ThreadOutcome {
   const outcome: ThreadOutcome = { status, cost: { ...context.usage } }
   if (context.result !== null) outcome.result = context.result
+  if (status === 'completed' && context.output !== undefined) outcome.output = context.output
   if (context.error !== null) outcome.error = context.error
   if (status === 'cancelled' && context.cancelReason !== null) {
     outcome.error = { code: 'cancelled', message: context.cancelReason }

@@ -82,6 +82,11 @@ export interface ThreadPolicy {
   permissions?: Record<string, boolean>
   /** Tool approvals (absent in threads from before them: none required by configuration). */
   approvals?: ApprovalPolicy
+  /**
+   * How a final answer is checked against the directive's output schema (config `output`); set
+   * only for a thread whose directive has one. `maxTries`: answers the model may give in all.
+   */
+  output?: { maxTries: number }
   /** How the supervisor restarts this thread after a crash, and the strategy for its own children. */
   supervision?: {
     restart: 'permanent' | 'transient' | 'temporary'

@@ -30,6 +30,7 @@ import { CLI_COLOURS, dirArgument, plural, terminalSafe } from './operator/termi
 /** Exit statuses, documented in `spindle --help` and docs/cli.md. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   INVALID_OPTIONS: 3,
+  OUTPUT_SCHEMA_INVALID: 3,
   INVALID_THREAD_ID: 3,
   CONFIG_INVALID: 3,
   THREAD_NOT_FOUND: 4,

@@ -16,6 +16,8 @@ export const machine = setup({
     errorHookAborts: () => false,
     isCurrentReply: () => false,
     replyHasToolCalls: () => false,
+    replyOutputInvalid: () => false,
+    outputTriesLeft: () => false,
     isCurrentFailure: () => false,
     canRetry: () => false,
     shouldSuspendOnFailure: () => false,
@@ -29,6 +31,9 @@ export const machine = setup({
     markStarted: () => {},
     recordReply: () => {},
     recordResult: () => {},
+    recordOutput: () => {},
+    countInvalidOutput: () => {},
+    failWithInvalidOutput: () => {},
     recordToolDone: () => {},
     finishTools: () => {},
     suspendAtCall: () => {},
@@ -132,11 +137,28 @@ export const machine = setup({
                 "actions": "recordReply"
               },
               {
+                "guard": and(["isCurrentReply", "replyOutputInvalid", "outputTriesLeft"]),
+                "target": "checkingLimits",
+                "actions": [
+                  "recordReply",
+                  "countInvalidOutput"
+                ]
+              },
+              {
+                "guard": and(["isCurrentReply", "replyOutputInvalid"]),
+                "target": "#thread.error",
+                "actions": [
+                  "recordReply",
+                  "failWithInvalidOutput"
+                ]
+              },
+              {
                 "guard": "isCurrentReply",
                 "target": "#thread.completed",
                 "actions": [
                   "recordReply",
-                  "recordResult"
+                  "recordResult",
+                  "recordOutput"
                 ]
               }
             ],

@@ -62,6 +62,8 @@ export const SPINDLE_ERROR_CODES = [
   'STORAGE_FAILED',
   'DESCRIPTORS_EXHAUSTED',
   'THREAD_ID_TAKEN',
+  'OUTPUT_SCHEMA_INVALID',
+  'OUTPUT_INVALID',
 ] as const
 
 export type SpindleErrorCode = (typeof SPINDLE_ERROR_CODES)[number]

@@ -149,5 +149,6 @@ export function renderDirective(directive: DirectiveFile, inputs: Record<string,
     ...(fm.hooks ? { hooks: fm.hooks } : {}),
     ...(fm.tools ? { tools: fm.tools } : {}),
     ...(fm.permissions ? { permissions: fm.permissions } : {}),
+    ...(fm.output ? { output: fm.output } : {}),
   }
 }

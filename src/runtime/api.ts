@@ -16,6 +16,7 @@ import type { RecoveryDecision } from '../policies/recovery.js'
 import type { ThreadHandle } from '../thread/threadView.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
 import type { InspectionEvent } from 'xstate'
+import type { z } from 'zod'
 
 export interface RuntimeOptions {
   /** Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. */
@@ -139,8 +140,14 @@ export interface Problem {
   message: string
 }
 
+/** An output schema: a zod schema, or a JSON Schema object. */
+export type OutputSpec = z.ZodType | Record<string, unknown>
+
+/** The value `done` gives for an output schema: a zod schema's output type; for a JSON Schema, unknown. */
+export type OutputOf<Output> = Output extends z.ZodType ? z.output<Output> : unknown
+
 /** What a thread is told to do, and the configuration that travels with it (the directive layer). */
-export interface DirectiveSpec {
+export interface DirectiveSpec<Output extends OutputSpec = OutputSpec> {
   name: string
   /** The task: the conversation's first user message. */
   prompt: string
@@ -171,10 +178,20 @@ export interface DirectiveSpec {
    * becomes then.
    */
   approvals?: ConfigLayer['approvals']
+  /**
+   * What the final answer must be (structured results): a zod schema, or a JSON Schema object. The
+   * answer is parsed as JSON (a ```json fence is allowed) and validated; one that fails goes back
+   * to the model with the errors, up to config `output.maxTries` answers in all, then the thread
+   * ends in `error` (OUTPUT_INVALID). `done` gives the valid value as `output`, typed by a zod
+   * schema's output type. Kept with the thread as JSON Schema (a zod schema's input side; one that
+   * has none, e.g. `z.date()`, is refused with OUTPUT_SCHEMA_INVALID): a process that carries the
+   * thread on without the zod schema validates with it and gives the JSON the model wrote.
+   */
+  output?: Output
 }
 
-export interface SpawnOptions {
-  directive: DirectiveSpec
+export interface SpawnOptions<Output extends OutputSpec = OutputSpec> {
+  directive: DirectiveSpec<Output>
   /** The name of one of the runtime's `models`, over the directive's `model`. */
   model?: string
   /**
@@ -271,7 +288,8 @@ export interface Runtime {
   readonly durability: Durability
   /** The report of the last recovery (the one at open, unless `recover()` ran since). */
   readonly lastRecovery: RecoveryReport
-  spawn(options: SpawnOptions): Promise<ThreadHandle>
+  /** Starts a thread; with a zod output schema, its handle's `done` is typed by the schema's output. */
+  spawn<Output extends OutputSpec = OutputSpec>(options: SpawnOptions<Output>): Promise<ThreadHandle<OutputOf<Output>>>
   /** A thread by id: live if this runtime runs it, otherwise a view of its stored state. */
   get(id: string): ThreadHandle
   list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[]

@@ -38,7 +38,7 @@ interface SpawnIdentity {
 const FIRST_LOOK_MS = 5
 const LOOK_CAP_MS = 100
 
-function identityOf(directive: Partial<ThreadDirective> | null | undefined, parentId: string | null | undefined): SpawnIdentity {
+function identityOf(directive: Partial<Pick<ThreadDirective, 'name' | 'prompt' | 'instructions'>> | null | undefined, parentId: string | null | undefined): SpawnIdentity {
   return {
     name: String(directive?.name ?? ''),
     prompt: String(directive?.prompt ?? ''),

@@ -31,6 +31,7 @@ import { ThreadLoader } from './loadThread.js'
 import { ModelGate } from './modelGate.js'
 import { Models, modelsByName } from './models.js'
 import { openStores } from './openStores.js'
+import { OutputSchemas } from './outputSchemas.js'
 import type { Stores } from './openStores.js'
 import type { Parts } from './parts.js'
 import { SpindleRuntime } from './runtimeFacade.js'
@@ -164,6 +165,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     () => (leases.held ? leases.fenced() : null),
     (threadId) => leases.tokenOf(threadId),
   )
+  const outputSchemas = new OutputSchemas()
   const table: ThreadTable = new ThreadTable(checkpoints, () => ({
     effects,
     transcripts,
@@ -179,6 +181,11 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
       setImmediate(() => leases.takeOrphans(Date.now()))
     },
     storageFailed: (thread, error) => parking.storageFailed(thread, error),
+    outputOf: (threadId, outcome) => {
+      // A suspended thread may be carried on here yet, and validated with the host's schema again.
+      if (outcome.status !== 'suspended') setImmediate(() => outputSchemas.forget(threadId))
+      return outcome.output === undefined ? outcome : { ...outcome, output: outputSchemas.parse(threadId, outcome.output) }
+    },
     ...(options.inspect ? { inspect: options.inspect } : {}),
   }))
   const leases: Leases = new Leases({
@@ -225,7 +232,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
           },
         })
   const tools = toolTable(builtin, options.tools ?? [])
-  const spawner: Spawner = new Spawner({ dir, config, models, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter })
+  const spawner: Spawner = new Spawner({ dir, config, models, toolNames: new Set(tools.keys()), table, registry, leases, budgets, policies, family, parking, starter, outputSchemas })
   const callerIds = new CallerIds({ table, registry, leases, spawner, life, leaseTtlMs: config.orphans.thresholdMs })
   const gate = new ModelGate({ models, table, registry, recoveryStore: stores.recovery, budgets, policies, parking, starter, clock, config, bus })
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
@@ -289,7 +296,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus }),
+    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus, outputSchemas }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {

@@ -24,6 +24,7 @@ import type { ThreadTable } from './threadTable.js'
 import type { ToolGate } from './toolGate.js'
 import { DEFAULT_MODEL } from './models.js'
 import type { Models } from './models.js'
+import type { OutputSchemas } from './outputSchemas.js'
 
 /** Errors that say a thread's own files are damaged: the thread cannot go on from them, and they are left as they are. */
 const DAMAGED_FILES = new Set<string>(['TRANSCRIPT_CHAIN_BROKEN', 'TRANSCRIPT_CORRUPT', 'STATE_CORRUPT'])
@@ -52,6 +53,7 @@ export interface EffectHostDeps {
   reactions: Pick<Reactions, 'endDamaged'>
   supervisor: Pick<Supervisor, 'crashed'>
   bus: Reporter
+  outputSchemas: Pick<OutputSchemas, 'validator'>
 }
 
 export function createEffectHost(deps: EffectHostDeps): EffectHost {
@@ -105,6 +107,10 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     deliver: (id, event) => table.get(id)?.deliver(event) ?? false,
     messages: (id) => table.running(id).messages(),
     directive: (id) => table.running(id).directive(),
+    outputValidator: (id) => {
+      const directive = table.running(id).directive()
+      return deps.outputSchemas.validator(id, directive.name, directive.output ?? {})
+    },
     judgeModelFailure: (id, error, at) => deps.policies.judgeModelFailure(id, error, at),
     decideLimit: (id, hit) => deps.policies.decideLimit(id, hit),
     toolIntent: (id, key) => table.get(id)?.toolIntent(key) ?? null,

@@ -13,7 +13,7 @@ import type { ThreadHandle } from '../thread/threadView.js'
 import { viewOf } from '../thread/threadView.js'
 import { isActive } from '../thread/threadStatus.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
-import type { AnswerOptions, ApproveOptions, FollowUpOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions } from './api.js'
+import type { AnswerOptions, ApproveOptions, FollowUpOptions, CancelResult, LifecycleEventType, RecoveryReport, RequestsReport, Runtime, SpawnOptions, OutputOf, OutputSpec } from './api.js'
 import type { Parts } from './parts.js'
 import { TOOL_ABORTED_AT_SHUTDOWN } from './shutdown.js'
 import { validateSpawn } from './spawner.js'
@@ -42,11 +42,12 @@ export class SpindleRuntime implements Runtime {
     return this.parts.recovery.last
   }
 
-  async spawn(options: SpawnOptions): Promise<ThreadHandle> {
+  async spawn<Output extends OutputSpec = OutputSpec>(options: SpawnOptions<Output>): Promise<ThreadHandle<OutputOf<Output>>> {
     this.parts.life.assertOpen()
     validateSpawn(options)
-    if (options.id !== undefined) return this.parts.callerIds.spawn(options, options.id, (id) => this.get(id))
-    return this.parts.spawner.spawn(options)
+    // The outcome's `output` is the schema's parse (outputSchemas.ts): the type follows the schema.
+    if (options.id !== undefined) return (await this.parts.callerIds.spawn(options, options.id, (id) => this.get(id))) as ThreadHandle<OutputOf<Output>>
+    return (await this.parts.spawner.spawn(options)) as ThreadHandle<OutputOf<Output>>
   }
 
   get(id: string): ThreadHandle {

@@ -28,6 +28,8 @@ import type { ThreadStarter } from './threadStarter.js'
 import type { ThreadTable } from './threadTable.js'
 import { DEFAULT_MODEL } from './models.js'
 import type { Models } from './models.js'
+import { outputJsonSchema, zodOutputSchema } from '../../actors/outputSchema.js'
+import type { OutputSchemas } from './outputSchemas.js'
 
 export interface SpawnerDeps {
   models: Pick<Models, 'has' | 'names' | 'notFound'>
@@ -42,6 +44,7 @@ export interface SpawnerDeps {
   family: Pick<Family, 'track' | 'underWay'>
   parking: Pick<Parking, 'parkForStorage'>
   starter: ThreadStarter
+  outputSchemas: Pick<OutputSchemas, 'remember'>
 }
 
 export function validateSpawn(options: SpawnOptions): void {
@@ -66,7 +69,9 @@ export class Spawner {
   /** Resolves, reserves and starts a thread; `id` and `task` are set by spawn_thread and recovery attempts. */
   async spawn(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
     const { toolNames, table, leases, budgets } = this.deps
-    const { name, prompt, instructions, model: directiveModel, tools: allowedTools, permissions: ownPermissions, ...directiveLayer } = options.directive
+    const { name, prompt, instructions, model: directiveModel, tools: allowedTools, permissions: ownPermissions, output, ...directiveLayer } = options.directive
+    // Turned into JSON Schema and checked before anything is written: a thread keeps data, not code.
+    const outputSchema = output !== undefined ? outputJsonSchema(name, output) : undefined
     if (allowedTools !== undefined) {
       const unknown = allowedTools.filter((tool) => !toolNames.has(tool))
       if (!Array.isArray(allowedTools) || unknown.length > 0) {
@@ -100,6 +105,7 @@ export class Spawner {
       approvals: { ...resolved.approvals, tools: [...resolved.approvals.tools] },
       ...(allowedTools !== undefined ? { tools: [...allowedTools] } : {}),
       ...(ownPermissions !== undefined ? { permissions: { ...ownPermissions } } : {}),
+      ...(outputSchema !== undefined ? { output: { maxTries: resolved.output.maxTries } } : {}),
       supervision: {
         restart: options.restart ?? resolved.supervision.restart,
         childStrategy: options.childStrategy ?? resolved.supervision.strategy,
@@ -120,7 +126,13 @@ export class Spawner {
     }
     const model = this.modelOf(options.model ?? directiveModel, options.parentId)
     // Empty instructions are none: the model is sent no system message at all.
-    const directive: ThreadDirective = { name, prompt, ...(instructions ? { instructions } : {}), ...(model !== DEFAULT_MODEL ? { model } : {}) }
+    const directive: ThreadDirective = {
+      name,
+      prompt,
+      ...(instructions ? { instructions } : {}),
+      ...(model !== DEFAULT_MODEL ? { model } : {}),
+      ...(outputSchema !== undefined ? { output: outputSchema } : {}),
+    }
     const threadId = id ?? newThreadId(directive.name)
     // Before its lease is taken (renewed, were it this process's): nothing of a live thread is touched.
     table.assertVacant(threadId)
@@ -143,6 +155,9 @@ export class Spawner {
       throw isStorageFailure(error) ? notCreated(threadId, error) : error
     }
     const input: ThreadInput = { threadId, directive, limits: reservation.limits, policy, depth, ...(task ? { task } : {}) }
+    // Before it starts: its first answer may come before this returns.
+    const zod = zodOutputSchema(output)
+    if (zod) this.deps.outputSchemas.remember(threadId, zod)
     try {
       return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
     } catch (error) {

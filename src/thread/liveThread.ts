@@ -506,7 +506,13 @@ export class LiveThread implements ThreadHandle {
     }
   }
 
-  private finish(outcome: ThreadOutcome): void {
+  private finish(reached: ThreadOutcome): void {
+    let outcome = reached
+    try {
+      if (this.services.outputOf) outcome = this.services.outputOf(this.id, reached)
+    } catch (error) {
+      this.services.report(error, this.id)
+    }
     this.finished = true
     this.haltEffect()
     this.unsubscribeActor?.()

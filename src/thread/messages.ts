@@ -12,6 +12,17 @@ function toolContent(output: unknown): string {
   return typeof output === 'string' ? output : JSON.stringify(output)
 }
 
+/**
+ * What the model is told after an answer that failed the directive's output schema. Built from the
+ * recorded errors alone, so a conversation rebuilt from the transcript says the same.
+ */
+export function invalidOutputMessage(errors: readonly string[]): string {
+  return (
+    `Your answer does not match the required output schema:\n${errors.map((e) => `- ${e}`).join('\n')}\n` +
+    'Answer again with only the JSON value, matching the schema.'
+  )
+}
+
 /** Appends to `messages` what one recorded input adds to the conversation. */
 export function applyToMessages(messages: Message[], event: ThreadEvent, toolNames: ReadonlyMap<string, string>): void {
   if (event.type === 'MODEL_REPLIED') {
@@ -20,6 +31,7 @@ export function applyToMessages(messages: Message[], event: ThreadEvent, toolNam
         ? { role: 'assistant', content: event.text, toolCalls: event.toolCalls }
         : { role: 'assistant', content: event.text },
     )
+    if (event.outputErrors !== undefined) messages.push({ role: 'user', content: invalidOutputMessage(event.outputErrors) })
   } else if (event.type === 'TOOL_DONE') {
     const message: Message = {
       role: 'tool',

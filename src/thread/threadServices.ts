@@ -3,6 +3,7 @@
  */
 import type { InspectionEvent, StateValue } from 'xstate'
 import type { ThreadContext } from '../../machines/threadContext.js'
+import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import type { ThreadEffects } from '../../actors/threadEffects.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { CheckpointStore, ThreadStatus, TranscriptStore } from '../../persistence/types.js'
@@ -39,6 +40,11 @@ export interface ThreadServices<Thread> {
    * parked (`park`), and the runtime tries it again later (`unpark`).
    */
   storageFailed?(thread: Thread, error: unknown): void
+  /**
+   * The outcome `done` resolves with: a valid structured answer as the host's zod schema parses it,
+   * where this process spawned the thread with one.
+   */
+  outputOf?(threadId: string, outcome: ThreadOutcome): ThreadOutcome
   /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
   inspect?: (event: InspectionEvent) => void
 }

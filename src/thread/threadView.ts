@@ -68,11 +68,11 @@ function stepOf(effect: ThreadEffect | null): ThreadStep | null {
 }
 
 /** A thread spawned or loaded by a runtime. */
-export interface ThreadHandle {
+export interface ThreadHandle<Output = unknown> {
   readonly id: string
   readonly status: ThreadStatus
   /** Settles when the thread stops: completed, error, cancelled, continued or suspended. */
-  readonly done: Promise<ThreadOutcome>
+  readonly done: Promise<ThreadOutcome<Output>>
   /** Called at every transition (and at once with the current view). Returns an unsubscribe function. */
   subscribe(listener: (view: ThreadView) => void): () => void
   getSnapshot(): ThreadView

@@ -295,3 +295,51 @@ describe('aiSdkModel with instructions', () => {
     }
   })
 })
+
+describe('aiSdkModel with an output schema', () => {
+  let rt: TestRuntime | null = null
+  afterEach(async () => {
+    await rt?.cleanup()
+    rt = null
+  })
+
+  const Answer = z.object({ city: z.string(), population: z.number().int() })
+
+  it("should ask the provider for the schema as its structured-output response format, beside the tools", async () => {
+    const schema = z.toJSONSchema(Answer, { io: 'input' }) as Record<string, unknown>
+    server.push({ kind: 'text', text: '{"city":"Oslo","population":709000}' })
+    const response = await adapter().generate(request([{ role: 'user', content: 'Largest city?' }], { outputSchema: schema }))
+    expect(response.text).toBe('{"city":"Oslo","population":709000}')
+    const sent = server.requests[0]!.body
+    expect(sent.response_format).toMatchObject({ type: 'json_schema', json_schema: { name: 'response', schema: { type: 'object', properties: { city: { type: 'string' } } } } })
+    expect(sent.tools.map((t: { function: { name: string } }) => t.function.name)).toEqual(['lookup'])
+  })
+
+  it('should hand back, as text, an answer the SDK cannot parse, for spindle to judge, not throw', async () => {
+    server.push({ kind: 'text', text: 'Oslo, I think', usage: { promptTokens: 12, completionTokens: 3 } })
+    const response = await adapter().generate(request([{ role: 'user', content: 'Largest city?' }], { outputSchema: z.toJSONSchema(Answer) as Record<string, unknown> }))
+    expect(response).toEqual({ text: 'Oslo, I think', toolCalls: [], usage: { inputTokens: 12, outputTokens: 3 } })
+  })
+
+  it('should run a thread whose first answer fails the schema to its typed output', async () => {
+    rt = await createTestRuntime({ model: adapter() })
+    server.requests.length = 0
+    server.push({ kind: 'text', text: 'Oslo, about 709 thousand' }, { kind: 'text', text: '{"city":"Oslo","population":709000}' })
+    const thread = await rt.spawn({ directive: { name: 'geo', prompt: 'Largest city of Norway?', output: Answer } })
+    const outcome = await thread.done
+    expect(outcome).toMatchObject({ status: 'completed', output: { city: 'Oslo', population: 709000 } })
+    expect(server.requests).toHaveLength(2)
+    for (const sent of server.requests) expect(sent.body.response_format.type).toBe('json_schema')
+    const retry = server.requests[1]!.body.messages
+    expect(retry.at(-2)).toEqual({ role: 'assistant', content: 'Oslo, about 709 thousand' })
+    expect(retry.at(-1).role).toBe('user')
+    expect(retry.at(-1).content).toContain('not JSON')
+    expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+
+  it('should send no response format for a thread without an output schema', async () => {
+    server.push({ kind: 'text', text: 'hello' })
+    await adapter().generate(request([{ role: 'user', content: 'Hi' }]))
+    expect(server.requests[0]!.body.response_format).toBeUndefined()
+  })
+})
