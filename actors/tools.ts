@@ -78,8 +78,12 @@ export interface Tool<Input = unknown> {
    * `permissions` do not grant one of them gets PERMISSION_DENIED and the tool does not run.
    */
   readonly permissions: readonly string[]
-  /** Whether a call must be approved by a person (or a `tool_approval` hook) before it runs. */
-  needsApproval(input: Input, context: { threadId: string; directive: string }): boolean | Promise<boolean>
+  /**
+   * Whether a call must be approved by a person (or a `tool_approval` hook) before it runs: a
+   * constant, or a function of the validated input (declared as a method's type, so that a tool of
+   * a narrower input still is a `Tool<unknown>`).
+   */
+  readonly needsApproval: boolean | { decide(input: Input, context: { threadId: string; directive: string }): boolean | Promise<boolean> }['decide']
   execute(input: Input, context: ToolContext): unknown
 }
 
@@ -105,9 +109,6 @@ export interface ToolSpec<S extends z.ZodType> {
   needsApproval?: NeedsApproval<z.infer<S>>
   execute(input: z.infer<S>, context: ToolContext): unknown
 }
-
-const always = (): boolean => true
-const never = (): boolean => false
 
 const TOOL_NAME = /^[a-zA-Z][a-zA-Z0-9_-]{0,63}$/
 
@@ -141,7 +142,7 @@ export function defineTool<S extends z.ZodType>(spec: ToolSpec<S>): Tool<z.infer
     idempotent: spec.idempotent ?? false,
     timeoutMs,
     permissions: [...new Set(permissions)],
-    needsApproval: typeof spec.needsApproval === 'function' ? spec.needsApproval : spec.needsApproval === true ? always : never,
+    needsApproval: spec.needsApproval ?? false,
     execute: spec.execute,
   }
 }

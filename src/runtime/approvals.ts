@@ -94,7 +94,10 @@ export class Approvals {
       const request = this.buildRequest(id, context)
       // Write-ahead: the request goes out once the suspension it describes is durable.
       this.deps.commit.whenDurable().then(
-        () => this.writeRequest(id, request),
+        // Not once decided meanwhile (woken, cancelled): nobody is to answer it any more.
+        () => {
+          if (this.suspended.get(id) === open) this.writeRequest(id, request)
+        },
         () => {},
       )
     }

@@ -57,10 +57,11 @@ export class CallDecisions {
   }
 
   /**
-   * `rt.deny`: at a tool approval the reason is the call's result and the thread goes on (the
-   * thread comes back); at anything else the thread ends (decisions.ts).
+   * `rt.deny`: at a tool approval the reason is the call's result and the thread goes on (its
+   * handle comes back once the denial is recorded); at anything else the thread ends (decisions.ts)
+   * and its outcome comes back.
    */
-  async deny(id: string, reason?: string, options: { by?: string; requestId?: string } = {}): Promise<{ thread: ThreadHandle; goesOn: boolean }> {
+  async deny(id: string, reason?: string, options: { by?: string; requestId?: string } = {}): Promise<{ goesOn: true; thread: ThreadHandle } | { goesOn: false; outcome: ThreadOutcome }> {
     assertText(reason, 'reason')
     assertText(options.by, 'by')
     const stored = await this.deps.decisions.readSuspended(id)
@@ -68,10 +69,9 @@ export class CallDecisions {
     if (stored.context.suspendReason === 'tool_approval' && pending) {
       this.assertRequest(id, pending, options.requestId)
       const thread = await this.decide(id, stored, { decision: 'denied', by: options.by ?? 'api', reason: reason ?? null }, reason ?? null)
-      return { thread, goesOn: true }
+      return { goesOn: true, thread }
     }
-    const outcome = this.deps.decisions.deny(id, reason, options, stored)
-    return { thread: { id, done: outcome } as unknown as ThreadHandle, goesOn: false }
+    return { goesOn: false, outcome: await this.deps.decisions.deny(id, reason, options, stored) }
   }
 
   /** `rt.answer`: the answer to the call a thread waits at (`ask_human`, `waitForAnswer`) becomes its result. */

@@ -351,8 +351,13 @@ export class Decisions {
     const { table, registry, dir, clock } = this.deps
     const live = table.get(id)
     if (live && !live.stopped) {
+      // Just suspended, still live until its checkpoint is durable: its request closes all the same.
+      const requestId = live.status === 'suspended' ? openRequestId(live.context()) : null
+      if (requestId !== null) this.deps.approvals.unwatch(id)
       this.deps.parking.cancel(live, reason, by)
-      return { status: 'cancelled', outcome: await live.done }
+      const outcome = await live.done
+      if (requestId !== null) this.deps.approvals.writeDecision(id, requestId, { decision: 'cancelled', by, at: new Date(clock.now()).toISOString(), message: reason })
+      return { status: 'cancelled', outcome }
     }
     if (live) await live.done.catch(() => {})
     const record = registry.get(id)

@@ -104,9 +104,8 @@ export class SpindleRuntime implements Runtime {
   }
 
   async deny(id: string, reason?: string, options?: { by?: string; requestId?: string }): Promise<ThreadOutcome> {
-    const { thread } = await this.parts.calls.deny(id, reason, options)
-    return thread.done
-
+    const denied = await this.parts.calls.deny(id, reason, options)
+    return denied.goesOn ? denied.thread.done : denied.outcome
   }
 
   answer(id: string, answer: unknown, options?: AnswerOptions): Promise<ThreadHandle> {

@@ -54,15 +54,24 @@ export class ToolGate {
   /**
    * Whether the call needs a person: named by configuration or directive, or by the tool itself
    * (a function of the validated input). A call whose input the tool's schema rejects needs none:
-   * it fails with TOOL_INPUT_INVALID without running. A `needsApproval` that throws asks a person.
+   * it fails with TOOL_INPUT_INVALID without running. A `needsApproval` that throws asks a person
+   * (reported): unsure is not approved.
    */
   private async needsApproval(threadId: string, directive: string, named: readonly string[], call: ToolCall): Promise<boolean> {
     if (named.includes(call.name)) return true
     const tool = this.deps.tools.get(call.name)
     if (!tool) return false
+    // A constant needs no input: the schema runs once per call, when the call runs.
+    if (typeof tool.needsApproval === 'boolean') return tool.needsApproval
+    let parsed: Awaited<ReturnType<typeof tool.input.safeParseAsync>>
     try {
-      const parsed = await tool.input.safeParseAsync(call.input)
-      if (!parsed.success) return false
+      parsed = await tool.input.safeParseAsync(call.input)
+    } catch {
+      // A schema that throws is a bug the call's run reports (the thread crashes for its supervisor).
+      return false
+    }
+    if (!parsed.success) return false
+    try {
       return (await tool.needsApproval(parsed.data, { threadId, directive })) === true
     } catch (error) {
       this.deps.bus.report(error, threadId)

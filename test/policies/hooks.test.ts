@@ -296,7 +296,7 @@ describe('policy hooks: compile-time errors', () => {
     expect(badEvent).toMatchObject({ code: 'CONFIG_INVALID' })
     expect(badEvent.message).toMatch(/^p\.yaml: hook "x": event: must be one of error, limit, .* \(got "on_error"\)/)
     const badAction = compileError([{ layer: 'project', source: 'p.yaml', hooks: [{ id: 'x', event: 'error', action: 'explode' } as unknown as HookSpec] }])
-    expect(badAction.message).toContain('action: must be one of retry, fail, abort, continue (got "explode")')
+    expect(badAction.message).toContain('action: must be one of retry, fail, abort, continue, approve, deny (got "explode")')
     const duplicate = compileError([
       {
         layer: 'project',
