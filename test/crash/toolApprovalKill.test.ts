@@ -55,6 +55,13 @@ function pausedAt(dir: string, id: string): string {
 
 const decisionFile = (dir: string, id: string, requestId: string) => JSON.parse(fs.readFileSync(path.join(approvalsDir(dir, id), `${requestId}.decision.json`), 'utf8')) as Record<string, unknown>
 
+/** The one thread in `dir`: a process killed soon after its spawn may not have printed its id. */
+function onlyThread(dir: string): string {
+  const ids = fs.readdirSync(path.join(dir, 'threads'))
+  expect(ids).toHaveLength(1)
+  return ids[0]!
+}
+
 /** Spawns a thread whose deploy call waits at its approval request, in a host process that then closes. */
 function shipOne(dir: string): string {
   const shipped = worker(dir, 'ship')
@@ -151,7 +158,7 @@ describe('a host killed while its thread waits at ask_human, answered by a proce
     dir = tempDir('spindle-ask-kill')
     const killed = worker(dir, 'ask-kill')
     expect(killed.signal, killed.stderr).toBe('SIGKILL')
-    id = killed.stdout
+    id = onlyThread(dir)
     requestId = pausedAt(dir, id)
   }, 60_000)
 
@@ -182,7 +189,7 @@ describe('a wait for an answer whose deadline passed while no process ran', () =
     const dir = tempDir('spindle-ask-deadline-kill')
     const killed = worker(dir, 'ask-kill', '60000')
     expect(killed.signal, killed.stderr).toBe('SIGKILL')
-    const id = killed.stdout
+    const id = onlyThread(dir)
     const requestId = pausedAt(dir, id)
     expect(pendingApprovals(dir, id)).toEqual([expect.objectContaining({ id: requestId, kind: 'question' })])
 
@@ -208,7 +215,7 @@ describe.each([
     dir = tempDir(`spindle-pause-kill-${directive}`)
     const killed = worker(dir, 'pause-kill', directive)
     expect(killed.signal, `${killed.stdout}\n${killed.stderr}`).toBe('SIGKILL')
-    id = killed.stdout
+    id = onlyThread(dir)
   }, 60_000)
 
   it('should have the pause in the transcript and no request file (the fault itself)', () => {

@@ -4,7 +4,8 @@
  * runs are counted across processes), and whose `ask_human` tool waits for a person. Each step is
  * one process; the `-kill` steps end with SIGKILL at an exact instant:
  *
- * - `ship`: spawns a thread that calls deploy, waits until its approval request file exists, closes.
+ * - `ship`: spawns a thread that calls deploy, waits until its approval request file exists, prints
+ *   the thread's id and closes.
  * - `approve-kill-before-run <id>`: approves the call with edited input; killed as the tool's
  *   intent is about to be appended (CALL_DECIDED is in the transcript, the tool has not run).
  * - `approve-kill-in-run <id>`: approves it; killed inside the tool, after its effect (the line),
@@ -95,8 +96,7 @@ async function requestFile(id: string): Promise<void> {
 if (step === 'ship' || step === 'ask-kill' || step === 'pause-kill') {
   const directive = step === 'ship' || arg === 'ship' ? 'ship' : 'ask'
   const thread = await rt.spawn({ directive: { name: directive, prompt: directive === 'ship' ? 'Ship it' : 'Ask where to ship' } })
-  // Synchronous on a pipe: the parent has the id even when the process is killed next.
-  process.stdout.write(`${thread.id}\n`)
+  if (step === 'ship') process.stdout.write(`${thread.id}\n`)
   await requestFile(thread.id)
   if (step === 'ask-kill') process.kill(process.pid, 'SIGKILL')
   if (step === 'pause-kill') process.stdout.write('not killed\n')
