@@ -114,6 +114,11 @@ export type ThreadEvent =
       reason?: string | null
       /** For `answered`: the call's result. */
       answer?: unknown
+      /**
+       * For `approved`: the approver's note. Not acted on by the thread: recorded here so that the
+       * decision file a killed process did not write says it too, when written from the transcript.
+       */
+      message?: string
     }
   | { type: 'RETRY_DUE'; at: number }
   | {

@@ -53,7 +53,13 @@ export class CallDecisions {
     this.assertRequest(id, pending, options.requestId)
     if (options.limits !== undefined) throw this.notAt(id, stored, 'a limit', 'limits')
     if (options.input !== undefined) await this.assertInput(id, pending, options.input)
-    return this.decide(id, stored, { decision: 'approved', by: options.by ?? 'api', ...(options.input !== undefined ? { input: options.input } : {}) }, options.message ?? null)
+    const decision = {
+      decision: 'approved' as const,
+      by: options.by ?? 'api',
+      ...(options.input !== undefined ? { input: options.input } : {}),
+      ...(options.message !== undefined ? { message: options.message } : {}),
+    }
+    return this.decide(id, stored, decision, options.message ?? null)
   }
 
   /**

@@ -70,7 +70,8 @@ export function decisionFromTranscript(entries: readonly TranscriptEntry[], requ
         at: isoOf(data.at, entry.ts),
         ...(data.input !== undefined ? { input: data.input } : {}),
         ...(data.answer !== undefined ? { answer: data.answer } : {}),
-        message: text(data.reason),
+        // An approval's note, a denial's reason.
+        message: text(data.message ?? data.reason),
       }
     }
     if (entry.type === 'approval_decided' && named(entry)) {
