@@ -16,7 +16,7 @@ import { recordOf, withRegistry } from './registryAccess.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { assertDataDir, dataPaths } from '../../persistence/paths.js'
-import { approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
+import { answerThread, approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
 import { isActive } from '../thread/threadStatus.js'
 import { stepOfSnapshot } from '../thread/threadView.js'
 import { locks } from './locks.js'
@@ -146,7 +146,7 @@ export async function startInspector(options: { dir: string; port?: number }): P
         chart ??= statechartSvg(threadMachine)
         return send(200, { svg: await chart, mermaid: visualizations()['thread.machine.mmd'] })
       }
-      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|rejected|approve|deny)$/.exec(url.pathname)
+      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|rejected|approve|deny|answer)$/.exec(url.pathname)
       if (match) {
         const [, id, what] = match as unknown as [string, string, string]
         if (request.method === 'GET' && what === 'transcript') return send(200, threadLog(options.dir, id).entries.slice(-200))
@@ -156,8 +156,12 @@ export async function startInspector(options: { dir: string; port?: number }): P
           return send(200, rejectedAnswers(dataPaths(options.dir), id).map((r) => ({ ...r, summary: describeAnswer(r.answer) })))
         }
         if (request.method === 'POST' && what === 'approve') {
-          const { limits, message } = (await body(request)) as { limits?: Record<string, number>; message?: string }
-          return send(200, approveThread(options.dir, id, limits ?? {}, message, 'spindle inspect'))
+          const { limits, input, message } = (await body(request)) as { limits?: Record<string, number>; input?: unknown; message?: string }
+          return send(200, approveThread(options.dir, id, { ...(limits ? { limits } : {}), ...(input !== undefined ? { input } : {}), ...(message ? { message } : {}) }, 'spindle inspect'))
+        }
+        if (request.method === 'POST' && what === 'answer') {
+          const { answer } = (await body(request)) as { answer?: unknown }
+          return send(200, answerThread(options.dir, id, answer, 'spindle inspect'))
         }
         if (request.method === 'POST' && what === 'deny') {
           const { reason } = (await body(request)) as { reason?: string }
