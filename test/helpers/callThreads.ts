@@ -37,10 +37,11 @@ const model = () =>
 
 /**
  * Spawns a `ship` or an `ask` thread on `dir`, waits until its request file is written, closes the
- * runtime. Returns the thread's id and its request id.
+ * runtime. `timeoutSeconds`: the approval's deadline (approvals.timeoutSeconds). Returns the thread's id and its request id.
  */
-export async function pausedAtCall(dir: string, directive: 'ship' | 'ask'): Promise<{ id: string; requestId: string }> {
-  const rt = await createRuntime({ dir, model: model(), tools: tools([]) })
+export async function pausedAtCall(dir: string, directive: 'ship' | 'ask', options: { timeoutSeconds?: number } = {}): Promise<{ id: string; requestId: string }> {
+  const config = options.timeoutSeconds !== undefined ? { config: { approvals: { timeoutSeconds: options.timeoutSeconds } } } : {}
+  const rt = await createRuntime({ dir, model: model(), tools: tools([]), ...config })
   try {
     const thread = await rt.spawn({ directive: { name: directive, prompt: directive === 'ship' ? 'Ship it' : 'Ask when to ship' } })
     await thread.done
