@@ -14,7 +14,7 @@ import { RESUME_FILE } from '../../src/thread/requests.js'
 import { showThread } from '../../src/operator/operator.js'
 import { showLines } from '../../src/operator/showText.js'
 import { CHOICES, QUESTION, carryOn, pausedAtCall } from '../helpers/callThreads.js'
-import { compiled, tempDir } from '../helpers/dirs.js'
+import { compiled, plantLink, putBack, tempDir } from '../helpers/dirs.js'
 
 function spindle(...args: string[]) {
   const run = spawnSync(process.execPath, [compiled('src/cli.js'), ...args], { encoding: 'utf8' })
@@ -148,6 +148,20 @@ describe('spindle decisions of the wrong kind at a tool call, refused with nothi
     expect(deadline).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z$/)
     const after = showLines(showThread(due, id), due, Date.parse(deadline) + 1).find(([label]) => label === 'deadline')![1]
     expect(after).toBe(`${deadline} (overdue: the runtime running this directory acts on it as approvals.onTimeout says)`)
+  })
+
+  it('should refuse an answer through a symlinked approvals folder, as an approval is refused, writing nothing there', () => {
+    const approvals = path.join(dir, 'threads', ask.id, 'approvals')
+    const elsewhere = plantLink(approvals)
+    try {
+      const run = spindle('answer', ask.id, 'Monday', '--dir', dir)
+      expect(run.code, run.stdout).toBe(5)
+      expect(run.stderr).toContain(`${approvals} is a symbolic link (to ${elsewhere}), not a directory`)
+      expect(run.stderr).toContain('[DATA_DIR_INVALID]')
+      expect(fs.readdirSync(elsewhere).filter((n) => n.includes('.response'))).toEqual([])
+    } finally {
+      putBack(approvals, elsewhere)
+    }
   })
 
   it('should list both with their suspend reasons in spindle ls', () => {
