@@ -15,7 +15,8 @@ import { startInspector } from './operator/inspector.js'
 import { compactThread } from './operator/compact.js'
 import fs from 'node:fs'
 import os from 'node:os'
-import { approveThread, cancelThread, denyThread, resumeThread, scanOrphans, threadTree } from './operator/operatorActions.js'
+import { scanOrphans, threadTree } from './operator/operatorActions.js'
+import { addDecisionCommands } from './operator/decisionCommands.js'
 import { createRuntime } from './runtime/createRuntime.js'
 import { scriptedModel } from '../actors/scriptedModel.js'
 import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
@@ -197,7 +198,7 @@ function program(setExit: (code: number) => void): Command {
         ...threads.map((t) => [
           t.id,
           // A limit and a crash-loop quarantine are both 'suspended': the reason tells them apart.
-          `${colour(t.status)}${t.suspendReason ? ` (${t.suspendReason})` : ''}`,
+          `${colour(t.status)}${t.suspendReason ? ` (${t.suspendReason === 'waiting' ? 'waiting for an answer' : t.suspendReason})` : ''}`,
           String(t.cost?.turns ?? 0),
           formatUsd(t.cost?.spend ?? 0),
           new Date(t.updatedAt).toISOString(),
@@ -319,56 +320,7 @@ function program(setExit: (code: number) => void): Command {
     if (asJson) return json(result)
     out(`${result.action}: wrote ${result.file}\n${result.next}`)
   }
-  const number = (name: string) => (value: string): number => {
-    const n = Number(value)
-    if (!Number.isFinite(n) || n <= 0) throw new SpindleError('INVALID_OPTIONS', `--${name} must be a positive number (got ${JSON.stringify(value)}).`, { details: { field: name } })
-    return n
-  }
-
-  cli
-    .command('cancel <id>')
-    .description('ask the runtime running a thread (or the next one) to cancel it: a nonce-checked cancel request file')
-    .addOption(dirOption())
-    .option('--reason <text>', 'recorded with the cancel')
-    .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; reason?: string; json?: boolean }) => written(cancelThread(o.dir, id, o.reason, operator), o.json))
-
-  cli
-    .command('approve <id>')
-    .description("approve a thread's limit escalation: writes the response to its approval request (default: the proposed limit)")
-    .addOption(dirOption())
-    .option('--turns <n>', 'new turns limit', number('turns'))
-    .option('--tokens <n>', 'new tokens limit', number('tokens'))
-    .option('--spend <usd>', 'new spend limit in US dollars', number('spend'))
-    .option('--duration-ms <ms>', 'new active-time limit', number('duration-ms'))
-    .option('--message <text>', 'recorded with the decision')
-    .option('--replace', 'write over an answer already waiting for the runtime (refused without it)')
-    .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; turns?: number; tokens?: number; spend?: number; durationMs?: number; message?: string; replace?: boolean; json?: boolean }) => {
-      const limits = {
-        ...(o.turns !== undefined ? { turns: Math.round(o.turns) } : {}),
-        ...(o.tokens !== undefined ? { tokens: Math.round(o.tokens) } : {}),
-        ...(o.spend !== undefined ? { spend: o.spend } : {}),
-        ...(o.durationMs !== undefined ? { durationMs: Math.round(o.durationMs) } : {}),
-      }
-      written(approveThread(o.dir, id, limits, o.message, operator, { replace: o.replace === true }), o.json)
-    })
-
-  cli
-    .command('deny <id>')
-    .description("deny a thread's limit escalation: it ends cancelled with its partial result")
-    .addOption(dirOption())
-    .option('--reason <text>', 'recorded with the decision')
-    .option('--replace', 'write over an answer already waiting for the runtime (refused without it)')
-    .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; reason?: string; replace?: boolean; json?: boolean }) => written(denyThread(o.dir, id, o.reason, operator, { replace: o.replace === true }), o.json))
-
-  cli
-    .command('resume <id>')
-    .description('carry on a thread suspended for an error or a budget (not at a limit: approve that)')
-    .addOption(dirOption())
-    .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; json?: boolean }) => written(resumeThread(o.dir, id, operator), o.json))
+  addDecisionCommands(cli, { dirOption, written, operator })
 
   cli
     .command('tree [id]')
@@ -443,7 +395,7 @@ function program(setExit: (code: number) => void): Command {
 
   cli
     .command('inspect')
-    .description('serve a local page on 127.0.0.1: thread tree, statecharts, cost against limits, transcripts, approvals with Approve / Deny')
+    .description('serve a local page on 127.0.0.1: what waits for a person first (limit and tool approvals with Approve / Deny, questions with Answer), then the thread tree, statecharts, cost against limits, transcripts')
     .addOption(dirOption())
     .option('--port <port>', 'port to listen on (default: any free one)', wholeNumber('port'))
     .action(async (o: { dir: string; port?: number }) => {

@@ -26,7 +26,7 @@ import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
 import { replayTranscript } from '../thread/replay.js'
 import type { RejectedAnswer } from '../thread/approvalRecords.js'
 import { rejectedAnswers } from '../thread/approvalRecords.js'
-import type { ApprovalRequest } from '../thread/requests.js'
+import type { OpenRequest } from '../thread/requests.js'
 import { openApprovalRequest } from '../thread/requests.js'
 import { approvalFindings, settleDecisionFiles } from './approvalChecks.js'
 import { leftoverFindings } from './leftoverChecks.js'
@@ -45,7 +45,7 @@ export interface ThreadReport {
   state: { status: ThreadStatus; value: unknown; savedAt: string; transcriptSeq: number; context: ThreadContext } | null
   transcript: { entries: number; lastSeq: number; torn: boolean } | null
   /** The approval request it waits at (null: none), and the answers to its requests a runtime rejected. */
-  approvals: { open: ApprovalRequest | null; rejected: RejectedAnswer[] }
+  approvals: { open: OpenRequest | null; rejected: RejectedAnswer[] }
   problems: Array<{ code: string; message: string }>
 }
 

@@ -1,5 +1,5 @@
 /**
- * What `spindle cancel | approve | deny | resume | tree` do. Decisions travel as request files
+ * What `spindle cancel | approve | deny | answer | resume | tree` do. Decisions travel as request files
  * (nonce-checked cancel and resume files, approval responses) that the runtime running the
  * directory picks up within `requests.pollMs` — or the next runtime that opens it — because only
  * that process has the model and tools the thread carries on with.
@@ -17,7 +17,7 @@ import { pendingApprovals, requestCancel, requestResume, respondToApproval } fro
 
 export interface RequestWritten {
   threadId: string
-  action: 'cancel' | 'approve' | 'deny' | 'resume'
+  action: 'cancel' | 'approve' | 'deny' | 'answer' | 'resume'
   file: string
   /** What happens next, for a person. */
   next: string
@@ -35,28 +35,49 @@ function assertKnown(dir: string, id: string): void {
   withRegistry(dir, (registry) => recordOf(registry, dir, id))
 }
 
+/** What `spindle approve` (or the inspector) says with an approval. */
+export interface Approval {
+  /** New limits, at a limit (none: the proposed one). */
+  limits?: Partial<Limits>
+  /** At a tool approval: the input to run the call with instead of the model's. */
+  input?: unknown
+  message?: string
+}
+
 /**
- * Writes an approval of thread `id`'s pending request, refused up front where the runtime would
- * refuse it (see `respondToApproval`); `replace` writes over an answer already waiting.
+ * Writes an approval of thread `id`'s pending request — a limit escalation or a tool call — refused
+ * up front where the runtime would refuse it (see `respondToApproval`); `replace` writes over an
+ * answer already waiting.
  */
-export function approveThread(dir: string, id: string, limits: Partial<Limits>, message: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
+export function approveThread(dir: string, id: string, approval: Approval, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
+  const { limits = {}, input, message } = approval
   const request = pendingApprovals(dir, id).at(-1)
-  if (request && Object.keys(limits).length === 0 && request.proposed === null) {
+  if (request?.kind === 'limit_escalation' && Object.keys(limits).length === 0 && request.proposed === null && input === undefined) {
     throw new SpindleError(
       'APPROVAL_NEEDS_LIMITS',
       `Thread ${id} hit its ${request.limit} limit and its policy proposes no new one: give one, e.g. --${request.limit === 'durationMs' ? 'duration-ms' : request.limit} ${request.max * 2}.`,
       { details: { threadId: id } },
     )
   }
-  const file = respondToApproval(dir, id, { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(message ? { message } : {}), by }, options)
+  const response = { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(input !== undefined ? { input } : {}), ...(message ? { message } : {}), by }
+  const file = respondToApproval(dir, id, response, options)
   return { threadId: id, action: 'approve', file, next: NEXT }
 }
 
+/** Writes a denial: at a limit the thread ends cancelled; at a tool call the model gets the denial as the call's result. */
 export function denyThread(dir: string, id: string, reason: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
   const file = respondToApproval(dir, id, { approved: false, ...(reason ? { message: reason } : {}), by }, options)
   return { threadId: id, action: 'deny', file, next: NEXT }
+}
+
+/** Writes the answer to the question thread `id` waits at (`ask_human`, `waitForAnswer`): it becomes the call's result. */
+export function answerThread(dir: string, id: string, answer: unknown, by: string, options: { replace?: boolean } = {}): RequestWritten {
+  assertKnown(dir, id)
+  if (answer === undefined) throw new SpindleError('INVALID_OPTIONS', `An answer to thread ${id} needs a value (any JSON value). Nothing was written.`, { details: { threadId: id, field: 'answer' } })
+  const file = respondToApproval(dir, id, { answer, by }, options)
+  return { threadId: id, action: 'answer', file, next: NEXT }
 }
 
 export function resumeThread(dir: string, id: string, by: string): RequestWritten {

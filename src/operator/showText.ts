@@ -4,7 +4,7 @@
  */
 import { describeAnswer } from '../thread/approvalRecords.js'
 import type { LimitName } from '../../machines/threadPolicy.js'
-import type { ThreadContext } from '../../machines/threadContext.js'
+import type { PendingCall, ThreadContext } from '../../machines/threadContext.js'
 import type { RecoveryCount } from '../../persistence/types.js'
 import { formatUsd } from '../base/money.js'
 import type { ThreadReport } from './operator.js'
@@ -26,7 +26,7 @@ function failureText(failure: NonNullable<ThreadContext['lastFailure']>): string
  * Why a suspended thread waits, and what moves it on: `suspended` and `next` lines, plus the
  * failure that stopped it when there was one.
  */
-function suspensionLines(id: string, context: ThreadContext, dir: string): Array<[string, string]> {
+function suspensionLines(id: string, context: ThreadContext, dir: string, now: number): Array<[string, string]> {
   const at = dirArgument(dir)
   const hit = context.limitHit
   if (context.suspendReason === 'limit' && hit) {
@@ -41,6 +41,8 @@ function suspensionLines(id: string, context: ThreadContext, dir: string): Array
       ['next', `${approve}, or spindle deny ${id}${at}`],
     ]
   }
+  const call = context.pendingCall
+  if ((context.suspendReason === 'tool_approval' || context.suspendReason === 'waiting') && call) return callLines(id, call, at, now)
   const lines: Array<[string, string]> = []
   switch (context.suspendReason) {
     case 'error':
@@ -65,6 +67,50 @@ function suspensionLines(id: string, context: ThreadContext, dir: string): Array
   return lines
 }
 
+/** How much of a call's input or question one line shows: the rest is in `spindle show --json`. */
+const CALL_WIDTH = 300
+
+/** JSON on one line, cut at `max` characters with the cut marked. */
+function compactJson(value: unknown, max: number): string {
+  return oneLine(JSON.stringify(value) ?? 'undefined', max)
+}
+
+/**
+ * A thread paused at a tool call: what it waits for — an approval of the call, or the answer to a
+ * question — the call, the request, its deadline, and the commands that decide it.
+ */
+function callLines(id: string, call: PendingCall, at: string, now: number): Array<[string, string]> {
+  const lines: Array<[string, string]> = []
+  const asked = call.request !== null && typeof call.request === 'object' ? (call.request as { question?: unknown; choices?: unknown }) : null
+  if (call.kind === 'approval') {
+    lines.push(['suspended', `at a tool approval: its ${call.tool} call waits for a person to approve or deny it`])
+  } else {
+    lines.push(['suspended', `waiting for an answer to its ${call.tool} call`])
+  }
+  lines.push(['tool', `${call.tool} (call ${call.callId})`])
+  lines.push(['input', compactJson(call.input, CALL_WIDTH)])
+  if (call.kind === 'wait') {
+    if (typeof asked?.question === 'string') lines.push(['question', oneLine(asked.question, CALL_WIDTH)])
+    else if (call.request !== null && call.request !== undefined) lines.push(['request', compactJson(call.request, CALL_WIDTH)])
+    if (Array.isArray(asked?.choices)) lines.push(['choices', oneLine(asked.choices.map((c) => JSON.stringify(c)).join(', '), CALL_WIDTH)])
+  }
+  lines.push(['request id', call.requestId])
+  if (call.deadlineAt === null) lines.push(['deadline', 'none: it waits until decided'])
+  else lines.push(['deadline', `${new Date(call.deadlineAt).toISOString()}${call.deadlineAt <= now ? ' (overdue: the runtime running this directory acts on it as approvals.onTimeout says)' : ''}`])
+  if (call.kind === 'approval') {
+    lines.push(['next', `spindle approve ${id}${at} (add --input '<json>' to run it with other input), or spindle deny ${id} --reason '<why>'${at}`])
+  } else {
+    const first = Array.isArray(asked?.choices) && typeof asked.choices[0] === 'string' ? asked.choices[0] : null
+    lines.push(['next', `spindle answer ${id} ${first !== null ? shellQuote(first) : "'<answer>'"}${at} (${first !== null ? 'or another answer; ' : ''}--json to give a JSON value)`])
+  }
+  return lines
+}
+
+/** A word for a POSIX shell: single-quoted unless it needs no quoting. */
+function shellQuote(text: string): string {
+  return /^[\w.,:/@%+=-]+$/.test(text) ? text : `'${text.replace(/'/g, `'\\''`)}'`
+}
+
 /** One recovery is a restart carried on; more in a row at the same point is what leads to a quarantine. */
 function recoveryLine(count: RecoveryCount): [string, string] | null {
   if (count.count === 0) return null
@@ -84,7 +130,7 @@ function oneLine(text: string, max: number): string {
 }
 
 /** The lines of `spindle show` after the first (id and status), as `label  text` pairs. */
-export function showLines(report: ThreadReport, dir: string): Array<[string, string]> {
+export function showLines(report: ThreadReport, dir: string, now = Date.now()): Array<[string, string]> {
   const { record, state, transcript, problems } = report
   const lines: Array<[string, string]> = [['directive', record.directiveName]]
   if (record.parentId) lines.push(['parent', record.parentId])
@@ -103,7 +149,7 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
     if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])
     // A suspension is history once the thread moved on (a cancelled thread keeps its old suspendReason).
-    if (state.status === 'suspended') lines.push(...suspensionLines(record.id, c, dir))
+    if (state.status === 'suspended') lines.push(...suspensionLines(record.id, c, dir, now))
     if (state.status === 'cancelled') lines.push(['cancelled', c.cancelReason ?? 'no reason given'])
     if (c.result !== null) lines.push(['result', c.result])
     if (c.error) lines.push(['error', `[${c.error.code}] ${c.error.message}`])
@@ -112,7 +158,8 @@ export function showLines(report: ThreadReport, dir: string): Array<[string, str
   if (recovered) lines.push(recovered)
   if (transcript) lines.push(['transcript', `${plural(transcript.entries, 'entry', 'entries')}, chain verified${transcript.torn ? ', torn last line' : ''}`])
   const open = report.approvals.open
-  if (open) lines.push(['approval', `${open.id} waits for an answer`])
+  // A tool call's request is among the suspension's lines above.
+  if (open && (open.kind === 'limit_escalation' || !state)) lines.push(['approval', `${open.id} waits for an answer`])
   for (const r of report.approvals.rejected) {
     const answer = r.answer ? describeAnswer(r.answer) : `an unreadable answer (${r.problem})`
     lines.push(['rejected', `${answer} to ${r.requestId}${r.at ? ` at ${r.at}` : ''}: ${r.reason ?? 'requests.log.jsonl does not say why'} (kept as ${r.file})`])

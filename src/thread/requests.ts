@@ -105,6 +105,9 @@ export interface ApprovalRequest {
   respond: { file: string; approve: ApprovalResponse; deny: ApprovalResponse }
 }
 
+/** A request a suspended thread waits at: a limit's approval, a tool call's approval, a question. */
+export type OpenRequest = ApprovalRequest | CallRequest
+
 export type ReadResult<T> = { ok: true; value: T } | { ok: false; problem: string }
 
 /** Reads and validates a request file; a problem names the field that is wrong. */
@@ -184,7 +187,7 @@ export function requestCancel(dir: string, id: string, options: { reason?: strin
  * A request without a decision file is not pending once its thread has moved on: a process killed
  * between recording a decision and writing the file leaves it so (recovery writes the file).
  */
-export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
+export function pendingApprovals(dir: string, id: string): OpenRequest[] {
   const paths = dataPaths(dir)
   if (!isThreadId(id) || !fs.existsSync(paths.registry)) return []
   const record = withRegistry(dir, (registry) => registry.get(id))
@@ -196,15 +199,15 @@ export function pendingApprovals(dir: string, id: string): ApprovalRequest[] {
  * The approval request thread `id`, whose registry row says `status`, waits at, or null: for a
  * caller that has read the registry already (the inspector, every second).
  */
-export function openApprovalRequest(dir: string, id: string, status: ThreadStatus): ApprovalRequest | null {
+export function openApprovalRequest(dir: string, id: string, status: ThreadStatus): OpenRequest | null {
   const paths = dataPaths(dir)
   const standing = approvalStanding(paths, id, status)
   return standing.open ? readApprovalRequest(paths, id, standing.requestId) : null
 }
 
-function readApprovalRequest(paths: DataPaths, id: string, requestId: string): ApprovalRequest | null {
+function readApprovalRequest(paths: DataPaths, id: string, requestId: string): OpenRequest | null {
   try {
-    const request = JSON.parse(readRequestText(approvalFiles(paths, id, requestId).request)) as ApprovalRequest
+    const request = JSON.parse(readRequestText(approvalFiles(paths, id, requestId).request)) as OpenRequest
     // A file saying another id, or without the fields this reads, is not one the runtime wrote.
     return request?.id === requestId && typeof request.createdAt === 'string' ? request : null
   } catch {
@@ -346,9 +349,17 @@ export function requestResume(dir: string, id: string, options: { by?: string } 
         details: { threadId: id, status: record.status },
       })
     }
-    if (pendingApprovals(dir, id).length > 0) {
+    const waiting = pendingApprovals(dir, id)[0]
+    if (waiting?.kind === 'limit_escalation') {
       throw new SpindleError('APPROVAL_NEEDS_LIMITS', `Thread ${id} is waiting at a limit: approve it (spindle approve ${id} --turns N …) or deny it.`, {
         details: { threadId: id },
+      })
+    }
+    // As rt.resume refuses it: only a decision on the call moves such a thread on.
+    if (waiting) {
+      const how = waiting.kind === 'question' ? `answer it (spindle answer ${id} <answer>)` : `approve it (spindle approve ${id}) or deny it (spindle deny ${id} --reason …)`
+      throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} waits at its ${waiting.tool} call${waiting.kind === 'question' ? ' for an answer' : ' for an approval'}, which a resume does not decide: ${how}.`, {
+        details: { threadId: id, requestId: waiting.id },
       })
     }
     const file = resumeFile(paths, id)
