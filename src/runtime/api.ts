@@ -114,6 +114,12 @@ export type LifecycleEvent =
    * process running it died: it is suspended (CRASH_LOOP) instead of run again. `seq`: where it stuck.
    */
   | { type: 'thread_quarantined'; at: number; threadId: string; recoveries: number; seq: number; error: { code: 'CRASH_LOOP'; message: string } }
+  /**
+   * A thread suspended at a tool call that waits for a person: `kind` 'approval' (approve or deny
+   * it: `rt.approve`, `rt.deny`) or 'wait' (answer it: `rt.answer`; `request` says what is asked).
+   * Told by the process that ran the thread, once the suspension is recorded.
+   */
+  | { type: 'call_waiting'; at: number; threadId: string; kind: 'approval' | 'wait'; requestId: string; tool: string; callId: string; input: unknown; request: unknown; deadlineAt: number | null }
   | { type: 'thread_followed_up'; at: number; threadId: string; nextThreadId: string }
   | { type: 'thread_continued'; at: number; threadId: string; nextThreadId: string; cause: 'context_window_pressure' | 'context_length' | 'reduced_context' }
   | { type: 'child_thread_failed'; at: number; threadId: string; parentId: string; error: { code: string; message: string } }

@@ -40,7 +40,14 @@ export class Reactions {
     const status = statusOfValue(snapshot.value as never)
     const context = snapshot.context
     this.deps.crashLoop.progressed(thread.id, snapshot.value)
-    if (status === 'suspended' && previous.status !== 'suspended') this.deps.approvals.suspendedNow(thread.id, context)
+    if (status === 'suspended' && previous.status !== 'suspended') {
+      this.deps.approvals.suspendedNow(thread.id, context)
+      const call = context.pendingCall
+      if (call) {
+        const { kind, requestId, tool, callId, input, request, deadlineAt } = call
+        this.deps.bus.emit({ type: 'call_waiting', at: this.deps.clock.now(), threadId: thread.id, kind, requestId, tool, callId, input, request, deadlineAt })
+      }
+    }
     if (previous.status === 'created' && status === 'running') policies.fireHook(thread, 'thread_started', context)
     const wasRunningTools = isStateValue(previous.value, 'runningTools')
     const wasCalling = isStateValue(previous.value, 'callingModel')
