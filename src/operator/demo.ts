@@ -1,6 +1,8 @@
 /**
  * `spindle demo`: several threads on the scripted model, with live progress. Kill it half way
- * (Ctrl-C or kill -9) and run it again: it resumes the unfinished threads and says so.
+ * (Ctrl-C or kill -9) and run it again: it resumes the unfinished threads and says so. Three of them
+ * stop for a person — at a turn limit, at a tool call that needs approval, at a question — and the
+ * summary says how to answer each from the shell.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -8,6 +10,7 @@ import { z } from 'zod'
 import type { ModelRequest } from '../../actors/model.js'
 import type { ScriptedTurn } from '../../actors/scriptedModel.js'
 import { scriptedModel } from '../../actors/scriptedModel.js'
+import { askHuman } from '../../actors/askHuman.js'
 import { defineTool } from '../../actors/tools.js'
 import type { ThreadView } from '../thread/threadView.js'
 import type { Durability } from '../../persistence/types.js'
@@ -21,9 +24,18 @@ import { plural } from './terminalText.js'
 const TOPICS = ['tides', 'glaciers', 'monsoons', 'aurora', 'volcanoes', 'coral']
 const TURNS = 6
 
+const QUESTION = 'Which volcano should the summary lead with?'
+
 /** Each demo thread looks up facts, writes a note on the way, then answers. */
 function demoScript(request: ModelRequest): ScriptedTurn {
   const topic = TOPICS.find((t) => request.directiveName.endsWith(t)) ?? 'tides'
+  if (request.turn === 4 && topic === 'aurora') {
+    // A call with an effect outside: it waits for a person's approval before it runs.
+    return { toolCalls: [{ name: 'publish', input: { title: 'Aurora facts', text: 'Five facts about aurora, checked.' } }] }
+  }
+  if (request.turn === 3 && topic === 'volcanoes') {
+    return { toolCalls: [{ name: 'ask_human', input: { question: QUESTION, choices: ['Etna', 'Kilauea', 'Fuji'] } }] }
+  }
   if (request.turn === 3 && topic === 'monsoons') {
     // A rate limit on the way, to show a durable retry wait.
     return { faults: [{ fault: 'http', status: 429, headers: { 'retry-after': '1' } }], reply: { toolCalls: [{ name: 'lookup', input: { topic, aspect: 3 } }] } }
@@ -33,7 +45,22 @@ function demoScript(request: ModelRequest): ScriptedTurn {
     if (request.turn === 2) calls.push({ name: 'save_note', input: { text: `${topic}: aspect 2 looked up` } })
     return { toolCalls: calls }
   }
+  const asked = request.messages.find((m) => m.role === 'tool' && m.toolName === 'ask_human')
+  if (asked) return { text: `Five facts about ${topic}, leading with ${asked.content}.` }
   return { text: `Five facts about ${topic}, checked and noted.` }
+}
+
+function publishTool(dir: string) {
+  return defineTool({
+    name: 'publish',
+    description: 'Publish a summary for everyone to read (needs a person to approve it)',
+    input: z.object({ title: z.string(), text: z.string() }),
+    needsApproval: true,
+    execute: async ({ title, text }) => {
+      fs.appendFileSync(path.join(dir, 'published.txt'), `${title}\t${text}\n`)
+      return { published: title }
+    },
+  })
 }
 
 function lookupTool() {
@@ -84,7 +111,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     dir: options.dir,
     durability: options.durability,
     model: scriptedModel(demoScript, { latencyMs: (r) => (options.latencyMs ?? 250) + ((r.turn * 37) % 200) }),
-    tools: [lookupTool(), saveNoteTool(options.dir)],
+    tools: [lookupTool(), saveNoteTool(options.dir), publishTool(options.dir), askHuman()],
     defaultLimits: { turns: 10 },
     ...(options.inspect ? { inspect: options.inspect } : {}),
     onLifecycle: showRecovery(out, tty),
@@ -98,7 +125,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   if (threads.length > 0 || report.settled.length > 0) {
     out.write(
       `Resumed ${plural(report.resumed.length, 'unfinished thread')} from ${rt.dir} where ${report.resumed.length === 1 ? 'it was' : 'they were'} checkpointed` +
-        (answered ? `; carried on ${answered} approved or resumed while the demo was stopped` : '') +
+        (answered ? `; carried on ${answered} approved, answered or resumed while the demo was stopped` : '') +
         (report.settled.length ? `; ${report.settled.length} had already stopped` : '') +
         (report.rebuilt.length ? `; ${report.rebuilt.length} rebuilt from transcript` : '') +
         (report.failed.length ? `; ${report.failed.length} could not be recovered` : '') +
@@ -185,9 +212,17 @@ export async function runDemo(options: DemoOptions): Promise<number> {
       // A thread whose files cannot be read is not one to point a person at: `spindle doctor` is.
     }
   }
-  const waiting = stopped.filter(([, o]) => o.status === 'suspended' && o.suspendReason === 'limit').map(([id]) => id)
-  for (const id of waiting) {
-    out.write(`${id} waits for a person at its limit: spindle approve ${id} --dir ${rt.dir}, then run the demo again.\n`)
+  for (const [id, outcome] of stopped) {
+    if (outcome.status !== 'suspended') continue
+    const at = `--dir ${rt.dir}, then run the demo again.`
+    const call = outcome.suspendReason === 'limit' ? null : rt.get(id).getSnapshot().pendingCall
+    if (outcome.suspendReason === 'limit') out.write(`${id} waits for a person at its limit: spindle approve ${id} ${at}\n`)
+    else if (call?.kind === 'approval') {
+      out.write(`${id} waits for a person to approve its ${call.tool} call ${JSON.stringify(call.input)}: spindle approve ${id} (or spindle deny ${id} --reason …) ${at}\n`)
+    } else if (call?.kind === 'wait') {
+      const { question, choices } = (call.request ?? {}) as { question?: string; choices?: string[] }
+      out.write(`${id} asks a person: "${question ?? '?'}"${choices ? ` (${choices.join(', ')})` : ''}: spindle answer ${id} ${choices?.[0] ?? '<answer>'} ${at}\n`)
+    }
   }
   out.write(`Checkpoints written: ${rt.stats().checkpointsWritten} in ${plural(rt.stats().commits, 'group commit')}. Data: ${rt.dir}\n`)
   await rt.close()

@@ -2,6 +2,8 @@
  * The main job: `spindle demo`, killed with SIGKILL half way and started again, resumes and says so.
  */
 import { spawn, spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
@@ -33,8 +35,13 @@ describe('spindle demo', () => {
     // Threads by status and spend so far, each time a thread's status changes.
     expect(second.stdout).toMatch(/^threads: (\d+ \w+, )*\d+ completed(, \d+ \w+)*; \$\d+\.\d{5} spent$/m)
     const done = second.stdout.slice(second.stdout.indexOf('Done:'))
-    expect(done.match(/ completed /g)).toHaveLength(5)
+    expect(done.match(/ completed /g)).toHaveLength(3)
+    // Three wait for a person: at a turn limit, at a tool call that needs approval, at a question.
     expect(done).toContain('suspended (limit)')
+    expect(done).toContain('suspended (tool_approval)')
+    expect(done).toContain('suspended (waiting)')
+    expect(done).toMatch(/^demo-aurora-\S+ waits for a person to approve its publish call .*: spindle approve demo-aurora-/m)
+    expect(done).toMatch(/^demo-volcanoes-\S+ asks a person: "Which volcano should the summary lead with\?" \(Etna, Kilauea, Fuji\): spindle answer demo-volcanoes-\S+ Etna /m)
   })
 
   it('should account for threads that ended before a kill, and carry on one approved while it was stopped', async () => {
@@ -63,15 +70,26 @@ describe('spindle demo', () => {
     expect(Number(before![1] ?? 0) + Number(before![2]) + finishedNow).toBe(6)
     expect(done).toContain(`${coral} waits for a person at its limit: spindle approve ${coral} --dir ${dir}, then run the demo again.`)
 
-    const approve = spawnSync(process.execPath, [cli, 'approve', coral, '--dir', dir], { encoding: 'utf8' })
-    expect(approve.status).toBe(0)
+    // A person answers all three from the shell while no demo runs.
+    const aurora = done.match(/^(demo-aurora-\S+) waits for a person/m)![1]!
+    const volcanoes = done.match(/^(demo-volcanoes-\S+) asks a person/m)![1]!
+    for (const args of [
+      ['approve', coral],
+      ['approve', aurora, '--input', '{"title":"Aurora","text":"edited by a person"}'],
+      ['answer', volcanoes, 'Kilauea'],
+    ]) {
+      const answered = spawnSync(process.execPath, [cli, ...args, '--dir', dir], { encoding: 'utf8' })
+      expect(answered.status, answered.stderr).toBe(0)
+    }
     const third = spawnSync(process.execPath, [cli, 'demo', '--dir', dir, '--latency', '5'], { encoding: 'utf8' })
     expect(third.status).toBe(0)
-    expect(third.stdout).toMatch(/^Resumed 0 unfinished threads from .*; carried on 1 approved or resumed while the demo was stopped/m)
+    expect(third.stdout).toMatch(/^Resumed 0 unfinished threads from .*; carried on 3 approved, answered or resumed while the demo was stopped/m)
     const last = third.stdout.slice(third.stdout.indexOf('Done:'))
     expect(last).toMatch(new RegExp(`^  ${coral} +completed `, 'm'))
-    expect(last).toMatch(/^  and, stopped before this run: 5 completed; /m)
+    expect(last).toMatch(new RegExp(`^  ${volcanoes} +completed .*leading with Kilauea\\.$`, 'm'))
+    expect(last).toMatch(/^  and, stopped before this run: 3 completed; /m)
     expect(last).not.toContain('waits for a person')
+    expect(fs.readFileSync(path.join(dir, 'published.txt'), 'utf8')).toBe('Aurora\tedited by a person\n')
   })
 
   it('should refuse to start beside a live demo on the same directory, naming what holds it', async () => {
