@@ -149,6 +149,18 @@ describe('tool approvals', () => {
     expect(runs).toEqual([{ env: 'staging' }, { env: 'production' }])
   })
 
+  it('should let a directive add tools to approve, and keep waiting past the deadline with onTimeout stay', async () => {
+    const other = defineTool({ name: 'notify', description: 'Notify', input: z.object({}), execute: () => 'sent' })
+    const rt = await runtime({ model: scriptedModel([{ toolCalls: [{ id: 'n', name: 'notify', input: {} }] }, { text: 'done' }]), tools: [other] })
+    const thread = await rt.spawn({ directive: { name: 'tell', prompt: 'Tell them', approvals: { tools: ['notify'], timeoutSeconds: 60, onTimeout: 'stay' } } })
+    const view = await suspendedAtCall(thread)
+    expect(view.pendingCall).toMatchObject({ tool: 'notify', deadlineAt: rt.clock.now() + 60_000 })
+    rt.clock.increment(120_000)
+    await rt.settle()
+    expect(rt.get(thread.id)?.getSnapshot()).toMatchObject({ status: 'suspended', suspendReason: 'tool_approval' })
+    expect(await (await rt.approve(thread.id)).done).toMatchObject({ status: 'completed' })
+  })
+
   it('should let a tool_approval hook approve or deny in place of a person, recording who decided', async () => {
     const { tool, runs } = deployTool()
     const { model, requests } = recording([{ toolCalls: [{ id: 's', name: 'deploy', input: { env: 'staging' } }, { id: 'p', name: 'deploy', input: { env: 'production' } }] }, { text: 'done' }])
