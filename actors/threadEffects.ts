@@ -90,7 +90,7 @@ export interface EffectHost {
    * it — noted in the transcript), `deny` (a hook denied it: the denial is its result), or `ask`
    * (the thread pauses at it for a person, under request `requestId`, until `deadlineAt`).
    */
-  toolApproval(threadId: string, turn: number, call: ToolCall): Promise<ApprovalVerdict>
+  toolApproval(threadId: string, turn: number, call: ToolCall): ApprovalVerdict | Promise<ApprovalVerdict>
   /** The request id and deadline (ms since epoch, or null) of a call that waits for an answer. */
   waitRequest(threadId: string, turn: number, deadlineMs: number | undefined): { requestId: string; deadlineAt: number | null }
   /** The runtime is closing: no effect starts any more (the next process takes the step). */
@@ -398,7 +398,8 @@ export function runToolLogic(host: EffectHost) {
       if (outcome) return done(outcome)
       // An intent means the call was cleared to run before (approved, or needing no approval).
       if (!decision && cut === null && tool) {
-        const approval = await host.toolApproval(threadId, turn, call)
+        const asked = host.toolApproval(threadId, turn, call)
+        const approval = asked instanceof Promise ? await asked : asked
         if (stopped) return
         if (approval.verdict === 'deny') return done(decidedOutcome(call, { decision: 'denied', by: approval.by, reason: approval.reason })!)
         if (approval.verdict === 'ask') {

@@ -57,6 +57,15 @@ function addReply(totals: UsageTotals | undefined, usage: ModelUsage): UsageTota
   }
 }
 
+/**
+ * Decisions on paused calls end with their turn. A context that never had one keeps no field for
+ * them, so the snapshots of threads that never paused are what they were before approvals existed
+ * (a transcript recorded then replays to its state.json).
+ */
+function clearedDecisions(context: ThreadContext): { callDecisions?: Record<string, never> } {
+  return context.callDecisions === undefined ? {} : { callDecisions: {} }
+}
+
 function isRetryable(category: ErrorCategory): boolean {
   return category === 'transient' || category === 'rate_limited' || category === 'quota'
 }
@@ -134,7 +143,7 @@ export const threadMachine = setup({
         },
         toolCalls: event.toolCalls,
         toolsDone: [],
-        callDecisions: {},
+        ...clearedDecisions(context),
         attempt: 1,
         lastFailure: null,
         promptTokens: event.usage.inputTokens,
@@ -165,7 +174,7 @@ export const threadMachine = setup({
     /** The last tool result of the turn: the turn's calls are done with. */
     finishTools: assign(({ context, event }) => {
       if (event.type !== 'TOOL_DONE') return {}
-      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [], callDecisions: {} }
+      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [], ...clearedDecisions(context) }
     }),
     suspendAtCall: assign(({ context, event }) => {
       if (event.type !== 'TOOL_PAUSED') return {}

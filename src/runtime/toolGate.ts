@@ -12,6 +12,8 @@ import type { Reporter } from './events.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { ThreadTable } from './threadTable.js'
 
+const RUN: ApprovalVerdict = { verdict: 'run' }
+
 export interface ToolGateDeps {
   table: ThreadTable
   tools: ReadonlyMap<string, Tool>
@@ -27,11 +29,19 @@ export class ToolGate {
 
   constructor(private readonly deps: ToolGateDeps) {}
 
-  async approval(threadId: string, turn: number, call: ToolCall): Promise<ApprovalVerdict> {
+  /** Synchronous for a call that plainly needs no approval (nearly every call): no extra turn of the event loop. */
+  approval(threadId: string, turn: number, call: ToolCall): ApprovalVerdict | Promise<ApprovalVerdict> {
+    const context = this.deps.table.running(threadId).context()
+    const named = context.policy.approvals?.tools ?? []
+    if (this.deps.tools.get(call.name)?.needsApproval === false && !named.includes(call.name)) return RUN
+    return this.decide(threadId, turn, call, named)
+  }
+
+  private async decide(threadId: string, turn: number, call: ToolCall, named: readonly string[]): Promise<ApprovalVerdict> {
     const { table, clock } = this.deps
     const thread = table.running(threadId)
     const context = thread.context()
-    if (!(await this.needsApproval(threadId, context.directive.name, context.policy.approvals?.tools ?? [], call))) return { verdict: 'run' }
+    if (!(await this.needsApproval(threadId, context.directive.name, named, call))) return RUN
     const hooks = this.deps.policies.hooksOf(threadId)
     if (hooks.has('tool_approval')) {
       const decided = await hooks.decide('tool_approval', this.deps.policies.hookInput(context, { tool: { name: call.name, callId: call.id, input: call.input ?? null } }))
@@ -39,7 +49,7 @@ export class ToolGate {
         const by = `hook ${decided.hookId}`
         // Recorded before the call runs: the intent that follows is durable only with it.
         thread.note('tool_approval_decided', { at: clock.now(), callId: call.id, tool: call.name, decision: decided.action === 'approve' ? 'approved' : 'denied', by, ...(decided.message ? { message: decided.message } : {}) })
-        if (decided.action === 'approve') return { verdict: 'run' }
+        if (decided.action === 'approve') return RUN
         return { verdict: 'deny', by, reason: decided.message ?? null }
       }
     }

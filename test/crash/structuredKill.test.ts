@@ -7,6 +7,8 @@
  * thread completes with the valid output; its transcript replays to the same snapshot.
  */
 import { spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { verifyReplay } from '../../src/testing.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
@@ -21,7 +23,8 @@ describe('a host killed between an invalid structured answer and its retry', () 
     const dir = tempDir('spindle-structured-kill')
     const killed = worker(dir, 'start')
     expect(killed.signal, killed.stderr).toBe('SIGKILL')
-    const id = killed.stdout
+    // From the directory, not from what the worker printed: the kill can come before stdout is flushed.
+    const id = fs.readdirSync(path.join(dir, 'threads'))[0]!
     const resumed = worker(dir, 'resume')
     expect(resumed.code, resumed.stderr).toBe(0)
     const report = JSON.parse(resumed.stdout) as {
