@@ -35,7 +35,8 @@ if (step === 'start') {
   await rt.spawn({ directive: { name: 'invoice', prompt: 'Read the invoice', output: Invoice } })
   await new Promise(() => {})
 } else {
-  const outcomes = await Promise.all(rt.active().map((t) => t.done))
+  // Every thread of the directory: an instant model can finish it while the runtime opens.
+  const outcomes = await Promise.all(rt.list().map((r) => rt.get(r.id).done))
   process.stdout.write(`${JSON.stringify({ seen, outcomes, threads: rt.list().map((r) => ({ id: r.id, status: r.status })) })}\n`)
   await rt.close()
 }
