@@ -57,15 +57,6 @@ function addReply(totals: UsageTotals | undefined, usage: ModelUsage): UsageTota
   }
 }
 
-/**
- * Decisions on paused calls end with their turn. A context that never had one keeps no field for
- * them, so the snapshots of threads that never paused are what they were before approvals existed
- * (a transcript recorded then replays to its state.json).
- */
-function clearedDecisions(context: ThreadContext): { callDecisions?: Record<string, never> } {
-  return context.callDecisions === undefined ? {} : { callDecisions: {} }
-}
-
 function isRetryable(category: ErrorCategory): boolean {
   return category === 'transient' || category === 'rate_limited' || category === 'quota'
 }
@@ -130,7 +121,7 @@ export const threadMachine = setup({
     }),
     recordReply: assign(({ context, event }) => {
       if (event.type !== 'MODEL_REPLIED') return {}
-      return {
+      const next: Partial<ThreadContext> = {
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         usage: {
@@ -143,13 +134,14 @@ export const threadMachine = setup({
         },
         toolCalls: event.toolCalls,
         toolsDone: [],
-        ...clearedDecisions(context),
         attempt: 1,
         lastFailure: null,
         promptTokens: event.usage.inputTokens,
         // The latest thing the model said: the partial result of a thread cancelled or denied later.
         result: event.text !== '' ? event.text : context.result,
       }
+      if (context.callDecisions !== undefined) next.callDecisions = {}
+      return next
     }),
     recordResult: assign(({ event }) => (event.type === 'MODEL_REPLIED' ? { result: event.text } : {})),
     /** The valid answer of a thread with an output schema (recorded with the reply). */
@@ -171,10 +163,17 @@ export const threadMachine = setup({
       if (event.type !== 'TOOL_DONE') return {}
       return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolsDone: [...context.toolsDone, event.callId] }
     }),
-    /** The last tool result of the turn: the turn's calls are done with. */
+    /**
+     * The last tool result of the turn: the turn's calls are done with, and so are the decisions on
+     * them. A context that never had one keeps no field for them, so the snapshots of threads that
+     * never paused are what they were before approvals existed (a transcript recorded then replays
+     * to its state.json).
+     */
     finishTools: assign(({ context, event }) => {
       if (event.type !== 'TOOL_DONE') return {}
-      return { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [], ...clearedDecisions(context) }
+      const next: Partial<ThreadContext> = { activeMs: accruedMs(context, event.at), lastAt: event.at, toolCalls: [], toolsDone: [] }
+      if (context.callDecisions !== undefined) next.callDecisions = {}
+      return next
     }),
     suspendAtCall: assign(({ context, event }) => {
       if (event.type !== 'TOOL_PAUSED') return {}

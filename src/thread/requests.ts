@@ -273,7 +273,7 @@ export function respondToApproval(
       details: { threadId: id, field: issue.path.join('.') },
     })
   }
-  assertFits(id, standing.context, checked.data)
+  assertFits(id, paths.root, standing.context, checked.data)
   if (checked.data.approved && standing.context.suspendReason === 'limit') assertApprovable(id, standing.context, checked.data.limits)
   const files = approvalFiles(paths, id, requestId)
   if (!options.replace) assertNoAnswerWaiting(id, requestId, files)
@@ -286,17 +286,21 @@ export function respondToApproval(
  * for a limit, input only for a tool call), an answer for a question. The edited input of a tool
  * call is checked by the runtime, which has the tool's schema: one it rejects leaves the request open.
  */
-function assertFits(id: string, context: ThreadContext, response: ApprovalResponse): void {
+function assertFits(id: string, dir: string, context: ThreadContext, response: ApprovalResponse): void {
   const reason = context.suspendReason
   const call = context.pendingCall
+  // Answering what the thread does not wait at is a state the thread is not in, as rt.approve says.
+  const notThere = (what: string): never => {
+    throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} ${what}. Nothing was written.`, { details: { threadId: id, suspendReason: reason } })
+  }
   const wrong = (what: string): never => {
     throw new SpindleError('INVALID_OPTIONS', `Thread ${id} ${what}. Nothing was written.`, { details: { threadId: id, suspendReason: reason } })
   }
   if (reason === 'waiting') {
-    if (response.approved !== undefined) wrong(`waits for an answer to its ${call?.tool ?? ''} call, not for an approval: answer it (spindle answer ${id} <answer>)`)
+    if (response.approved !== undefined) notThere(`waits for an answer to its ${call?.tool ?? ''} call, not for an approval: answer it (spindle answer ${id} <answer> --dir ${dir})`)
     return
   }
-  if (response.approved === undefined) wrong(`waits at ${reason === 'tool_approval' ? `a tool approval (${call?.tool ?? ''})` : 'a limit'}, not for an answer: approve or deny it`)
+  if (response.approved === undefined) notThere(`waits at ${reason === 'tool_approval' ? `a tool approval (${call?.tool ?? ''})` : 'a limit'}, not for an answer: approve or deny it (spindle approve ${id} --dir ${dir}, or spindle deny ${id} --dir ${dir})`)
   if (reason === 'tool_approval' && response.limits !== undefined) wrong(`waits at a tool approval (${call?.tool ?? ''}): limits apply only at a limit`)
   if (reason === 'limit' && response.input !== undefined) wrong('waits at a limit: edited input applies only to a tool approval')
 }

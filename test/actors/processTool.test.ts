@@ -210,7 +210,8 @@ describe.runIf(posix)('runProcess', () => {
     await runProcess('sh', ['-c', 'echo ok'], { signal: controller.signal })
     await expect(runProcess('spindle-no-such-command-xyz', [], { signal: controller.signal })).rejects.toThrow()
     expect(getEventListeners(controller.signal, 'abort')).toHaveLength(0)
-    expect(timers()).toBe(before)
+    // At most as many: a timer an earlier test left to run out may end meanwhile, none may be added.
+    expect(timers()).toBeLessThanOrEqual(before)
   })
 })
 

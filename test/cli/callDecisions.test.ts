@@ -97,17 +97,17 @@ describe('spindle decisions of the wrong kind at a tool call, refused with nothi
     expect(response(dir, ship.id, ship.requestId)).toBeNull()
   })
 
-  it('should refuse an approval at a question, pointing at spindle answer', () => {
+  it('should refuse an approval at a question: exit 6, pointing at spindle answer', () => {
     const run = spindle('approve', ask.id, '--dir', dir)
-    expect(run.code, run.stdout).toBe(3)
-    expect(run.stderr).toContain(`Thread ${ask.id} waits for an answer to its ask_human call, not for an approval: answer it (spindle answer ${ask.id} <answer>). Nothing was written.`)
+    expect(run.code, run.stdout).toBe(6)
+    expect(run.stderr).toContain(`Thread ${ask.id} waits for an answer to its ask_human call, not for an approval: answer it (spindle answer ${ask.id} <answer> --dir ${dir}). Nothing was written. [NO_PENDING_APPROVAL]`)
     expect(response(dir, ask.id, ask.requestId)).toBeNull()
   })
 
-  it('should refuse an answer at a tool approval, pointing at approve or deny', () => {
+  it('should refuse an answer at a tool approval: exit 6, pointing at approve or deny', () => {
     const run = spindle('answer', ship.id, 'yes', '--dir', dir)
-    expect(run.code, run.stdout).toBe(3)
-    expect(run.stderr).toContain(`Thread ${ship.id} waits at a tool approval (deploy), not for an answer: approve or deny it. Nothing was written.`)
+    expect(run.code, run.stdout).toBe(6)
+    expect(run.stderr).toContain(`Thread ${ship.id} waits at a tool approval (deploy), not for an answer: approve or deny it (spindle approve ${ship.id} --dir ${dir}, or spindle deny ${ship.id} --dir ${dir}). Nothing was written. [NO_PENDING_APPROVAL]`)
     expect(response(dir, ship.id, ship.requestId)).toBeNull()
   })
 
