@@ -166,7 +166,7 @@ export function showLines(report: ThreadReport, dir: string, now = Date.now()): 
       lines.push(['by model', byModel.map(([name, u]) => `${name} ${plural(u.turns, 'turn')}, ${u.inputTokens}+${u.outputTokens} tokens, ${formatUsd(u.spend)}`).join('; ')])
     }
     lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])
-    if (report.budget) lines.push(...budgetLines(report.budget, record.parentId !== null))
+    if (report.budget) lines.push(...budgetLines(report.budget, report.budget.parentId !== null))
     const retried = retryLine(c)
     if (retried) lines.push(retried)
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
@@ -177,7 +177,7 @@ export function showLines(report: ThreadReport, dir: string, now = Date.now()): 
     if (c.result !== null) lines.push(['result', c.result])
     if (c.error) lines.push(['error', `[${c.error.code}] ${c.error.message}`])
   }
-  if (!state && report.budget) lines.push(...budgetLines(report.budget, record.parentId !== null))
+  if (!state && report.budget) lines.push(...budgetLines(report.budget, report.budget.parentId !== null))
   const recovered = report.recoveries ? recoveryLine(report.recoveries) : null
   if (recovered) lines.push(recovered)
   if (transcript) lines.push(['transcript', `${plural(transcript.entries, 'entry', 'entries')}, chain verified${transcript.torn ? ', torn last line' : ''}`])

@@ -14,6 +14,8 @@ export interface BudgetView {
    * continuation chain it belongs to (a continuation spends from its chain's one budget).
    */
   accountId: string
+  /** The thread whose budget this one was reserved from; null for a root (its limits are its own). */
+  parentId: string | null
   /** The budget: a root's own limits, a child's reservation from its parent. null is unlimited. */
   limit: BudgetAmounts
   spent: {
@@ -72,6 +74,7 @@ export function budgetOf(stores: { registry: Registry; ledger: Ledger }, dir: st
     return {
       threadId: id,
       accountId,
+      parentId: null,
       limit: { spend: null, tokens: null },
       spent: { own, total: { ...own } },
       reserved: { spend: 0, tokens: 0 },
@@ -82,6 +85,7 @@ export function budgetOf(stores: { registry: Registry; ledger: Ledger }, dir: st
   return {
     threadId: id,
     accountId,
+    parentId: account.parentId,
     limit: { ...account.limit },
     spent: { own: { ...account.ownSpent }, total: { ...account.spent } },
     reserved: { ...account.reserved },

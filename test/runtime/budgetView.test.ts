@@ -46,7 +46,7 @@ describe('rt.budget', () => {
     const { parent } = await familyUnderBudget(rt, model)
 
     const budget = rt.budget(parent.id)
-    expect(budget).toMatchObject({ threadId: parent.id, accountId: parent.id, limit: { spend: 1, tokens: null }, released: false })
+    expect(budget).toMatchObject({ threadId: parent.id, accountId: parent.id, parentId: null, limit: { spend: 1, tokens: null }, released: false })
     expect(budget.spent.own.spend).toBe(0)
     expect(budget.spent.total.spend).toBe(0)
     expect(budget.reserved.spend).toBeCloseTo(0.5)
@@ -79,7 +79,7 @@ describe('rt.budget', () => {
     expect(after.available.spend).toBeCloseTo(1 - 0.17)
     expect(after.released).toBe(true)
     const child = rt.budget(first.id)
-    expect(child).toMatchObject({ limit: { spend: 0.3 }, released: true })
+    expect(child).toMatchObject({ parentId: parent.id, limit: { spend: 0.3 }, released: true })
     expect(child.spent.own.spend).toBeCloseTo(0.1)
   })
 
