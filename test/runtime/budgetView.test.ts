@@ -95,6 +95,27 @@ describe('rt.budget', () => {
     expect(budget.reserved).toEqual({ spend: 0, tokens: 0 })
   })
 
+  it('should show the reservations of open children in a memory-store runtime too', async () => {
+    const model = gatedModel()
+    const rt = await runtime({ model, store: 'memory' })
+    const { parent } = await familyUnderBudget(rt, model)
+    expect(rt.budget(parent.id).reserved.spend).toBeCloseTo(0.5)
+    expect(rt.children(parent.id)).toHaveLength(2)
+  })
+
+  it("should show a follow-up its conversation's one budget, kept under the first thread", async () => {
+    const reply = { text: 'ok', usage: { inputTokens: 10, outputTokens: 0, cost: 0.1 } }
+    const rt = await runtime({ model: scriptedModel([reply, reply]) })
+    const first = await rt.spawn({ directive: { name: 'chat', prompt: 'hi' }, limits: { spend: 1 } })
+    await first.done
+    const next = await rt.followUp(first.id, 'and then?')
+    await next.done
+    const budget = rt.budget(next.id)
+    expect(budget).toMatchObject({ threadId: next.id, accountId: first.id, limit: { spend: 1 } })
+    expect(budget.spent.own.spend).toBeCloseTo(0.2)
+    expect(budget.available.spend).toBeCloseTo(0.8)
+  })
+
   it('should refuse an unknown thread with THREAD_NOT_FOUND', async () => {
     const rt = await runtime({ model: scriptedModel([]) })
     expect(() => rt.budget('nobody')).toThrow(expect.objectContaining({ code: 'THREAD_NOT_FOUND' }))
