@@ -219,6 +219,7 @@ export const threadMachine = setup({
         lastAt: event.at,
         retry: { dueAt: event.at + event.retryInMs, failure: event.error },
         lastFailure: event.error,
+        lastError: { category: event.error.category, message: event.error.message },
         retries: (context.retries ?? 0) + 1,
       }
     }),
@@ -267,6 +268,7 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         lastFailure: event.error,
+        lastError: { category: event.error.category, message: event.error.message },
         error: {
           code: 'HOOK_FAILED',
           message: `Hook ${event.decision?.hookId} failed the thread on a ${event.error.category} model error${event.decision?.message ? `: ${event.decision.message}` : ''} (${event.error.message})`,
@@ -279,6 +281,7 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         lastFailure: event.error,
+        lastError: { category: event.error.category, message: event.error.message },
         cancelReason: `aborted by hook ${event.decision?.hookId}${event.decision?.message ? `: ${event.decision.message}` : ''}`,
       }
     }),
@@ -289,6 +292,7 @@ export const threadMachine = setup({
         lastAt: event.at,
         suspendReason: event.error.category === 'context_length' ? ('context_length' as const) : ('error' as const),
         lastFailure: event.error,
+        lastError: { category: event.error.category, message: event.error.message },
         retry: null,
       }
     }),
@@ -298,6 +302,7 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         lastFailure: event.error,
+        lastError: { category: event.error.category, message: event.error.message },
         error: { code: event.error.code ?? `model_${event.error.category}`, message: event.error.message },
       }
     }),

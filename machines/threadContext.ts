@@ -5,7 +5,7 @@
  * the machine. Pure.
  */
 import type { Limits, LimitName, ThreadPolicy } from './threadPolicy.js'
-import type { BudgetHit, FailureInfo, ToolCall } from './threadEvents.js'
+import type { BudgetHit, ErrorCategory, FailureInfo, ToolCall } from './threadEvents.js'
 
 export interface LimitHit {
   limit: LimitName
@@ -124,6 +124,11 @@ export interface ThreadContext {
   previousThreadId?: string | null
   /** Model calls retried after a failure, over the thread's life (budget governance counts them). */
   retries?: number
+  /**
+   * The latest model error of the thread's life, kept after the call that followed succeeded
+   * (unlike `lastFailure`): what its retries were for. Absent until a model call fails.
+   */
+  lastError?: { category: ErrorCategory; message: string }
   /** The task this thread is an attempt at, when recovery escalation started it. */
   task?: TaskInfo | null
   /** Final answers that failed the directive's output schema so far (absent until one does). */

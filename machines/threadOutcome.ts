@@ -4,6 +4,7 @@
  * stopped in its files without running it. Pure.
  */
 import type { SuspendReason, ThreadContext, Usage } from './threadContext.js'
+import type { ErrorCategory } from './threadEvents.js'
 
 export type TerminalStatus = 'completed' | 'error' | 'cancelled' | 'continued'
 
@@ -20,11 +21,15 @@ export interface ThreadOutcome<Output = unknown> {
   cost: Usage
   suspendReason?: SuspendReason
   nextThreadId?: string
+  /** Model calls retried after a failure, over the thread's life. */
+  retries: number
+  /** The latest model error, though a retry got past it; null when no model call failed. */
+  lastError: { category: ErrorCategory; message: string } | null
 }
 
 /** The outcome a host sees for a thread that stopped in `status`. */
 export function outcomeOf(status: TerminalStatus | 'suspended', context: ThreadContext): ThreadOutcome {
-  const outcome: ThreadOutcome = { status, cost: { ...context.usage } }
+  const outcome: ThreadOutcome = { status, cost: { ...context.usage }, retries: context.retries ?? 0, lastError: context.lastError ? { ...context.lastError } : null }
   if (context.result !== null) outcome.result = context.result
   if (status === 'completed' && context.output !== undefined) outcome.output = context.output
   if (context.error !== null) outcome.error = context.error

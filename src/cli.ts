@@ -334,7 +334,9 @@ function program(setExit: (code: number) => void): Command {
       const print = (node: TreeNode, prefix: string, last: boolean, top: boolean): void => {
         const branch = top ? '' : last ? '└─ ' : '├─ '
         const link = node.previousThreadId ? '↪ ' : ''
-        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  ${formatUsd(node.spend)}  ${plural(node.turns, 'turn')}`)
+        // Spend against the budget counts the children's too: what the limit is held to.
+        const budget = node.budget?.limit != null ? `  budget ${formatUsd(node.budget.spent)} of ${formatUsd(node.budget.limit)}` : ''
+        out(`${prefix}${branch}${link}${node.id}  ${node.directive}  ${colour(node.status)}  ${formatUsd(node.spend)}  ${plural(node.turns, 'turn')}${budget}`)
         const next = top ? '' : prefix + (last ? '   ' : '│  ')
         node.children.forEach((child, i) => print(child, next, i === node.children.length - 1, false))
       }

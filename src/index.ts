@@ -18,6 +18,8 @@ export type {
   LifecycleEvent,
   LifecycleEventType,
 } from './runtime/api.js'
+export type { BudgetView, ChildSummary } from './runtime/budgetView.js'
+export type { BudgetAmounts, BudgetUsage } from '../persistence/ledgerTypes.js'
 export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './thread/waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'
 export type { RestartType, SupervisionStrategy, OrchestratorEmitted } from '../machines/orchestrator.machine.js'

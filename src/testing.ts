@@ -82,6 +82,8 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     checkRequests: (requestOptions) => runtime.checkRequests(requestOptions),
     waitThreads: (ids, waitOptions) => runtime.waitThreads(ids, waitOptions),
     chain: (id) => runtime.chain(id),
+    budget: (id) => runtime.budget(id),
+    children: (id) => runtime.children(id),
     settleOrphan: (id, action, reason) => runtime.settleOrphan(id, action, reason),
     on: ((type: never, listener: never) => runtime.on(type, listener)) as Runtime['on'],
     get config() {

@@ -26,6 +26,8 @@ import { approvalAnswer, openApprovalRequest } from '../thread/requests.js'
 import { describeAnswer, rejectedAnswers } from '../thread/approvalRecords.js'
 import { visualizations } from './visualize.js'
 import { inspectorPage } from './inspectorPage.js'
+import { readBudgets } from './budgetFigures.js'
+import type { BudgetView } from '../runtime/budgetView.js'
 
 export interface Inspector {
   url: string
@@ -55,8 +57,16 @@ function overview(dir: string) {
   // Once a second for every thread: the registry (read once, above) and each state.json, never the
   // transcripts — the selected thread's own is fetched and verified by its detail view.
   const checkpoints = createFileCheckpointStore({ paths: dataPaths(dir), durability: 'process' })
-  const threads = flatten(tree).map((node) => {
-    const report: { state: { value: unknown; context: ThreadContext } | null; problems: Array<{ code: string; message: string }> } = { state: null, problems: [] }
+  const nodes = flatten(tree)
+  let budgets: Map<string, BudgetView> = new Map()
+  const ledgerProblems: Array<{ code: string; message: string }> = []
+  try {
+    budgets = readBudgets(dir, nodes.map((n) => n.id))
+  } catch (error) {
+    ledgerProblems.push(describeError(error))
+  }
+  const threads = nodes.map((node) => {
+    const report: { state: { value: unknown; context: ThreadContext } | null; problems: Array<{ code: string; message: string }> } = { state: null, problems: [...ledgerProblems] }
     try {
       const envelope = checkpoints.load(node.id)
       if (envelope) report.state = envelope.snapshot as { value: unknown; context: ThreadContext }
@@ -77,6 +87,10 @@ function overview(dir: string) {
       step: report.state ? stepOfSnapshot(report.state as Parameters<typeof stepOfSnapshot>[0]) : null,
       usage: context?.usage ?? null,
       limits: context?.limits ?? null,
+      // As rt.budget gives it: the page shows what its children spent and hold, not only its own cost.
+      budget: budgets.get(node.id) ?? null,
+      retries: context?.retries ?? 0,
+      lastError: context?.lastError ?? null,
       suspendReason: context?.suspendReason ?? null,
       result: context?.result ?? null,
       error: context?.error ?? null,

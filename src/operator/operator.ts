@@ -18,6 +18,8 @@ import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import type { RequestLogEntry } from '../../persistence/requestFiles.js'
 import { readRequestLog } from '../../persistence/requestFiles.js'
 import { locks } from './locks.js'
+import { readBudgets } from './budgetFigures.js'
+import type { BudgetView } from '../runtime/budgetView.js'
 import { recordOf, withRegistry } from './registryAccess.js'
 import { withoutNonce } from './threadListing.js'
 import type { ThreadListing } from './threadListing.js'
@@ -47,6 +49,8 @@ export interface ThreadReport {
   /** The approval request it waits at (null: none), and the answers to its requests a runtime rejected. */
   approvals: { open: OpenRequest | null; rejected: RejectedAnswer[] }
   problems: Array<{ code: string; message: string }>
+  /** Its budget as `rt.budget` gives it (null when ledger.db could not be read: see `problems`). */
+  budget: BudgetView | null
 }
 
 /** Everything known about one thread; damage is reported, not thrown. */
@@ -72,7 +76,13 @@ export function showThread(dir: string, id: string): ThreadReport {
     problems.push(describeError(error))
   }
   const approvals = { open: openApprovalRequest(dir, id, record.status), rejected: rejectedAnswers(paths, id) }
-  return { record, recoveries, state, transcript, approvals, problems }
+  let budget: BudgetView | null = null
+  try {
+    budget = readBudgets(dir, [id]).get(id) ?? null
+  } catch (error) {
+    problems.push(describeError(error))
+  }
+  return { record, recoveries, state, transcript, approvals, problems, budget }
 }
 
 /** A thread's registry status and transcript entries, verified; `after` skips entries up to that seq. */

@@ -13,6 +13,8 @@ import { locks } from './locks.js'
 import type { LockView } from './locks.js'
 import { recordOf, withRegistry } from './registryAccess.js'
 import { listThreads } from './threadListing.js'
+import { readBudgets } from './budgetFigures.js'
+import type { BudgetView } from '../runtime/budgetView.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from '../thread/requests.js'
 
 export interface RequestWritten {
@@ -92,6 +94,11 @@ export interface TreeNode {
   turns: number
   /** The thread this one continues. */
   previousThreadId: string | null
+  /**
+   * Its spend budget from the ledger: `spent` by it and its descendants against `limit` (null:
+   * unlimited). A continuation shows its chain's. null when ledger.db could not be read.
+   */
+  budget: { spent: number; limit: number | null } | null
   children: TreeNode[]
 }
 
@@ -104,7 +111,14 @@ export function threadTree(dir: string, root?: string): TreeNode[] {
   // As `spindle ls` shows them: a row a crash left behind reads as its last checkpoint.
   const records = listThreads(dir)
   const nodes = new Map<string, TreeNode>()
+  let budgets: Map<string, BudgetView> | null = null
+  try {
+    budgets = readBudgets(dir, records.map((r) => r.id))
+  } catch {
+    // A damaged ledger.db is `spindle doctor`'s to report; the tree is still worth seeing.
+  }
   for (const r of records) {
+    const budget = budgets?.get(r.id)
     nodes.set(r.id, {
       id: r.id,
       directive: r.directiveName,
@@ -112,6 +126,7 @@ export function threadTree(dir: string, root?: string): TreeNode[] {
       spend: r.cost?.spend ?? 0,
       turns: r.cost?.turns ?? 0,
       previousThreadId: r.previousThreadId,
+      budget: budget ? { spent: budget.spent.total.spend, limit: budget.limit.spend } : null,
       children: [],
     })
   }

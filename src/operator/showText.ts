@@ -9,6 +9,8 @@ import type { RecoveryCount } from '../../persistence/types.js'
 import { formatUsd } from '../base/money.js'
 import type { ThreadReport } from './operator.js'
 import { dirArgument, plural } from './terminalText.js'
+import { budgetText } from './budgetFigures.js'
+import type { BudgetView } from '../runtime/budgetView.js'
 
 /** The `spindle approve` option that sets each limit. */
 export const APPROVE_FLAG: Record<LimitName, string> = { turns: '--turns', tokens: '--tokens', spend: '--spend', durationMs: '--duration-ms' }
@@ -129,6 +131,24 @@ function oneLine(text: string, max: number): string {
   return flat.length > max ? `${flat.slice(0, max - 1)}… (${flat.length} characters)` : flat
 }
 
+/** What the thread may spend and what is left, per amount; a continuation says whose budget it shares. */
+function budgetLines(budget: BudgetView, child: boolean): Array<[string, string]> {
+  const lines: Array<[string, string]> = [
+    ['budget', `spend ${budgetText(budget, 'spend', child)}`],
+    ['', `tokens ${budgetText(budget, 'tokens', child)}`],
+  ]
+  if (budget.accountId !== budget.threadId) lines.push(['', `(its continuation chain's budget, kept under ${budget.accountId})`])
+  return lines
+}
+
+/** Model calls retried, and the latest model error, which may be behind the thread now. */
+function retryLine(context: ThreadContext): [string, string] | null {
+  const retries = context.retries ?? 0
+  const last = context.lastError
+  if (retries === 0 && !last) return null
+  return ['retries', `${retries}${last ? `, the last model error ${last.category}: ${oneLine(last.message, 200)}` : ''}`]
+}
+
 /** The lines of `spindle show` after the first (id and status), as `label  text` pairs. */
 export function showLines(report: ThreadReport, dir: string, now = Date.now()): Array<[string, string]> {
   const { record, state, transcript, problems } = report
@@ -146,6 +166,9 @@ export function showLines(report: ThreadReport, dir: string, now = Date.now()): 
       lines.push(['by model', byModel.map(([name, u]) => `${name} ${plural(u.turns, 'turn')}, ${u.inputTokens}+${u.outputTokens} tokens, ${formatUsd(u.spend)}`).join('; ')])
     }
     lines.push(['limits', Object.entries(c.limits).map(([k, v]) => `${k} ${v === null ? '∞' : amount(k, v)}`).join(', ')])
+    if (report.budget) lines.push(...budgetLines(report.budget, report.budget.parentId !== null))
+    const retried = retryLine(c)
+    if (retried) lines.push(retried)
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
     if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])
     // A suspension is history once the thread moved on (a cancelled thread keeps its old suspendReason).
@@ -154,6 +177,7 @@ export function showLines(report: ThreadReport, dir: string, now = Date.now()): 
     if (c.result !== null) lines.push(['result', c.result])
     if (c.error) lines.push(['error', `[${c.error.code}] ${c.error.message}`])
   }
+  if (!state && report.budget) lines.push(...budgetLines(report.budget, report.budget.parentId !== null))
   const recovered = report.recoveries ? recoveryLine(report.recoveries) : null
   if (recovered) lines.push(recovered)
   if (transcript) lines.push(['transcript', `${plural(transcript.entries, 'entry', 'entries')}, chain verified${transcript.torn ? ', torn last line' : ''}`])

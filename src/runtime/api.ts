@@ -14,6 +14,7 @@ import type { Durability, ThreadRecord, ThreadStatus } from '../../persistence/t
 import type { CodeHook, HookSpec } from '../policies/hooks.js'
 import type { RecoveryDecision } from '../policies/recovery.js'
 import type { ThreadHandle } from '../thread/threadView.js'
+import type { BudgetView, ChildSummary } from './budgetView.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
 import type { InspectionEvent } from 'xstate'
 import type { z } from 'zod'
@@ -345,6 +346,17 @@ export interface Runtime {
   waitThreads(ids: string[], options?: WaitOptions): Promise<WaitReport>
   /** The continuation chain `id` belongs to, oldest first. */
   chain(id: string): ThreadRecord[]
+  /**
+   * Thread `id`'s budget from the ledger: its limit, what it spent (`own`, itself alone; `total`,
+   * with its descendants), what its open children hold reserved, and what is available (limit −
+   * total − reserved). A continuation shows its chain's one budget (`accountId`: the chain's first
+   * thread). A thread with no account (an unlimited root that never spawned) shows null limits
+   * and its own spend. The same figures for a thread another process runs on the directory.
+   * THREAD_NOT_FOUND for an unknown thread.
+   */
+  budget(id: string): BudgetView
+  /** The threads `id` spawned (its direct children, with their continuations), in spawn order. THREAD_NOT_FOUND for an unknown thread. */
+  children(id: string): ChildSummary[]
   /** Listens for one lifecycle event type (or '*' for all); returns the unsubscribe function. */
   on<T extends LifecycleEventType | '*'>(type: T, listener: (event: T extends '*' ? LifecycleEvent : Extract<LifecycleEvent, { type: T }>) => void): () => void
   /**

@@ -17,6 +17,8 @@ import type { AnswerOptions, ApproveOptions, FollowUpOptions, CancelResult, Life
 import type { Parts } from './parts.js'
 import { TOOL_ABORTED_AT_SHUTDOWN } from './shutdown.js'
 import { validateSpawn } from './spawner.js'
+import { budgetOf, childrenOf } from './budgetView.js'
+import type { BudgetView, ChildSummary } from './budgetView.js'
 import { StoredThread, storedOutcome } from './storedThread.js'
 
 /** The runtime host code holds: each call checked, then handed to the part that does it. */
@@ -139,6 +141,18 @@ export class SpindleRuntime implements Runtime {
     const chain = this.parts.stores.registry.chain(id)
     if (chain.length === 0) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${this.parts.dir}.`, { details: { threadId: id } })
     return chain
+  }
+
+  budget(id: string): BudgetView {
+    this.parts.life.assertOpen()
+    assertThreadId(id)
+    return budgetOf(this.parts.stores, this.parts.dir, id)
+  }
+
+  children(id: string): ChildSummary[] {
+    this.parts.life.assertOpen()
+    assertThreadId(id)
+    return childrenOf(this.parts.stores.registry, this.parts.dir, id)
   }
 
   on<T extends LifecycleEventType | '*'>(type: T, listener: (event: any) => void): () => void {

@@ -16,6 +16,9 @@ export function storedOutcome(record: ThreadRecord, context: ThreadContext | nul
   return {
     status,
     cost: record.cost ?? { turns: 0, inputTokens: 0, outputTokens: 0, spend: 0 },
+    // Without a checkpoint the retries are not known: the registry row does not keep them.
+    retries: 0,
+    lastError: null,
     ...(typeof record.result === 'string' ? { result: record.result } : {}),
     ...(record.error ? { error: record.error } : {}),
   }

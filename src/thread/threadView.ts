@@ -8,6 +8,7 @@ import type { StateValue } from 'xstate'
 import type { Limits } from '../../machines/threadPolicy.js'
 import type { ThreadContext, ThreadDirective } from '../../machines/threadContext.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
+import type { ErrorCategory } from '../../machines/threadEvents.js'
 import { effectOf } from '../../machines/effectOf.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
 import type { Cost, ThreadStatus } from '../../persistence/types.js'
@@ -27,6 +28,10 @@ export interface ThreadView {
   /** The tool call a thread suspended for `tool_approval` or `waiting` waits at, with its request id; else null. */
   pendingCall: NonNullable<ThreadContext['pendingCall']> | null
   retry: ThreadContext['retry']
+  /** Model calls retried after a failure, over the thread's life. */
+  retries: number
+  /** The latest model error (its category and message), kept after a retry got past it; null when none failed. */
+  lastError: { category: ErrorCategory; message: string } | null
   result: string | null
   error: { code: string; message: string } | null
   /** What the runtime runs for the thread at this point, or null (it waits for an event, or has stopped). */
@@ -92,6 +97,8 @@ export function viewOf(id: string, snapshot: { value: StateValue; context: Threa
     limitHit: c.limitHit,
     pendingCall: c.pendingCall ?? null,
     retry: c.retry,
+    retries: c.retries ?? 0,
+    lastError: c.lastError ? { ...c.lastError } : null,
     result: c.result,
     error: c.error,
     step: stepOfSnapshot(snapshot),

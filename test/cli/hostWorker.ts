@@ -2,7 +2,10 @@
  * A host program for the CLI decision tests: sets threads up in the states the operator commands
  * act on, or opens the directory again (honouring request files) and runs what was decided.
  *
- * argv: <dir> limit|error|tree|hang|run, or <dir> approve <id> <turns>: `rt.approve` with that turns
+ * budget: a parent under a $1 spend budget with two children, one whose model fails twice (503)
+ * before it answers; every reply costs what it says. Prints the parent's id once all three ended.
+ *
+ * argv: <dir> limit|error|tree|hang|budget|run, or <dir> approve <id> <turns>: `rt.approve` with that turns
  * limit, printing the error it throws as JSON ({ code, message }) or {} when it throws none.
  *
  * hang: spawns a thread that takes two turns and then waits for a model call that never answers;
@@ -15,6 +18,11 @@ const [dir, mode, approveId, approveTurns] = process.argv.slice(2)
 if (!dir || !mode) throw new Error('usage: hostWorker <dir> limit|error|tree|hang|run')
 const noop = defineTool({ name: 'noop', description: 'n', input: z.object({}), idempotent: true, execute: () => null })
 const model = scriptedModel((r) => {
+  if (mode === 'budget') {
+    const unavailable = { fault: 'http' as const, status: 503, message: 'overloaded' }
+    if (r.directiveName === 'retried') return { faults: [unavailable, unavailable], reply: { text: 'ok', usage: { inputTokens: 50, outputTokens: 5, cost: 0.03 } } }
+    return { text: 'done', usage: { inputTokens: 100, outputTokens: 10, cost: 0.05 } }
+  }
   if (mode === 'hang') return r.turn < 3 ? { toolCalls: [{ name: 'noop', input: {} }] } : { faults: [{ fault: 'hang' }], reply: { text: 'never' } }
   if (mode === 'error' && r.directiveName === 'flaky' && r.attempt <= 4 && r.turn === 1 && !r.messages.some((m) => m.role === 'assistant')) {
     return { faults: [{ fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }, { fault: 'http', status: 503 }], reply: { text: 'recovered' } }
@@ -38,6 +46,12 @@ if (mode === 'limit') {
   await t.done
   while (rt.active().length > 0) await Promise.all(rt.active().map((a) => a.done.catch(() => null)))
   process.stdout.write(`${t.id}\n`)
+} else if (mode === 'budget') {
+  const lead = await rt.spawn({ id: 'lead', directive: { name: 'lead', prompt: 'plan' }, limits: { spend: 1 } })
+  const first = await rt.spawn({ id: 'first', directive: { name: 'retried', prompt: 'a' }, parentId: lead.id, limits: { spend: 0.3 } })
+  const second = await rt.spawn({ id: 'second', directive: { name: 'second', prompt: 'b' }, parentId: lead.id, limits: { spend: 0.2 } })
+  await Promise.all([lead.done, first.done, second.done])
+  process.stdout.write(`${lead.id}\n`)
 } else if (mode === 'approve') {
   try {
     await rt.approve(approveId!, { limits: { turns: Number(approveTurns) } })

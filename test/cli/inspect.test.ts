@@ -15,7 +15,7 @@ afterEach(async () => {
   inspector = null
 })
 
-function host(dir: string, mode: 'limit' | 'run'): string {
+function host(dir: string, mode: 'limit' | 'run' | 'budget'): string {
   const run = spawnSync(process.execPath, [compiled('test/cli/hostWorker.js'), dir, mode], { encoding: 'utf8' })
   expect(run.status, run.stderr).toBe(0)
   return run.stdout.trim()
@@ -54,6 +54,23 @@ describe('spindle inspect', () => {
     const again = await fetch(`${base}api/overview`, { headers })
     expect(((await again.json()) as { threads: Array<{ id: string; status: string }> }).threads[0]).toMatchObject({ id, status: 'completed' })
     expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/approve`, { method: 'POST', headers, body: '{}' })).status).toBe(404)
+  })
+
+  it('should give each thread its budget as rt.budget does, and its retries with the last error category', async () => {
+    const dir = tempDir('spindle-inspect-budget')
+    const lead = host(dir, 'budget')
+    inspector = await startInspector({ dir })
+    const base = inspector.url.split('?')[0]!
+    const headers = { 'x-spindle-token': inspector.token }
+    const overview = (await (await fetch(`${base}api/overview`, { headers })).json()) as { threads: Array<Record<string, any>> }
+    const parent = overview.threads.find((t) => t.id === lead)!
+    expect(parent.budget).toMatchObject({ threadId: lead, limit: { spend: 1, tokens: null }, reserved: { spend: 0, tokens: 0 }, released: true })
+    expect(parent.budget.spent.own.spend).toBeCloseTo(0.05)
+    expect(parent.budget.spent.total.spend).toBeCloseTo(0.13)
+    expect(parent.budget.available.spend).toBeCloseTo(0.87)
+    expect(parent).toMatchObject({ retries: 0, lastError: null })
+    expect(overview.threads.find((t) => t.id === 'first')).toMatchObject({ retries: 2, lastError: { category: 'transient', message: expect.stringContaining('overloaded') } })
+    expect(await (await fetch(inspector.url)).text()).toContain('<h3>budget</h3>')
   })
 
   it('should flag a running thread whose process was killed as having no live process, and one alive as run by its pid', async () => {

@@ -17,7 +17,7 @@ import { readThreadFiles } from '../../src/operator/inspectThread.js'
 
 const CHROMIUM = process.env.SPINDLE_CHROMIUM ?? '/usr/bin/chromium'
 
-function host(dir: string, mode: 'limit' | 'run'): string {
+function host(dir: string, mode: 'limit' | 'run' | 'budget'): string {
   const run = spawnSync(process.execPath, [compiled('test/cli/hostWorker.js'), dir, mode], { encoding: 'utf8' })
   expect(run.status, run.stderr).toBe(0)
   return run.stdout.trim()
@@ -56,6 +56,29 @@ describe.skipIf(!fs.existsSync(CHROMIUM))(`spindle inspect in headless Chromium 
       expect(JSON.parse(host(dir, 'run'))).toEqual([expect.objectContaining({ id, status: 'completed' })])
       await page.locator(`.node[data-id="${id}"] .st.completed`).waitFor({ timeout: 10_000 })
       await page.locator('.state.current', { hasText: 'completed' }).waitFor()
+    } finally {
+      await browser.close()
+      await inspector.close()
+    }
+  }, 60_000)
+
+  it("should show a thread's budget and its retries with the last error category on its page", async () => {
+    const dir = tempDir('spindle-browser-budget')
+    host(dir, 'budget')
+    const inspector = await startInspector({ dir })
+    const browser = await chromium.launch({ executablePath: CHROMIUM, args: ['--no-sandbox', '--headless=new'] })
+    try {
+      const page = await browser.newPage()
+      await page.goto(inspector.url)
+      await page.locator('.node[data-id="lead"]').click()
+      const spend = page.locator('table.budget tr', { hasText: 'spend' })
+      await spend.waitFor()
+      const cells = (await spend.locator('td').allTextContents()).map((c) => c.trim())
+      expect(cells).toEqual([formatUsd(1), formatUsd(0.05), formatUsd(0.13), formatUsd(0), formatUsd(0.87)])
+      expect(await page.locator('.retries').count()).toBe(0)
+      await page.locator('.node[data-id="first"]').click()
+      await page.locator('.retries').waitFor()
+      expect(await page.locator('.retries').textContent()).toBe('model calls retried: 2; the last model error: transient (overloaded)')
     } finally {
       await browser.close()
       await inspector.close()
@@ -103,7 +126,7 @@ describe.skipIf(!fs.existsSync(CHROMIUM))(`spindle inspect in headless Chromium 
       await node.waitFor()
       expect(await node.textContent()).toContain(spend)
       await node.click()
-      const cost = page.locator('table th', { hasText: 'spend' }).locator('xpath=following-sibling::td')
+      const cost = page.locator('table.cost th', { hasText: 'spend' }).locator('xpath=following-sibling::td')
       await cost.waitFor()
       expect(await cost.textContent()).toBe(`${spend} / ∞`)
     } finally {
