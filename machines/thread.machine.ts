@@ -57,6 +57,11 @@ function addReply(totals: UsageTotals | undefined, usage: ModelUsage): UsageTota
   }
 }
 
+/** The failure as `lastError`, for a thread that keeps it (not for those started before it existed). */
+function keptError(context: ThreadContext, error: { category: ErrorCategory; message: string }): { lastError?: { category: ErrorCategory; message: string } } {
+  return context.lastError === undefined ? {} : { lastError: { category: error.category, message: error.message } }
+}
+
 function isRetryable(category: ErrorCategory): boolean {
   return category === 'transient' || category === 'rate_limited' || category === 'quota'
 }
@@ -219,7 +224,7 @@ export const threadMachine = setup({
         lastAt: event.at,
         retry: { dueAt: event.at + event.retryInMs, failure: event.error },
         lastFailure: event.error,
-        lastError: { category: event.error.category, message: event.error.message },
+        ...keptError(context, event.error),
         retries: (context.retries ?? 0) + 1,
       }
     }),
@@ -268,7 +273,7 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         lastFailure: event.error,
-        lastError: { category: event.error.category, message: event.error.message },
+        ...keptError(context, event.error),
         error: {
           code: 'HOOK_FAILED',
           message: `Hook ${event.decision?.hookId} failed the thread on a ${event.error.category} model error${event.decision?.message ? `: ${event.decision.message}` : ''} (${event.error.message})`,
@@ -281,7 +286,7 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         lastFailure: event.error,
-        lastError: { category: event.error.category, message: event.error.message },
+        ...keptError(context, event.error),
         cancelReason: `aborted by hook ${event.decision?.hookId}${event.decision?.message ? `: ${event.decision.message}` : ''}`,
       }
     }),
@@ -292,7 +297,7 @@ export const threadMachine = setup({
         lastAt: event.at,
         suspendReason: event.error.category === 'context_length' ? ('context_length' as const) : ('error' as const),
         lastFailure: event.error,
-        lastError: { category: event.error.category, message: event.error.message },
+        ...keptError(context, event.error),
         retry: null,
       }
     }),
@@ -302,7 +307,7 @@ export const threadMachine = setup({
         activeMs: accruedMs(context, event.at),
         lastAt: event.at,
         lastFailure: event.error,
-        lastError: { category: event.error.category, message: event.error.message },
+        ...keptError(context, event.error),
         error: { code: event.error.code ?? `model_${event.error.category}`, message: event.error.message },
       }
     }),
@@ -382,6 +387,7 @@ export const threadMachine = setup({
     previousThreadId: input.carried?.previousThreadId ?? null,
     retries: 0,
     task: input.task ?? null,
+    ...(input.keepsLastError ? { lastError: null } : {}),
   }),
   initial: 'created',
   states: {

@@ -126,9 +126,10 @@ export interface ThreadContext {
   retries?: number
   /**
    * The latest model error of the thread's life, kept after the call that followed succeeded
-   * (unlike `lastFailure`): what its retries were for. Absent until a model call fails.
+   * (unlike `lastFailure`): what its retries were for. null until a model call fails; absent in
+   * threads started before it was kept.
    */
-  lastError?: { category: ErrorCategory; message: string }
+  lastError?: { category: ErrorCategory; message: string } | null
   /** The task this thread is an attempt at, when recovery escalation started it. */
   task?: TaskInfo | null
   /** Final answers that failed the directive's output schema so far (absent until one does). */
@@ -160,6 +161,12 @@ export interface ThreadInput {
   /** A continuation starts with its predecessor's usage: a chain's cost is one running total. */
   carried?: { usage: Usage; activeMs: number; previousThreadId: string }
   task?: TaskInfo
+  /**
+   * Keep `lastError` in the context. Set for every thread started since the field exists; absent
+   * in the spawn entries of older threads, so replaying their transcripts gives the snapshots their
+   * state.json holds.
+   */
+  keepsLastError?: true
 }
 
 /**

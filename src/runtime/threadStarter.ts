@@ -66,7 +66,8 @@ export class ThreadStarter {
    */
   async start(init: ThreadStart): Promise<LiveThread> {
     const { table, transcripts, commit, clock } = this.deps
-    const { input } = init
+    // Threads started from now on keep their last model error (see ThreadInput.keepsLastError).
+    const input: ThreadInput = { ...init.input, keepsLastError: true }
     const id = input.threadId
     // Before anything is written: a second spawn entry would end the live thread's replay.
     table.assertVacant(id)

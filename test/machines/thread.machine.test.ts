@@ -280,3 +280,21 @@ describe('thread machine decisions', () => {
     expect(sizes.at(-1)! - sizes[0]!).toBeLessThan(100)
   })
 })
+
+describe('thread machine: fields of snapshots recorded by older versions', () => {
+  const failed: ThreadEvent = { type: 'MODEL_FAILED', at: 2, turn: 1, attempt: 1, error: { category: 'transient', message: 'overloaded' }, retryInMs: 10 }
+  const replied: ThreadEvent = { type: 'MODEL_REPLIED', at: 3, turn: 1, attempt: 2, text: '', toolCalls: [{ id: 'c', name: 'echo', input: {} }], usage: { inputTokens: 1, outputTokens: 1 } }
+  const drive = (start: ThreadInput) => {
+    const actor = createActor(threadMachine, { input: start }).start()
+    for (const event of [{ type: 'START', at: 1 } as const, failed, { type: 'RETRY_DUE', at: 12 } as const, replied, { type: 'TOOL_DONE', at: 13, turn: 1, callId: 'c', ok: true, output: 1 } as const]) actor.send(event)
+    return actor.getSnapshot().context
+  }
+
+  it('should keep the last model error only for a thread started with keepsLastError, so older transcripts replay to their state.json', () => {
+    expect(drive({ ...input, keepsLastError: true }).lastError).toEqual({ category: 'transient', message: 'overloaded' })
+    const older = drive(input)
+    expect('lastError' in older).toBe(false)
+    // Nor a field for decisions on paused calls, in a thread that never paused.
+    expect('callDecisions' in older).toBe(false)
+  })
+})
