@@ -8,6 +8,7 @@ import type { Clock } from '../base/clock.js'
 import type { ApprovalVerdict } from '../../actors/threadEffects.js'
 import type { Tool } from '../../actors/tools.js'
 import type { ToolCall } from '../../machines/threadEvents.js'
+import type { LiveThread } from '../thread/liveThread.js'
 import type { Reporter } from './events.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { ThreadTable } from './threadTable.js'
@@ -31,15 +32,15 @@ export class ToolGate {
 
   /** Synchronous for a call that plainly needs no approval (nearly every call): no extra turn of the event loop. */
   approval(threadId: string, turn: number, call: ToolCall): ApprovalVerdict | Promise<ApprovalVerdict> {
-    const context = this.deps.table.running(threadId).context()
-    const named = context.policy.approvals?.tools ?? []
+    const thread = this.deps.table.running(threadId)
+    const named = thread.context().policy.approvals?.tools ?? []
     if (this.deps.tools.get(call.name)?.needsApproval === false && !named.includes(call.name)) return RUN
-    return this.decide(threadId, turn, call, named)
+    return this.decide(thread, turn, call, named)
   }
 
-  private async decide(threadId: string, turn: number, call: ToolCall, named: readonly string[]): Promise<ApprovalVerdict> {
-    const { table, clock } = this.deps
-    const thread = table.running(threadId)
+  private async decide(thread: LiveThread, turn: number, call: ToolCall, named: readonly string[]): Promise<ApprovalVerdict> {
+    const { clock } = this.deps
+    const threadId = thread.id
     const context = thread.context()
     if (!(await this.needsApproval(threadId, context.directive.name, named, call))) return RUN
     const hooks = this.deps.policies.hooksOf(threadId)

@@ -7,19 +7,13 @@
  * successor's transcript replays to its snapshot.
  */
 import { describe, expect, it } from 'vitest'
-import type { ModelRequest } from '../../src/index.js'
 import { isSpindleError, scriptedModel } from '../../src/index.js'
 import type { Script } from '../../actors/scriptedModel.js'
 import { tempDir } from '../helpers/dirs.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
+import { recording } from '../helpers/recordingModel.js'
 
 const runtime = testRuntimes()
-
-function recording(script: Script): { model: ReturnType<typeof scriptedModel>; requests: ModelRequest[] } {
-  const requests: ModelRequest[] = []
-  const inner = scriptedModel(script)
-  return { requests, model: { name: 'recording', generate: (request) => (requests.push({ ...request, messages: [...request.messages] }), inner.generate(request)) } }
-}
 
 async function refusal(promise: Promise<unknown>): Promise<{ code: string; message: string }> {
   const error = await promise.then(() => null, (e: unknown) => e)

@@ -11,25 +11,17 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import type { ModelRequest } from '../../src/index.js'
 import { defineTool, isSpindleError, scriptedModel } from '../../src/index.js'
-import type { Script } from '../../actors/scriptedModel.js'
 import { loadDirectiveFile, renderDirective } from '../../src/operator/directiveFile.js'
 import { createTestRuntime } from '../../src/testing.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 import { inState, until } from '../helpers/threads.js'
+import { recording } from '../helpers/recordingModel.js'
 
 const runtime = testRuntimes()
 
 const noop = defineTool({ name: 'noop', description: 'Does nothing', input: z.object({}), idempotent: true, execute: () => 'ok' })
-
-/** A scripted model that keeps every request it is given. */
-function recording(script: Script): { model: ReturnType<typeof scriptedModel>; requests: ModelRequest[] } {
-  const requests: ModelRequest[] = []
-  const inner = scriptedModel(script)
-  return { requests, model: { name: 'recording', generate: (request) => (requests.push(request), inner.generate(request)) } }
-}
 
 const ROLE = 'You are a terse research assistant. Answer in one sentence.'
 

@@ -10,23 +10,15 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
-import type { ModelRequest } from '../../src/index.js'
 import { defineTool, isSpindleError, scriptedModel } from '../../src/index.js'
-import type { Script } from '../../actors/scriptedModel.js'
 import { loadDirectiveFile, renderDirective } from '../../src/operator/directiveFile.js'
 import { messagesFromTranscript } from '../../src/thread/messages.js'
 import { readThreadFiles } from '../../src/testing.js'
 import { tempDir } from '../helpers/dirs.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
+import { recording } from '../helpers/recordingModel.js'
 
 const runtime = testRuntimes()
-
-/** A scripted model that keeps every request it is given, with the conversation as it was then (the request's is the thread's live cache). */
-function recording(script: Script): { model: ReturnType<typeof scriptedModel>; requests: ModelRequest[] } {
-  const requests: ModelRequest[] = []
-  const inner = scriptedModel(script)
-  return { requests, model: { name: 'recording', generate: (request) => (requests.push({ ...request, messages: [...request.messages] }), inner.generate(request)) } }
-}
 
 const Verdict = z.object({
   title: z.string().min(3),

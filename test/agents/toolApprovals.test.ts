@@ -12,20 +12,13 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import type { ModelRequest, ThreadHandle } from '../../src/index.js'
+import type { ThreadHandle } from '../../src/index.js'
 import { defineTool, readThreadFiles, respondToApproval, scriptedModel } from '../../src/index.js'
-import type { Script } from '../../actors/scriptedModel.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 import { eventually, until } from '../helpers/threads.js'
+import { recording, resultOf } from '../helpers/recordingModel.js'
 
 const runtime = testRuntimes()
-
-/** A scripted model that keeps a copy of every request's messages. */
-function recording(script: Script): { model: ReturnType<typeof scriptedModel>; requests: ModelRequest[] } {
-  const requests: ModelRequest[] = []
-  const inner = scriptedModel(script)
-  return { requests, model: { name: 'recording', generate: (request) => (requests.push({ ...request, messages: [...request.messages] }), inner.generate(request)) } }
-}
 
 /** A deploy tool that counts its runs and the inputs it ran with. */
 function deployTool(needsApproval: boolean | ((input: { env: string }) => boolean) = true) {
@@ -41,17 +34,6 @@ function deployTool(needsApproval: boolean | ((input: { env: string }) => boolea
 }
 
 const waitsAtCall = (view: { suspendReason: string | null; pendingCall: unknown }) => view.suspendReason === 'tool_approval' && view.pendingCall !== null
-
-/** The result the model was given for call `callId`, from the last request's messages. */
-function resultOf(requests: ModelRequest[], callId: string): unknown {
-  const message = requests.at(-1)!.messages.find((m) => m.role === 'tool' && (m as { toolCallId?: string }).toolCallId === callId)
-  if (!message) return undefined
-  try {
-    return JSON.parse(message.content) as unknown
-  } catch {
-    return message.content
-  }
-}
 
 async function suspendedAtCall(thread: ThreadHandle) {
   return until(thread, (view) => waitsAtCall(view))

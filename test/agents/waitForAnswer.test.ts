@@ -11,29 +11,13 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import type { ModelRequest, ThreadHandle } from '../../src/index.js'
+import type { ThreadHandle } from '../../src/index.js'
 import { askHuman, defineTool, pendingApprovals, respondToApproval, scriptedModel, waitForAnswer } from '../../src/index.js'
-import type { Script } from '../../actors/scriptedModel.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 import { eventually, until } from '../helpers/threads.js'
+import { recording, resultOf } from '../helpers/recordingModel.js'
 
 const runtime = testRuntimes()
-
-function recording(script: Script): { model: ReturnType<typeof scriptedModel>; requests: ModelRequest[] } {
-  const requests: ModelRequest[] = []
-  const inner = scriptedModel(script)
-  return { requests, model: { name: 'recording', generate: (request) => (requests.push({ ...request, messages: [...request.messages] }), inner.generate(request)) } }
-}
-
-function resultOf(requests: ModelRequest[], callId: string): unknown {
-  const message = requests.at(-1)!.messages.find((m) => m.role === 'tool' && (m as { toolCallId?: string }).toolCallId === callId)
-  if (!message) return undefined
-  try {
-    return JSON.parse(message.content) as unknown
-  } catch {
-    return message.content
-  }
-}
 
 const waiting = (thread: ThreadHandle) => until(thread, (view) => view.suspendReason === 'waiting' && view.pendingCall !== null)
 
