@@ -12,6 +12,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { aiSdkModel } from '../../src/aiSdk.js'
 import { defineTool } from '../../src/index.js'
+import { REPLY_BUFFER_LIMIT } from '../../src/index.js'
 import type { ReplyDelta } from '../../src/index.js'
 import { createTestRuntime, readThreadFiles, scriptedModel } from '../../src/testing.js'
 import type { TestRuntime } from '../../src/testing.js'
@@ -251,5 +252,39 @@ describe('streamed replies on the scripted model', () => {
     expect(textOf(deltas.filter((d) => d.attempt === 2))).toBe('whole reply')
     expect(replies(thread.id)).toHaveLength(1)
     expect(rt.checkReplay(thread.id).matches).toBe(true)
+  })
+
+  it('should keep at most REPLY_BUFFER_LIMIT deltas for a consumer that reads none, dropping the oldest', async () => {
+    const calls = Array.from({ length: 600 }, () => ({ name: 'echo', input: {} }))
+    const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({}), idempotent: true, execute: () => 'ok' })
+    rt = await createTestRuntime({ model: scriptedModel([{ toolCalls: calls }, { text: 'done' }], { stream: true }), tools: [echo] })
+    const stream = rt.replies()
+    const thread = await rt.spawn({ directive: { name: 'many', prompt: 'Call a lot' } })
+    await thread.done
+    await eventually(rt, () => rt!.active().length === 0)
+    await rt.settle()
+    const deltas = await collect(stream, (d) => d.type === 'reply_recorded' && d.turn === 2)
+
+    // 600 calls streamed as a start and an input each, then two reply ends and the answer's text.
+    expect(deltas).toHaveLength(REPLY_BUFFER_LIMIT)
+    expect(deltas[0]).not.toMatchObject({ callId: 'call_1_1' })
+    expect(deltas.slice(-2).map((d) => [d.turn, d.type])).toEqual([
+      [2, 'text'],
+      [2, 'reply_recorded'],
+    ])
+  })
+
+  it('should end rt.replies() when its signal aborts, and a stored handle\'s replies() at once', async () => {
+    rt = await createTestRuntime({ model: scriptedModel([{ text: 'finished' }], { stream: true }) })
+    const thread = await rt.spawn({ directive: { name: 'short', prompt: 'Go' } })
+    await thread.done
+    await eventually(rt, () => rt!.active().length === 0)
+    const controller = new AbortController()
+    const stream = rt.replies({ signal: controller.signal })
+    const pending = stream.next()
+    controller.abort()
+
+    expect(await pending).toEqual({ value: undefined, done: true })
+    expect(await collect(rt.get(thread.id).replies())).toEqual([])
   })
 })
