@@ -12,11 +12,17 @@
  * never runs them (spindle does, durably), and the SDK's own retries are off, so spindle's retry
  * policy alone decides what is retried and how long to wait. Failures are rethrown untouched:
  * `classifyError` reads the SDK's `APICallError` (status, headers, provider error body).
+ *
+ * While someone listens to the reply (`request.streaming`), the call is made with `streamText`
+ * and each text and tool-input delta is handed to `request.emit` as it arrives; the reply returned
+ * is built from the same stream, so it is the one a `generateText` call would have given. An
+ * error the stream carries (an error reply, a connection cut half way) is thrown as it came, so a
+ * broken stream classifies like a failed call. Nobody listening: one plain `generateText` call.
  */
-import { NoObjectGeneratedError, Output, generateText, jsonSchema, stepCountIs, tool } from 'ai'
-import type { JSONSchema7, JSONValue, LanguageModel, LanguageModelUsage, ModelMessage, ToolResultPart, ToolSet } from 'ai'
+import { NoObjectGeneratedError, Output, generateText, jsonSchema, stepCountIs, streamText, tool } from 'ai'
+import type { JSONSchema7, JSONValue, LanguageModel, LanguageModelUsage, ModelMessage, TextStreamPart, ToolResultPart, ToolSet } from 'ai'
 import type { ToolCall } from '../machines/threadEvents.js'
-import type { Message, ModelAdapter, ModelRequest, ModelResponse, ToolDefinition } from './model.js'
+import type { Message, ModelAdapter, ModelRequest, ModelResponse, ModelStreamPart, ToolDefinition } from './model.js'
 
 /** Provider-specific options, as `generateText` takes them (e.g. `{ openai: { parallelToolCalls: false } }`). */
 export type AiSdkProviderOptions = NonNullable<Parameters<typeof generateText>[0]['providerOptions']>
@@ -115,6 +121,60 @@ function tokens(count: number | undefined): number {
   return typeof count === 'number' && Number.isFinite(count) && count > 0 ? Math.round(count) : 0
 }
 
+/** The stream's errors are thrown by `streamReply`; the SDK would otherwise log each to the console. */
+function ignoreError(): void {}
+
+/** What one streamed step gave: its text, tool calls and usage. */
+interface Streamed {
+  text: string
+  toolCalls: ToolCall[]
+  usage: LanguageModelUsage | undefined
+}
+
+/**
+ * Reads a `streamText` result's parts to the end: text and tool-input deltas go to `emit` as they
+ * come, and the reply is put together from the same parts. An `error` part is thrown as it came
+ * (an APICallError with its status and headers, a network error with its code); a stream ended by
+ * the signal throws the signal's reason.
+ */
+async function streamReply(result: { fullStream: AsyncIterable<TextStreamPart<ToolSet>> }, signal: AbortSignal, emit: (part: ModelStreamPart) => void): Promise<Streamed> {
+  let text = ''
+  const toolCalls: ToolCall[] = []
+  let usage: LanguageModelUsage | undefined
+  try {
+    for await (const part of result.fullStream) {
+      switch (part.type) {
+        case 'text-delta':
+          text += part.text
+          emit({ type: 'text', text: part.text })
+          break
+        case 'tool-input-start':
+          emit({ type: 'tool_call', callId: part.id, toolName: part.toolName })
+          break
+        case 'tool-input-delta':
+          emit({ type: 'tool_input', callId: part.id, text: part.delta })
+          break
+        // As generateText keeps them: calls the SDK could not parse too (spindle validates inputs).
+        case 'tool-call':
+          toolCalls.push({ id: part.toolCallId, name: part.toolName, input: part.input ?? {} })
+          break
+        case 'finish-step':
+          usage = part.usage
+          break
+        case 'error':
+          throw part.error
+        case 'abort':
+          throw signal.reason ?? new Error('model call aborted')
+      }
+    }
+  } catch (error) {
+    // A cancel may surface as the provider's failure to read the body it stopped.
+    throw signal.aborted ? signal.reason : error
+  }
+  if (signal.aborted) throw signal.reason
+  return { text, toolCalls, usage }
+}
+
 /**
  * A spindle model adapter over an AI SDK language model.
  *
@@ -141,21 +201,26 @@ export function aiSdkModel(options: AiSdkModelOptions): ModelAdapter {
         if (pricing) counted.cost = (inputTokens * pricing.inputPerMillion + outputTokens * pricing.outputPerMillion) / 1_000_000
         return counted
       }
+      const call = {
+        model,
+        ...(request.outputSchema ? { output: Output.object({ schema: jsonSchema(request.outputSchema as JSONSchema7) }) } : {}),
+        ...(request.instructions ? { system: request.instructions } : {}),
+        messages: toModelMessages(request.messages),
+        ...(request.tools.length > 0 ? { tools: toToolSet(request.tools) } : {}),
+        stopWhen: stepCountIs(1),
+        maxRetries: 0,
+        abortSignal: request.signal,
+        ...(options.providerOptions !== undefined ? { providerOptions: options.providerOptions } : {}),
+        ...(options.maxOutputTokens !== undefined ? { maxOutputTokens: options.maxOutputTokens } : {}),
+        ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
+      }
+      if (request.streaming && request.emit) {
+        const streamed = await streamReply(streamText({ ...call, onError: ignoreError }), request.signal, request.emit)
+        return { text: streamed.text, toolCalls: streamed.toolCalls, usage: usageOf(streamed.usage) }
+      }
       let result
       try {
-        result = await generateText({
-          model,
-          ...(request.outputSchema ? { output: Output.object({ schema: jsonSchema(request.outputSchema as JSONSchema7) }) } : {}),
-          ...(request.instructions ? { system: request.instructions } : {}),
-          messages: toModelMessages(request.messages),
-          ...(request.tools.length > 0 ? { tools: toToolSet(request.tools) } : {}),
-          stopWhen: stepCountIs(1),
-          maxRetries: 0,
-          abortSignal: request.signal,
-          ...(options.providerOptions !== undefined ? { providerOptions: options.providerOptions } : {}),
-          ...(options.maxOutputTokens !== undefined ? { maxOutputTokens: options.maxOutputTokens } : {}),
-          ...(options.temperature !== undefined ? { temperature: options.temperature } : {}),
-        })
+        result = await generateText(call)
       } catch (error) {
         // An answer that is not JSON, or not the schema's: the model's to correct, not a failed call.
         if (request.outputSchema && NoObjectGeneratedError.isInstance(error)) return { text: error.text ?? '', toolCalls: [], usage: usageOf(error.usage) }

@@ -67,7 +67,29 @@ export interface ModelRequest {
   tools: readonly ToolDefinition[]
   /** Aborted on cancel, on timeout and when the runtime closes. Adapters must stop promptly. */
   signal: AbortSignal
+  /**
+   * True when someone listens to this call's reply as it arrives (`rt.replies`, `rt.onReply`,
+   * `handle.replies`): an adapter that can stream should, and hand each part to `emit`. False (or
+   * absent, when a host calls the adapter itself): nobody would see the parts, and an adapter may
+   * make a plain call instead.
+   */
+  streaming?: boolean
+  /**
+   * Hands over a part of the reply as it arrives, in order. Parts are for watching only: the
+   * adapter still returns the whole `ModelResponse`, and only that is recorded. A part emitted after
+   * the call was stopped (cancelled, timed out) is dropped. A no-op while `streaming` is false.
+   */
+  emit?: (part: ModelStreamPart) => void
 }
+
+/**
+ * A part of a reply as it streams: a piece of its text, a tool call begun (its id and tool), a
+ * piece of a tool call's input as the model writes it (JSON text, in pieces that need not parse).
+ */
+export type ModelStreamPart =
+  | { type: 'text'; text: string }
+  | { type: 'tool_call'; callId: string; toolName: string }
+  | { type: 'tool_input'; callId: string; text: string }
 
 /**
  * A model's reply. A reply without tool calls ends the thread: it completes, and `text` becomes

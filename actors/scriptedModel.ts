@@ -17,6 +17,12 @@ export type ScriptedFault =
   | { fault: 'http'; status: number; headers?: Record<string, string>; message?: string; code?: string }
   | { fault: 'hang' }
   | { fault: 'throw'; message: string }
+  /**
+   * A stream that breaks half way: the first `afterChars` characters of the turn's reply text
+   * (default half of it) stream, then the call fails as a connection reset (ECONNRESET,
+   * transient). Without a listener nothing streams and it fails the same.
+   */
+  | { fault: 'break'; afterChars?: number; message?: string }
 
 /** One turn of a script: a reply, or faults for the first attempts followed by a reply. */
 export type ScriptedTurn = ScriptedReply | { faults: ScriptedFault[]; reply: ScriptedReply }
@@ -28,6 +34,13 @@ export interface ScriptedModelOptions {
   latencyMs?: number | ((request: ModelRequest) => number)
   /** Price per million input / output tokens, in US dollars (defaults 1 and 4). */
   pricePerMillion?: { input: number; output: number }
+  /**
+   * Stream replies to whoever listens (`request.streaming`): the text in pieces of `chunkChars`
+   * characters (default 8), then each tool call (its start, then its input's JSON in pieces), with
+   * `chunkDelayMs` between pieces (default 0: all at once, each piece still its own delta). `true`
+   * takes the defaults. Nothing streams while nobody listens.
+   */
+  stream?: boolean | { chunkChars?: number; chunkDelayMs?: number }
 }
 
 function estimateTokens(text: string): number {
@@ -49,8 +62,15 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   })
 }
 
+/** A connection reset, as Node reports one: transient for the classifier. */
+function connectionReset(message: string): Error {
+  return Object.assign(new Error(message), { code: 'ECONNRESET' })
+}
+
 function raise(fault: ScriptedFault, signal: AbortSignal): Promise<never> {
   switch (fault.fault) {
+    case 'break':
+      return Promise.reject(connectionReset(fault.message ?? 'scripted stream broken: socket hang up'))
     case 'http':
       return Promise.reject(
         new ModelHttpError(fault.status, fault.message ?? `scripted HTTP ${fault.status}`, {
@@ -65,6 +85,34 @@ function raise(fault: ScriptedFault, signal: AbortSignal): Promise<never> {
         if (signal.aborted) reject(signal.reason)
         signal.addEventListener('abort', () => reject(signal.reason), { once: true })
       })
+  }
+}
+
+interface Chunking {
+  chunkChars: number
+  chunkDelayMs: number
+}
+
+/** Hands the reply to `request.emit` piece by piece, as a provider's stream would. */
+async function streamParts(request: ModelRequest, text: string, toolCalls: ReadonlyArray<{ id: string; name: string; input: unknown }>, chunking: Chunking): Promise<void> {
+  const emit = request.emit!
+  const size = Math.max(1, Math.floor(chunking.chunkChars))
+  const pause = async (): Promise<void> => {
+    if (chunking.chunkDelayMs > 0) await sleep(chunking.chunkDelayMs, request.signal)
+    else if (request.signal.aborted) throw request.signal.reason
+  }
+  for (let i = 0; i < text.length; i += size) {
+    if (i > 0) await pause()
+    emit({ type: 'text', text: text.slice(i, i + size) })
+  }
+  for (const call of toolCalls) {
+    await pause()
+    emit({ type: 'tool_call', callId: call.id, toolName: call.name })
+    const json = JSON.stringify(call.input) ?? '{}'
+    for (let i = 0; i < json.length; i += size) {
+      if (i > 0) await pause()
+      emit({ type: 'tool_input', callId: call.id, text: json.slice(i, i + size) })
+    }
   }
 }
 
@@ -94,15 +142,21 @@ function pickTurn(script: Script, request: ModelRequest): ScriptedTurn {
  */
 export function scriptedModel(script: Script, options: ScriptedModelOptions = {}): ModelAdapter {
   const price = options.pricePerMillion ?? { input: 1, output: 4 }
+  const chunking = options.stream ? { chunkChars: 8, chunkDelayMs: 0, ...(options.stream === true ? {} : options.stream) } : null
   return {
     name: 'scripted',
     async generate(request: ModelRequest): Promise<ModelResponse> {
+      const streams = chunking && request.streaming && request.emit ? chunking : null
       const step = pickTurn(script, request)
       const latency = typeof options.latencyMs === 'function' ? options.latencyMs(request) : (options.latencyMs ?? 0)
       if (latency > 0) await sleep(latency, request.signal)
       let reply: ScriptedReply
       if ('faults' in step) {
         const fault = step.faults[request.attempt - 1]
+        if (fault?.fault === 'break' && streams) {
+          const text = step.reply.text ?? ''
+          await streamParts(request, text.slice(0, fault.afterChars ?? Math.floor(text.length / 2)), [], streams)
+        }
         if (fault) return raise(fault, request.signal)
         reply = step.reply
       } else {
@@ -114,6 +168,7 @@ export function scriptedModel(script: Script, options: ScriptedModelOptions = {}
         name: call.name,
         input: call.input ?? {},
       }))
+      if (streams) await streamParts(request, text, toolCalls, streams)
       const inputTokens =
         reply.usage?.inputTokens ??
         request.messages.reduce((n, m) => n + estimateTokens(m.content) + 4, request.instructions ? estimateTokens(request.instructions) + 4 : 0)

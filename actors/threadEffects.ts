@@ -25,6 +25,7 @@ import { SpindleError } from '../src/base/errors.js'
 import { checkFinalAnswer } from './outputSchema.js'
 import type { OutputValidator } from './outputSchema.js'
 import type { ThreadDirective } from '../machines/threadContext.js'
+import type { ReplySink } from './replyDelta.js'
 
 /**
  * How a tool call's run ended without a result: its process died (`crash`), or the runtime shut
@@ -110,6 +111,8 @@ export interface EffectHost {
   handOffOnContextLength(threadId: string, failure: FailureInfo): Promise<boolean>
   /** Cancels every open child of a cancelled thread and resolves once all have settled. */
   settleChildren(threadId: string, reason: string, signal: AbortSignal): Promise<string[]>
+  /** Where a model call's reply streams to, or null when nobody listens (the call streams nothing). */
+  replySink(threadId: string, at: { turn: number; attempt: number }): ReplySink | null
 }
 
 /** What `EffectHost.toolApproval` decided about a call. */
@@ -154,6 +157,9 @@ function stepWithout(threadId: string, state: string, what: string): SpindleErro
     { details: { threadId, state } },
   )
 }
+
+/** The `emit` of a call nobody listens to. */
+function ignorePart(): void {}
 
 /** Runs `body` detached; an exception that escapes it crashes only this thread. */
 function detach(host: EffectHost, threadId: string, body: () => Promise<void>): void {
@@ -263,6 +269,7 @@ export function callModelLogic(host: EffectHost) {
     let started: AbortController | null = null
     let stopped = false
     let settled = false
+    let sink: ReplySink | null = null
     detach(host, input.threadId, async () => {
       await host.checkpointed(input.threadId)
       if (stopped) return
@@ -272,6 +279,7 @@ export function callModelLogic(host: EffectHost) {
       const timeout = modelTimeout(host.modelTimeoutMs)
       // On the runtime's clock, so that simulated time reaches it too.
       const timer = host.clock.setTimeout(() => controller.abort(timeout), host.modelTimeoutMs)
+      sink = host.replySink(input.threadId, input)
       let event: ThreadEvent
       try {
         // Inside the try: a model this runtime lacks fails the attempt like any other failure.
@@ -287,6 +295,8 @@ export function callModelLogic(host: EffectHost) {
             messages: host.messages(input.threadId),
             tools: visibleTools(host, input.threadId),
             signal: controller.signal,
+            streaming: sink !== null,
+            emit: sink ? sink.emit : ignorePart,
           })
         const raw = await abandonable(generate(), controller.signal)
         const checked = ModelResponseSchema.safeParse(raw)
@@ -314,7 +324,10 @@ export function callModelLogic(host: EffectHost) {
         const timedOut = controller.signal.aborted && controller.signal.reason === timeout
         host.clock.clearTimeout(timer)
         if (controller.signal.aborted && !timedOut) return
+        // Before the judgement, which may wait for hooks: what streamed is void from now.
+        if (timedOut) sink?.discarded('timed_out', 'transient')
         const judged = await host.judgeModelFailure(input.threadId, timedOut ? timeout : error, input)
+        sink?.discarded('failed', judged.failure.category)
         if (controller.signal.aborted && !timedOut) return
         if (judged.failure.category === 'context_length' && !judged.decision) {
           if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
@@ -334,12 +347,17 @@ export function callModelLogic(host: EffectHost) {
       }
       if (stopped) return
       settled = true
-      if (!controller.signal.aborted || event.type === 'MODEL_FAILED') host.deliver(input.threadId, event)
+      const delivered = (!controller.signal.aborted || event.type === 'MODEL_FAILED') && host.deliver(input.threadId, event)
+      if (sink && event.type === 'MODEL_REPLIED') {
+        if (delivered) sink.recorded()
+        else sink.discarded(host.closing() ? 'closed' : 'cancelled')
+      }
     })
     // A call that already delivered has nothing to stop (and aborting costs an Error and an event).
     return () => {
       if (settled) return
       stopped = true
+      sink?.discarded(host.closing() ? 'closed' : 'cancelled')
       started?.abort(new Error('model call stopped'))
     }
   }

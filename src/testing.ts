@@ -86,6 +86,8 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     children: (id) => runtime.children(id),
     settleOrphan: (id, action, reason) => runtime.settleOrphan(id, action, reason),
     on: ((type: never, listener: never) => runtime.on(type, listener)) as Runtime['on'],
+    replies: (repliesOptions) => runtime.replies(repliesOptions),
+    onReply: (listener) => runtime.onReply(listener),
     get config() {
       return runtime.config
     },

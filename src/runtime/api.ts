@@ -16,6 +16,8 @@ import type { RecoveryDecision } from '../policies/recovery.js'
 import type { ThreadHandle } from '../thread/threadView.js'
 import type { BudgetView, ChildSummary } from './budgetView.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
+import type { ReplyDelta } from '../../actors/replyDelta.js'
+import type { RepliesOptions } from './replyStream.js'
 import type { InspectionEvent } from 'xstate'
 import type { z } from 'zod'
 
@@ -357,6 +359,22 @@ export interface Runtime {
   budget(id: string): BudgetView
   /** The threads `id` spawned (its direct children, with their continuations), in spawn order. THREAD_NOT_FOUND for an unknown thread. */
   children(id: string): ChildSummary[]
+  /**
+   * Model replies as they stream, every thread's (or `threadId`'s): text and tool-call deltas of
+   * each call made while the iterator is open, each call closed by `reply_recorded` (durable) or
+   * `reply_discarded` (a failed, cancelled, timed-out or closed attempt: none of it counts; a retry
+   * streams again as the next attempt). Ends on `signal`, on `return()` (a `break` out of
+   * `for await`) or when the runtime closes. Nothing streamed is recorded; a call nobody listens to
+   * streams nothing. A consumer that falls behind gets text pieces joined, and past 1000 waiting
+   * deltas loses the oldest. See docs/streaming.md.
+   */
+  replies(options?: RepliesOptions): AsyncIterableIterator<ReplyDelta>
+  /**
+   * Calls `listener` with every streamed delta of every thread, synchronously as it arrives (no
+   * buffering: a listener must be quick). Returns the unsubscribe function. A listener that throws
+   * is reported to `onProblem`; the thread streams on.
+   */
+  onReply(listener: (delta: ReplyDelta) => void): () => void
   /** Listens for one lifecycle event type (or '*' for all); returns the unsubscribe function. */
   on<T extends LifecycleEventType | '*'>(type: T, listener: (event: T extends '*' ? LifecycleEvent : Extract<LifecycleEvent, { type: T }>) => void): () => void
   /**

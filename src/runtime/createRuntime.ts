@@ -41,6 +41,7 @@ import { Reactions } from './reactions.js'
 import { Shutdown } from './shutdown.js'
 import { validShutdownSignals } from './shutdownSignals.js'
 import { Recovery } from './recovery.js'
+import { ReplyStream } from './replyStream.js'
 import { resolveSettings, toolTable } from './settings.js'
 import { Spawner } from './spawner.js'
 import { Supervisor } from './supervisor.js'
@@ -166,6 +167,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     (threadId) => leases.tokenOf(threadId),
   )
   const outputSchemas = new OutputSchemas()
+  const replies = new ReplyStream({ whenLogged: () => commit.whenLogged(), report: (error, threadId) => bus.report(error, threadId) })
   const table: ThreadTable = new ThreadTable(checkpoints, () => ({
     effects,
     transcripts,
@@ -186,6 +188,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
       if (outcome.status !== 'suspended') setImmediate(() => outputSchemas.forget(threadId))
       return outcome.output === undefined ? outcome : { ...outcome, output: outputSchemas.parse(threadId, outcome.output) }
     },
+    replies: (thread) => replies.ofThread(thread.id, thread.done),
     ...(options.inspect ? { inspect: options.inspect } : {}),
   }))
   const leases: Leases = new Leases({
@@ -296,10 +299,11 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus, outputSchemas }),
+    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus, outputSchemas, replies }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {
+    replies.threadStopped(id, life.closed)
     if (current) {
       supervisor.forget(id)
       // Not before the decision that woke it is written next to its request (decisions.ts).
@@ -344,5 +348,6 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     followUps,
     inbox,
     shutdown,
+    replies,
   }
 }

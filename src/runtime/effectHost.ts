@@ -25,6 +25,7 @@ import type { ToolGate } from './toolGate.js'
 import { DEFAULT_MODEL } from './models.js'
 import type { Models } from './models.js'
 import type { OutputSchemas } from './outputSchemas.js'
+import type { ReplyStream } from './replyStream.js'
 
 /** Errors that say a thread's own files are damaged: the thread cannot go on from them, and they are left as they are. */
 const DAMAGED_FILES = new Set<string>(['TRANSCRIPT_CHAIN_BROKEN', 'TRANSCRIPT_CORRUPT', 'STATE_CORRUPT'])
@@ -54,6 +55,7 @@ export interface EffectHostDeps {
   supervisor: Pick<Supervisor, 'crashed'>
   bus: Reporter
   outputSchemas: Pick<OutputSchemas, 'validator'>
+  replies: Pick<ReplyStream, 'sink'>
 }
 
 export function createEffectHost(deps: EffectHostDeps): EffectHost {
@@ -149,5 +151,6 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     beforeModelCall: (id, at) => deps.gate.beforeModelCall(id, at),
     handOffOnContextLength: (id) => deps.gate.handOffOnContextLength(id),
     settleChildren: (id, reason, signal) => deps.decisions.settleChildren(id, reason, signal),
+    replySink: (id, at) => deps.replies.sink(id, at),
   }
 }

@@ -24,6 +24,7 @@ import type { PolicyDesk } from './policyDesk.js'
 import type { Reactions } from './reactions.js'
 import type { Shutdown } from './shutdown.js'
 import type { Recovery } from './recovery.js'
+import type { ReplyStream } from './replyStream.js'
 import type { Spawner } from './spawner.js'
 import type { Supervisor } from './supervisor.js'
 import type { TaskRecovery } from './taskRecovery.js'
@@ -65,4 +66,5 @@ export interface Parts {
   followUps: FollowUps
   inbox: InboxPoller
   shutdown: Shutdown
+  replies: ReplyStream
 }

@@ -20,6 +20,8 @@ import { validateSpawn } from './spawner.js'
 import { budgetOf, childrenOf } from './budgetView.js'
 import type { BudgetView, ChildSummary } from './budgetView.js'
 import { StoredThread, storedOutcome } from './storedThread.js'
+import type { ReplyDelta } from '../../actors/replyDelta.js'
+import type { RepliesOptions } from './replyStream.js'
 
 /** The runtime host code holds: each call checked, then handed to the part that does it. */
 export class SpindleRuntime implements Runtime {
@@ -159,6 +161,14 @@ export class SpindleRuntime implements Runtime {
     return this.parts.bus.on(type, listener)
   }
 
+  replies(options?: RepliesOptions): AsyncIterableIterator<ReplyDelta> {
+    return this.parts.replies.replies(options)
+  }
+
+  onReply(listener: (delta: ReplyDelta) => void): () => void {
+    return this.parts.replies.onReply(listener)
+  }
+
   /**
    * Stops the parts in reverse: timers first; then every live thread where it stands, but for the
    * tool calls under way, which get `timeouts.shutdownGraceMs` to finish and have their results
@@ -204,6 +214,8 @@ export class SpindleRuntime implements Runtime {
       await commit.close()
     } finally {
       stores.close()
+      // After the last reply was told durable (or not): iterators end with nothing left out.
+      this.parts.replies.close()
     }
   }
 }

@@ -8,6 +8,8 @@ import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { outcomeOf } from '../../machines/threadOutcome.js'
 import type { ThreadRecord, ThreadStatus } from '../../persistence/types.js'
 import type { ThreadHandle, ThreadView } from '../thread/threadView.js'
+import type { ReplyDelta } from '../../actors/replyDelta.js'
+import { noReplies } from './replyStream.js'
 
 /** How a stopped thread ended, from its last checkpoint's context, else from its registry row. */
 export function storedOutcome(record: ThreadRecord, context: ThreadContext | null | undefined): ThreadOutcome {
@@ -47,6 +49,10 @@ export class StoredThread implements ThreadHandle {
   subscribe(listener: (view: ThreadView) => void): () => void {
     if (this.view) listener(this.view)
     return () => {}
+  }
+  /** Nothing streams here: another process runs the thread, or nothing does. */
+  replies(): AsyncIterableIterator<ReplyDelta> {
+    return noReplies()
   }
   getSnapshot(): ThreadView {
     if (!this.view) throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${this.id} has no stored snapshot.`)

@@ -138,6 +138,10 @@ export class LiveThread implements ThreadHandle {
     return this.actor.getSnapshot().context
   }
 
+  replies() {
+    return this.services.replies(this)
+  }
+
   /** True once the thread has stopped here (finished, suspended, or detached). */
   get stopped(): boolean {
     return this.finished
@@ -197,8 +201,7 @@ export class LiveThread implements ThreadHandle {
     if (this.messageLog === null) {
       this.unchecked = true
       const { entries } = this.services.transcripts.read(this.id)
-      this.messageLog = messagesFromTranscript(entries)
-      for (const entry of entries) this.learnToolNames(entry)
+      this.messageLog = messagesFromTranscript(entries, (this.toolNames ??= new Map()))
     }
     return this.messageLog
   }
@@ -381,14 +384,6 @@ export class LiveThread implements ThreadHandle {
     this.services.transcripts.close(this.id)
     this.services.forget(this)
     this.rejectDone(reason)
-  }
-
-  private learnToolNames(entry: TranscriptEntry): void {
-    if (entry.type === 'MODEL_REPLIED') {
-      for (const call of (entry.data as { toolCalls: Array<{ id: string; name: string }> }).toolCalls) {
-        ;(this.toolNames ??= new Map()).set(call.id, call.name)
-      }
-    }
   }
 
   private lastGoodPersisted(): unknown {

@@ -44,10 +44,12 @@ export function applyToMessages(messages: Message[], event: ThreadEvent, toolNam
   }
 }
 
-/** The conversation a thread's transcript records: the directive prompt, replies and tool results. */
-export function messagesFromTranscript(entries: readonly TranscriptEntry[]): Message[] {
+/**
+ * The conversation a thread's transcript records: the directive prompt, replies and tool results.
+ * `toolNames` (tool call id → tool name) is filled from the replies, for a caller that goes on.
+ */
+export function messagesFromTranscript(entries: readonly TranscriptEntry[], toolNames = new Map<string, string>()): Message[] {
   const messages: Message[] = []
-  const toolNames = new Map<string, string>()
   for (const entry of entries) {
     if (entry.type === SPAWN_ENTRY) {
       const data = entry.data as { input: { directive: { prompt: string } }; messages?: Message[] }

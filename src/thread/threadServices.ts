@@ -8,6 +8,7 @@ import type { ThreadEffects } from '../../actors/threadEffects.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { CheckpointStore, ThreadStatus, TranscriptStore } from '../../persistence/types.js'
 import type { SpindleError } from '../base/errors.js'
+import type { ReplyDelta } from '../../actors/replyDelta.js'
 
 /** @internal What a live thread needs from its runtime. */
 /** `Thread` is the live thread (LiveThread), named by its user so that this module imports none. */
@@ -45,6 +46,8 @@ export interface ThreadServices<Thread> {
    * where this process spawned the thread with one.
    */
   outputOf?(threadId: string, outcome: ThreadOutcome): ThreadOutcome
+  /** The thread's streamed replies, as `handle.replies()` gives them (src/runtime/replyStream.ts). */
+  replies(thread: Thread): AsyncIterableIterator<ReplyDelta>
   /** XState inspection (e.g. @statelyai/inspect's `inspector.inspect`): every actor event, snapshot and transition. */
   inspect?: (event: InspectionEvent) => void
 }

@@ -13,6 +13,7 @@ import { effectOf } from '../../machines/effectOf.js'
 import type { ThreadEffect } from '../../machines/effectOf.js'
 import type { Cost, ThreadStatus } from '../../persistence/types.js'
 import { statusOfValue } from './threadStatus.js'
+import type { ReplyDelta } from '../../actors/replyDelta.js'
 
 /** What a subscriber sees at every transition: plain data, safe to keep. */
 export interface ThreadView {
@@ -80,6 +81,14 @@ export interface ThreadHandle<Output = unknown> {
   readonly done: Promise<ThreadOutcome<Output>>
   /** Called at every transition (and at once with the current view). Returns an unsubscribe function. */
   subscribe(listener: (view: ThreadView) => void): () => void
+  /**
+   * The thread's model replies as they stream: text and tool-call deltas of each call made from now
+   * on, each call closed by `reply_recorded` or `reply_discarded` (docs/streaming.md). Ends when the
+   * thread stops here (completed, failed, cancelled, suspended, or the runtime closed); at once for
+   * a thread this runtime does not run. A consumer that falls behind gets text pieces joined, and
+   * past 1000 waiting deltas loses the oldest.
+   */
+  replies(): AsyncIterableIterator<ReplyDelta>
   getSnapshot(): ThreadView
 }
 

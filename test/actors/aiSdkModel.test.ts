@@ -10,7 +10,7 @@ import { z } from 'zod'
 import { aiSdkModel } from '../../src/aiSdk.js'
 import type { AiSdkModelOptions } from '../../src/aiSdk.js'
 import { toModelMessages } from '../../actors/aiSdkModel.js'
-import type { Message, ModelRequest, ToolDefinition } from '../../actors/model.js'
+import type { Message, ModelRequest, ModelStreamPart, ToolDefinition } from '../../actors/model.js'
 import { ModelResponseSchema } from '../../actors/model.js'
 import { defineTool } from '../../actors/tools.js'
 import { classifyError } from '../../src/policies/classifyError.js'
@@ -343,3 +343,107 @@ describe('aiSdkModel with an output schema', () => {
     expect(server.requests[0]!.body.response_format).toBeUndefined()
   })
 })
+
+describe('aiSdkModel streaming', () => {
+  /** A request someone listens to, and the parts it was handed. */
+  function streamed(messages: Message[], over: Partial<ModelRequest> = {}) {
+    const parts: ModelStreamPart[] = []
+    return { parts, request: request(messages, { streaming: true, emit: (part) => parts.push(part), ...over }) }
+  }
+
+  it('should stream the text in order and return the reply a plain call gives', async () => {
+    server.push({ kind: 'text', text: 'Oslo is the largest city.', chunkChars: 5, usage: { promptTokens: 12, completionTokens: 6 } })
+    const { parts, request: req } = streamed([{ role: 'user', content: 'Largest city?' }])
+    const response = await adapter().generate(req)
+
+    expect(server.requests[0]!.body.stream).toBe(true)
+    expect(parts.map((p) => p.type)).toEqual(['text', 'text', 'text', 'text', 'text'])
+    expect(parts.map((p) => (p as { text: string }).text).join('')).toBe('Oslo is the largest city.')
+    expect(response).toEqual({ text: 'Oslo is the largest city.', toolCalls: [], usage: { inputTokens: 12, outputTokens: 6 } })
+  })
+
+  it('should stream a tool call as its start and its input in pieces, and return it parsed', async () => {
+    server.push({ kind: 'toolCalls', calls: [{ id: 'call_abc', name: 'lookup', arguments: { q: 'Oslo' } }], chunkChars: 3 })
+    const { parts, request: req } = streamed([{ role: 'user', content: 'Find Oslo' }])
+    const response = await adapter().generate(req)
+
+    expect(parts[0]).toEqual({ type: 'tool_call', callId: 'call_abc', toolName: 'lookup' })
+    const inputs = parts.slice(1)
+    expect(inputs.length).toBeGreaterThan(1)
+    expect(inputs.every((p) => p.type === 'tool_input' && p.callId === 'call_abc')).toBe(true)
+    expect(inputs.map((p) => (p as { text: string }).text).join('')).toBe('{"q":"Oslo"}')
+    expect(response).toEqual({ text: '', toolCalls: [{ id: 'call_abc', name: 'lookup', input: { q: 'Oslo' } }], usage: { inputTokens: 10, outputTokens: 5 } })
+  })
+
+  it('should make a plain call, streaming nothing, when nobody listens', async () => {
+    server.push({ kind: 'text', text: 'hello' })
+    const parts: ModelStreamPart[] = []
+    const response = await adapter().generate(request([{ role: 'user', content: 'Hi' }], { streaming: false, emit: (part) => parts.push(part) }))
+    expect(server.requests[0]!.body.stream).toBeUndefined()
+    expect(parts).toEqual([])
+    expect(response.text).toBe('hello')
+  })
+
+  it('should throw a connection cut half way, classified transient as a failed call is, after the parts that came', async () => {
+    server.push({ kind: 'text', text: 'This reply will never be whole.', chunkChars: 4, cutAfterChunks: 3 })
+    const { parts, request: req } = streamed([{ role: 'user', content: 'hi' }])
+    const error = await failure(adapter().generate(req))
+
+    expect(server.requests[0]!.stream).toMatchObject({ chunks: 3, cut: true })
+    expect(parts.map((p) => (p as { text: string }).text).join('')).toBe('This rep')
+    expect(classifyError(error, NOW).failure.category).toBe('transient')
+  })
+
+  it('should throw a 429 refused before the stream as it is, with its status and retry-after', async () => {
+    server.push({ kind: 'rateLimited', retryAfter: 2 })
+    const { parts, request: req } = streamed([{ role: 'user', content: 'hi' }])
+    const error = await failure(adapter().generate(req))
+    expect(APICallError.isInstance(error)).toBe(true)
+    expect(parts).toEqual([])
+    expect(classifyError(error, NOW)).toMatchObject({ failure: { category: 'rate_limited', status: 429, code: 'rate_limit_exceeded' }, retryAfterMs: 2000 })
+  })
+
+  it('should stop the stream at once when the signal is aborted, closing the connection', async () => {
+    server.push({ kind: 'text', text: 'a long reply that streams slowly, piece by piece', chunkChars: 2, chunkDelayMs: 200 })
+    const controller = new AbortController()
+    const { parts, request: req } = streamed([{ role: 'user', content: 'hi' }], {
+      signal: controller.signal,
+      emit: (part) => {
+        parts.push(part)
+        if (parts.length === 2) controller.abort(new Error('model call stopped'))
+      },
+    })
+    const error = await failure(adapter().generate(req))
+
+    expect(error).toMatchObject({ message: 'model call stopped' })
+    expect(parts).toHaveLength(2)
+    await eventuallyTrue(() => server.requests[0]!.stream?.closedByClient === true)
+    expect(server.requests[0]!.stream!.chunks).toBeLessThan(10)
+  })
+
+  it('should stream a structured answer as its JSON text, asking for the schema as a plain call does', async () => {
+    const schema = z.toJSONSchema(z.object({ city: z.string() }), { io: 'input' }) as Record<string, unknown>
+    server.push({ kind: 'text', text: '{"city":"Oslo"}', chunkChars: 4 })
+    const { parts, request: req } = streamed([{ role: 'user', content: 'Largest city?' }], { outputSchema: schema })
+    const response = await adapter().generate(req)
+    expect(server.requests[0]!.body.response_format.type).toBe('json_schema')
+    expect(parts.map((p) => (p as { text: string }).text).join('')).toBe('{"city":"Oslo"}')
+    expect(response.text).toBe('{"city":"Oslo"}')
+  })
+
+  it('should hand back, as text, a streamed answer that is not the schema, for spindle to judge', async () => {
+    const schema = z.toJSONSchema(z.object({ city: z.string() }), { io: 'input' }) as Record<string, unknown>
+    server.push({ kind: 'text', text: 'Oslo, I think' })
+    const { request: req } = streamed([{ role: 'user', content: 'Largest city?' }], { outputSchema: schema })
+    expect(await adapter().generate(req)).toMatchObject({ text: 'Oslo, I think', toolCalls: [] })
+  })
+})
+
+/** Polls `condition` on the event loop (the server's side of a closed connection lands a little later). */
+async function eventuallyTrue(condition: () => boolean, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error('condition never held')
+    await new Promise((resolve) => setTimeout(resolve, 5))
+  }
+}

@@ -39,6 +39,8 @@ console.log('done ms: from a thread\'s final model reply to its `done` resolving
 console.log('store      turns/s  checkpoints      rounds  bytes on disk  p50 turn ms  p99 turn ms  done ms p50/p99  peak RSS MB  RSS at open  young gen MB')
 let full: Record<string, number | string> = {}
 let small: Record<string, number | string> = {}
+/** The plain rows by store, for the streamed rows to be read against. */
+const plain = new Map<string, Record<string, number | string>>()
 const runs: Array<[label: string, store: string, flags: string[]]> = [
   ['memory', 'memory', []],
   ['process', 'process', []],
@@ -49,6 +51,7 @@ for (const [label, store, flags] of runs) {
   const dir = fresh(store)
   const r = run(['turns', dir, store, String(threads), String(turns)], flags)
   if (label === 'fsync') full = r
+  if (flags.length === 0) plain.set(store, r)
   if (label === 'fsync *') small = r
   const young = `${f(r.openYoungMb)} -> ${f(r.endYoungMb)}`
   const checkpoints = `${r.checkpointsStaged}/${r.checkpointsWritten}`
@@ -60,6 +63,23 @@ for (const [label, store, flags] of runs) {
   fs.rmSync(dir, { recursive: true, force: true })
 }
 console.log(`* node ${SMALL_HEAP.join(' ')}: the heap settings for small hosts (docs/benchmark.md, "Memory"); the rows above use Node's defaults`)
+
+// Streamed replies (docs/streaming.md): the same workload with the scripted model streaming each
+// reply one character a piece to a subscriber that consumes rt.replies(), so the cost is a figure.
+{
+  console.log('\nstreamed replies: the same workload, each reply streamed one character a piece to a consumer of rt.replies()')
+  console.log('store      plain turns/s  streamed turns/s  change  deltas  deltas/s  p99 turn ms  peak RSS MB')
+  for (const store of ['memory', 'fsync']) {
+    const dir = fresh(`stream-${store}`)
+    const r = run(['turns', dir, store, String(threads), String(turns), 'stream'])
+    fs.rmSync(dir, { recursive: true, force: true })
+    const base = Number(plain.get(store)!.turnsPerSecond)
+    const change = `${Number(r.turnsPerSecond) >= base ? '+' : ''}${f((Number(r.turnsPerSecond) / base - 1) * 100)}%`
+    console.log(
+      `${store.padEnd(9)}  ${f(base).padStart(13)}  ${f(r.turnsPerSecond).padStart(16)}  ${change.padStart(6)}  ${String(r.deltas).padStart(6)}  ${f(Number(r.deltas) / Number(r.seconds)).padStart(8)}  ${f(r.p99ms, 2).padStart(11)}  ${f(r.peakRssMb, 1).padStart(11)}`,
+    )
+  }
+}
 
 // Linearity of disk use: the same workload at half the turns, and the line through both points.
 let perMessageBytes = NaN

@@ -1,7 +1,9 @@
 /**
  * One benchmark configuration in a process of its own (so peak RSS is its own). Prints one JSON line.
  *
- *   workload.js turns <dir> <fsync|process|memory> <threads> <turns>
+ *   workload.js turns <dir> <fsync|process|memory> <threads> <turns> [stream]
+ *                                         with `stream`, the scripted model streams each reply (one
+ *                                         character a piece) to a subscriber consuming rt.replies()
  *   workload.js leave <dir> <threads>     spawn threads that hang in their first model call, then SIGKILL self
  *   workload.js rehydrate <dir>           time a runtime opening on what `leave` left
  *   workload.js suspend <dir> <threads>   spawn threads that suspend at once at their turn limit
@@ -17,7 +19,7 @@ import v8 from 'node:v8'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 
-const [mode, dir, a, b, c] = process.argv.slice(2)
+const [mode, dir, a, b, c, d] = process.argv.slice(2)
 if (!dir) throw new Error('usage: workload <mode> <dir> ...')
 
 const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n }) })
@@ -38,6 +40,7 @@ if (mode === 'turns') {
   const store = a as 'fsync' | 'process' | 'memory'
   const threads = Number(b)
   const turns = Number(c)
+  const streamed = d === 'stream'
   const lastCall = new Map<string, number>()
   const latencies: number[] = []
   /** When each thread's final reply left the scripted model (it answers at once): `done` is timed from there. */
@@ -50,13 +53,20 @@ if (mode === 'turns') {
     lastCall.set(r.threadId, now)
     if (r.turn >= turns) finalReply.set(r.threadId, now)
     return r.turn < turns ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }] } : { text: 'done' }
-  })
+  }, streamed ? { stream: { chunkChars: 1 } } : {})
   const rt = await createRuntime({
     dir,
     model,
     tools: [echo],
     ...(store === 'memory' ? { store: 'memory' as const } : { durability: store }),
   })
+  let deltas = 0
+  const subscriber = streamed ? rt.replies() : null
+  const consumed = subscriber
+    ? (async () => {
+        for await (const _ of subscriber) deltas++
+      })()
+    : null
   // What Node with spindle's modules and an open runtime holds before a thread runs, and how far V8
   // has grown its young generation by then: the floor under the run's peak (docs/benchmark.md, "Memory").
   const openRssMb = process.memoryUsage().rss / 1048576
@@ -76,6 +86,7 @@ if (mode === 'turns') {
   const totalTurns = outcomes.reduce((n, o) => n + o.cost.turns, 0)
   const stats = rt.stats()
   await rt.close()
+  await consumed
   latencies.sort((x, y) => x - y)
   doneLatencies.sort((x, y) => x - y)
   process.stdout.write(
@@ -86,6 +97,8 @@ if (mode === 'turns') {
       totalTurns,
       seconds,
       turnsPerSecond: totalTurns / seconds,
+      streamed,
+      deltas,
       checkpointsStaged: stats.checkpointsStaged,
       checkpointsWritten: stats.checkpointsWritten,
       logCommits: stats.logCommits,

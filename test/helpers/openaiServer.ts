@@ -1,7 +1,11 @@
 /**
  * A real HTTP server on 127.0.0.1 that speaks the OpenAI chat-completions protocol
- * (`POST /v1/chat/completions`, non-streaming JSON) from a queue of scripted replies, and records
- * every request body it receives. Tests point a real provider at it:
+ * (`POST /v1/chat/completions`) from a queue of scripted replies, and records every request body it
+ * receives. A request with `stream: true` gets a text or tool-call reply as server-sent events
+ * (`chat.completion.chunk` objects, a usage chunk, `data: [DONE]`), in pieces of `chunkChars`
+ * characters `chunkDelayMs` apart; `cutAfterChunks` destroys the socket after that many events, as
+ * a connection lost half way would. Error replies are plain JSON either way, as OpenAI sends them.
+ * Tests point a real provider at it:
  *
  *   const server = await startOpenAIServer()
  *   server.push({ kind: 'text', text: 'hello' })
@@ -20,6 +24,12 @@ export interface ScriptedUsage {
 interface Timing {
   /** Answer only after this many ms (a client that aborts meanwhile gets nothing). */
   delayMs?: number
+  /** Streamed: characters of text (and of tool arguments) per event (default 4). */
+  chunkChars?: number
+  /** Streamed: ms between events (default 0). */
+  chunkDelayMs?: number
+  /** Streamed: the connection is destroyed after this many events, before the reply is whole. */
+  cutAfterChunks?: number
 }
 
 /** What the server answers to the next request. */
@@ -52,6 +62,8 @@ export interface RecordedRequest {
   headers: http.IncomingHttpHeaders
   /** The parsed JSON body (the raw text when it is not JSON). */
   body: any
+  /** Streamed: events sent, and whether the client closed the connection before the last. */
+  stream?: { chunks: number; closedByClient: boolean; cut: boolean }
 }
 
 export interface OpenAIServer {
@@ -143,6 +155,81 @@ function answer(reply: OpenAIReply, sequence: number): Answer {
   }
 }
 
+type StreamedReply = Extract<OpenAIReply, { kind: 'text' | 'toolCalls' }>
+
+/** The chunk objects of a streamed reply, in order: OpenAI's `chat.completion.chunk` format. */
+function chunksOf(reply: StreamedReply, sequence: number): unknown[] {
+  const size = Math.max(1, reply.chunkChars ?? 4)
+  const base = { id: `chatcmpl-test-${sequence}`, object: 'chat.completion.chunk', created: 1_767_225_600, model: 'gpt-4o-mini-test', system_fingerprint: null }
+  const chunk = (delta: Record<string, unknown>, finishReason: string | null = null): unknown => ({ ...base, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }] })
+  const pieces = (text: string): string[] => {
+    const out: string[] = []
+    for (let i = 0; i < text.length; i += size) out.push(text.slice(i, i + size))
+    return out
+  }
+  const chunks: unknown[] = [chunk({ role: 'assistant', content: '' })]
+  for (const piece of pieces(reply.text ?? '')) chunks.push(chunk({ content: piece }))
+  if (reply.kind === 'toolCalls') {
+    reply.calls.forEach((call, index) => {
+      const args = typeof call.arguments === 'string' ? call.arguments : JSON.stringify(call.arguments)
+      chunks.push(chunk({ tool_calls: [{ index, id: call.id ?? `call_${sequence}_${index + 1}`, type: 'function', function: { name: call.name, arguments: '' } }] }))
+      for (const piece of pieces(args)) chunks.push(chunk({ tool_calls: [{ index, function: { arguments: piece } }] }))
+    })
+  }
+  chunks.push(chunk({}, reply.kind === 'toolCalls' ? 'tool_calls' : 'stop'))
+  const counts = reply.usage === undefined ? DEFAULT_USAGE : reply.usage
+  if (counts) {
+    chunks.push({
+      ...base,
+      choices: [],
+      usage: { prompt_tokens: counts.promptTokens, completion_tokens: counts.completionTokens, total_tokens: counts.promptTokens + counts.completionTokens },
+    })
+  }
+  return chunks
+}
+
+/** Sends a streamed reply event by event, noting in `recorded` how far it got and how it ended. */
+function sendStream(res: http.ServerResponse, reply: StreamedReply, sequence: number, recorded: NonNullable<RecordedRequest['stream']>, timers: Set<NodeJS.Timeout>): void {
+  const events = [...chunksOf(reply, sequence).map((c) => JSON.stringify(c)), '[DONE]']
+  res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache', connection: 'keep-alive' })
+  res.flushHeaders()
+  let next = 0
+  let timer: NodeJS.Timeout | null = null
+  res.on('close', () => {
+    if (timer) clearTimeout(timer)
+    if (next < events.length && !recorded.cut) recorded.closedByClient = true
+  })
+  const step = (): void => {
+    if (res.destroyed) return
+    const cut = (): void => {
+      recorded.cut = true
+      res.socket?.destroy()
+    }
+    if (reply.cutAfterChunks !== undefined && next >= reply.cutAfterChunks) return cut()
+    if (next === events.length) {
+      res.end()
+      return
+    }
+    next++
+    recorded.chunks = next
+    // The cut comes once the last event is on the wire: destroyed at once, it would never leave.
+    if (reply.cutAfterChunks !== undefined && next >= reply.cutAfterChunks) {
+      res.write(`data: ${events[next - 1]}\n\n`, () => setTimeout(cut, 20))
+      return
+    }
+    res.write(`data: ${events[next - 1]}\n\n`)
+    if (!reply.chunkDelayMs) return step()
+    const pending = setTimeout(() => {
+      timers.delete(pending)
+      timer = null
+      step()
+    }, reply.chunkDelayMs)
+    timer = pending
+    timers.add(pending)
+  }
+  step()
+}
+
 function readBody(req: http.IncomingMessage): Promise<string> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = []
@@ -188,14 +275,21 @@ export async function startOpenAIServer(): Promise<OpenAIServer> {
         })
         return
       }
-      const result = answer(reply, requests.length)
+      const sequence = requests.length
+      const streamed = (body as { stream?: unknown } | null)?.stream === true && (reply.kind === 'text' || reply.kind === 'toolCalls')
+      const recorded = requests[requests.length - 1]!
+      const respond = (): void => {
+        if (!streamed) return send(res, answer(reply, sequence))
+        recorded.stream = { chunks: 0, closedByClient: false, cut: false }
+        sendStream(res, reply as StreamedReply, sequence, recorded.stream, timers)
+      }
       if (!reply.delayMs) {
-        send(res, result)
+        respond()
         return
       }
       const timer = setTimeout(() => {
         timers.delete(timer)
-        if (!res.destroyed) send(res, result)
+        if (!res.destroyed) respond()
       }, reply.delayMs)
       timers.add(timer)
       res.on('close', () => {
