@@ -25,6 +25,7 @@ import { SpindleError } from '../src/base/errors.js'
 import { checkFinalAnswer } from './outputSchema.js'
 import type { OutputValidator } from './outputSchema.js'
 import type { ThreadDirective } from '../machines/threadContext.js'
+import type { EffectTracing, ModelCallTrace, ToolCallTrace } from './effectTracing.js'
 
 /**
  * How a tool call's run ended without a result: its process died (`crash`), or the runtime shut
@@ -110,6 +111,8 @@ export interface EffectHost {
   handOffOnContextLength(threadId: string, failure: FailureInfo): Promise<boolean>
   /** Cancels every open child of a cancelled thread and resolves once all have settled. */
   settleChildren(threadId: string, reason: string, signal: AbortSignal): Promise<string[]>
+  /** Spans of model and tool calls (OpenTelemetry), or null when the runtime traces nothing. */
+  readonly tracing?: EffectTracing | null
 }
 
 /** What `EffectHost.toolApproval` decided about a call. */
@@ -273,9 +276,11 @@ export function callModelLogic(host: EffectHost) {
       // On the runtime's clock, so that simulated time reaches it too.
       const timer = host.clock.setTimeout(() => controller.abort(timeout), host.modelTimeoutMs)
       let event: ThreadEvent
+      let span: ModelCallTrace | null = null
       try {
         // Inside the try: a model this runtime lacks fails the attempt like any other failure.
         const model = host.model(input.threadId)
+        if (host.tracing) span = host.tracing.modelCall(input.threadId, input, model.name, model.adapter.name)
         const directive = host.directive(input.threadId)
         // Async, so that an adapter throwing before it returns a promise fails like any other.
         const generate = async (): Promise<unknown> =>
@@ -288,7 +293,7 @@ export function callModelLogic(host: EffectHost) {
             tools: visibleTools(host, input.threadId),
             signal: controller.signal,
           })
-        const raw = await abandonable(generate(), controller.signal)
+        const raw = await abandonable(span ? span.within(generate) : generate(), controller.signal)
         const checked = ModelResponseSchema.safeParse(raw)
         if (!checked.success) {
           const issue = checked.error.issues[0]!
@@ -309,6 +314,7 @@ export function callModelLogic(host: EffectHost) {
         }
         // Set after, not spread in: a literal that spreads takes V8's slow path, on every reply.
         if (directive.output && reply.toolCalls.length === 0) Object.assign(replied, outputFields(host, input.threadId, directive, reply))
+        span?.replied(reply)
         event = replied
       } catch (error) {
         const timedOut = controller.signal.aborted && controller.signal.reason === timeout
@@ -320,6 +326,7 @@ export function callModelLogic(host: EffectHost) {
           if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
           if (controller.signal.aborted) return
         }
+        span?.failed(judged.failure)
         event = {
           type: 'MODEL_FAILED',
           at: host.clock.now(),
@@ -331,6 +338,7 @@ export function callModelLogic(host: EffectHost) {
         }
       } finally {
         host.clock.clearTimeout(timer)
+        span?.end()
       }
       if (stopped) return
       settled = true
@@ -376,6 +384,7 @@ export function runToolLogic(host: EffectHost) {
     let settled = false
     /** Ends the call's being under way (see EffectHost.recordToolIntent); null before its intent. */
     let underWay: (() => void) | null = null
+    let span: ToolCallTrace | null = null
     const { threadId, turn, decision } = input
     if (!input.call) throw stepWithout(threadId, 'runningTools', 'a tool call without a result')
     // An approver may have edited the input: the call runs with theirs, under the same id.
@@ -383,6 +392,8 @@ export function runToolLogic(host: EffectHost) {
     const key = toolIdempotencyKey(threadId, turn, call.id)
     const done = (outcome: ToolOutcome): void => {
       settled = true
+      // A call decided without running (denied, answered, refused) gets its span here, at once.
+      if (host.tracing) (span ?? host.tracing.toolCall(threadId, turn, call))?.end(outcome)
       host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
     }
     detach(host, threadId, async () => {
@@ -406,6 +417,7 @@ export function runToolLogic(host: EffectHost) {
         if (approval.verdict === 'deny') return done(decidedOutcome(call, { decision: 'denied', by: approval.by, reason: approval.reason })!)
         if (approval.verdict === 'ask') {
           settled = true
+          host.tracing?.toolCall(threadId, turn, call)?.end(undefined, 'approval')
           host.deliver(threadId, { type: 'TOOL_PAUSED', at: host.clock.now(), turn, callId: call.id, kind: 'approval', requestId: approval.requestId, deadlineAt: approval.deadlineAt })
           return
         }
@@ -414,12 +426,15 @@ export function runToolLogic(host: EffectHost) {
       if (!underWay) return
       try {
         if (stopped) return
-        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
+        if (host.tracing) span = host.tracing.toolCall(threadId, turn, call)
+        const execute = () => executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
+        outcome = await (span ? span.within(execute) : execute())
         if (stopped) return
         if (outcome.wait) {
           // Handed to the outside world: the thread suspends at the call until it is answered.
           const { requestId, deadlineAt } = host.waitRequest(threadId, turn, outcome.wait.deadlineMs)
           settled = true
+          span?.end(undefined, 'wait')
           host.deliver(threadId, { type: 'TOOL_PAUSED', at: host.clock.now(), turn, callId: call.id, kind: 'wait', requestId, deadlineAt, request: outcome.wait.request })
           return
         }
@@ -427,6 +442,7 @@ export function runToolLogic(host: EffectHost) {
       } finally {
         // After the delivery: a closing runtime waiting for this call finds its result recorded.
         underWay()
+        span?.end()
       }
     })
     return () => {

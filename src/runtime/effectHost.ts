@@ -6,6 +6,7 @@
 import type { Clock } from '../base/clock.js'
 import { isSpindleError } from '../base/errors.js'
 import type { EffectHost } from '../../actors/threadEffects.js'
+import type { EffectTracing } from '../../actors/effectTracing.js'
 import type { Tool } from '../../actors/tools.js'
 import { toolDefinition } from '../../actors/tools.js'
 import type { Config } from '../../config/schema.js'
@@ -54,6 +55,7 @@ export interface EffectHostDeps {
   supervisor: Pick<Supervisor, 'crashed'>
   bus: Reporter
   outputSchemas: Pick<OutputSchemas, 'validator'>
+  tracing?: EffectTracing | null
 }
 
 export function createEffectHost(deps: EffectHostDeps): EffectHost {
@@ -149,5 +151,6 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     beforeModelCall: (id, at) => deps.gate.beforeModelCall(id, at),
     handOffOnContextLength: (id) => deps.gate.handOffOnContextLength(id),
     settleChildren: (id, reason, signal) => deps.decisions.settleChildren(id, reason, signal),
+    tracing: deps.tracing ?? null,
   }
 }

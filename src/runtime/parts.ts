@@ -29,6 +29,7 @@ import type { Supervisor } from './supervisor.js'
 import type { TaskRecovery } from './taskRecovery.js'
 import type { ThreadStarter } from './threadStarter.js'
 import type { ThreadTable } from './threadTable.js'
+import type { Tracing } from './tracing.js'
 import type { Waiting } from './waiting.js'
 
 export interface Parts {
@@ -65,4 +66,6 @@ export interface Parts {
   followUps: FollowUps
   inbox: InboxPoller
   shutdown: Shutdown
+  /** OpenTelemetry spans of threads, or null (no @opentelemetry/api, or `telemetry: false`). */
+  tracing: Tracing | null
 }
