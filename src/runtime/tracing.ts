@@ -45,6 +45,7 @@ interface Turn {
 interface Run {
   span: Span
   ctx: Context
+  recording: boolean
   turn: Turn | null
 }
 
@@ -120,10 +121,12 @@ export class Tracing implements EffectTracing {
    */
   spawned(threadId: string, name: string, parentId: string | null, previousThreadId: string | null): string | null {
     if (!this.enabled()) return null
-    const { trace, context } = this.api
-    let parent = context.active()
-    if (!trace.getSpan(parent)?.spanContext() || !this.api.isSpanContextValid(trace.getSpan(parent)!.spanContext())) {
-      const over = (parentId && this.runs.get(parentId)) || (previousThreadId && this.runs.get(previousThreadId)) || null
+    const previous = previousThreadId ? this.runs.get(previousThreadId) : undefined
+    let parent = previous ? previous.ctx : this.api.context.active()
+    const active = this.api.trace.getSpan(parent)
+    if (!active || !this.api.isSpanContextValid(active.spanContext())) {
+      // No context manager to carry the spawn_thread call's span here: the parent's turn instead.
+      const over = parentId ? this.runs.get(parentId) : undefined
       parent = over ? (over.turn?.ctx ?? over.ctx) : this.api.ROOT_CONTEXT
     }
     const run = this.startRun(threadId, name, parent, { parentId, previousThreadId, resumed: false })
@@ -162,7 +165,7 @@ export class Tracing implements EffectTracing {
     if (how.previousThreadId) attributes['spindle.thread.previous_id'] = how.previousThreadId
     if (how.resumed) attributes['spindle.run.resumed'] = true
     const span = this.tracer.startSpan(`invoke_agent ${name}`, { kind: this.api.SpanKind.INTERNAL, attributes }, parent)
-    const run: Run = { span, ctx: this.api.trace.setSpan(parent, span), turn: null }
+    const run: Run = { span, ctx: this.api.trace.setSpan(parent, span), recording: span.isRecording(), turn: null }
     this.runs.set(threadId, run)
     return run
   }
@@ -178,7 +181,8 @@ export class Tracing implements EffectTracing {
 
   modelCall(threadId: string, at: { turn: number; attempt: number }, model: string, adapter: string): ModelCallTrace | null {
     const run = this.runOf(threadId)
-    if (!run) return null
+    // A run the sampler dropped (or a no-op tracer's) has no spans under it.
+    if (!run || !run.recording) return null
     const turn = this.turnOf(run, threadId, at.turn)
     const named = providerAndModel(adapter, model)
     const span = this.tracer.startSpan(
@@ -210,7 +214,7 @@ export class Tracing implements EffectTracing {
 
   toolCall(threadId: string, turn: number, call: ToolCall): ToolCallTrace | null {
     const run = this.runOf(threadId)
-    if (!run) return null
+    if (!run || !run.recording) return null
     const parent = this.turnOf(run, threadId, turn).ctx
     const span = this.tracer.startSpan(
       `execute_tool ${call.name}`,

@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { context, trace, SpanStatusCode } from '@opentelemetry/api'
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks'
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
+import { AlwaysOffSampler, BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base'
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
@@ -259,6 +259,7 @@ describe('a thread resumed by a new runtime', () => {
     const stored = spawnEntry(first, thread.id).traceparent!
     await first.close()
     const firstRun = one('invoke_agent research')
+    expect(one('execute_tool lookup').attributes['spindle.tool.paused']).toBe('approval')
     expect(stored).toBe(`00-${firstRun.spanContext().traceId}-${firstRun.spanContext().spanId}-01`)
     exporter.reset()
 
@@ -301,6 +302,20 @@ describe('tracing without a tracer provider', () => {
     } finally {
       trace.setGlobalTracerProvider(provider)
       await ownProvider.shutdown()
+    }
+  })
+
+  it('should make no span under a run the sampler dropped, and keep its unsampled traceparent', async () => {
+    const own = new InMemorySpanExporter()
+    const sampledOut = new BasicTracerProvider({ sampler: new AlwaysOffSampler(), spanProcessors: [new SimpleSpanProcessor(own)] })
+    try {
+      const rt = await runtime({ model: scriptedModel(researchScript), tools: [lookup], telemetry: { tracerProvider: sampledOut } })
+      const thread = await rt.spawn({ directive: { name: 'research', prompt: 'What is a spindle?' } })
+      expect((await thread.done).status).toBe('completed')
+      expect(own.getFinishedSpans()).toEqual([])
+      expect(spawnEntry(rt, thread.id).traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/)
+    } finally {
+      await sampledOut.shutdown()
     }
   })
 
