@@ -210,6 +210,31 @@ describe('tracing a tree of threads', () => {
   })
 })
 
+describe('tracing a continuation', () => {
+  it("should put a continuation's run under its predecessor's, in the same trace", async () => {
+    const note = defineTool({ name: 'note', description: 'n', input: z.object({}), idempotent: true, execute: () => 'ok' })
+    const rt = await runtime({
+      model: scriptedModel((r) =>
+        r.messages[0]!.content.includes('Continued from thread')
+          ? { text: 'finished in the successor' }
+          : r.turn === 1
+            ? { text: 'first', toolCalls: [{ name: 'note', input: {} }] }
+            : { faults: [{ fault: 'http', status: 400, code: 'context_length_exceeded', message: "This model's maximum context length is 8192 tokens" }], reply: {} },
+      ),
+      tools: [note],
+    })
+    const thread = await rt.spawn({ directive: { name: 'big', prompt: 'p' } })
+    expect((await thread.done).status).toBe('continued')
+    const report = await rt.waitThreads([thread.id])
+    expect(report.settled[0]).toMatchObject({ status: 'completed' })
+    const [first, successor] = named('invoke_agent big').sort((a, b) => (a.attributes['spindle.thread.previous_id'] ? 1 : 0) - (b.attributes['spindle.thread.previous_id'] ? 1 : 0))
+    expect(successor!.attributes['spindle.thread.previous_id']).toBe(thread.id)
+    expect(first!.attributes['spindle.thread.status']).toBe('continued')
+    expect(parentOf(successor!)).toBe(first!.spanContext().spanId)
+    expect(successor!.spanContext().traceId).toBe(first!.spanContext().traceId)
+  })
+})
+
 describe('tracing failures', () => {
   it("should give a failed model call's span error status and type, and the thread's run too when it ends in error", async () => {
     const script: ScriptedTurn[] = [{ faults: [{ fault: 'http', status: 401, message: 'bad key' }], reply: { text: 'never' } }]
