@@ -322,11 +322,11 @@ export function callModelLogic(host: EffectHost) {
         if (controller.signal.aborted && !timedOut) return
         const judged = await host.judgeModelFailure(input.threadId, timedOut ? timeout : error, input)
         if (controller.signal.aborted && !timedOut) return
+        span?.failed(judged.failure)
         if (judged.failure.category === 'context_length' && !judged.decision) {
           if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
           if (controller.signal.aborted) return
         }
-        span?.failed(judged.failure)
         event = {
           type: 'MODEL_FAILED',
           at: host.clock.now(),

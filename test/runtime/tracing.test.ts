@@ -232,6 +232,9 @@ describe('tracing a continuation', () => {
     expect(first!.attributes['spindle.thread.status']).toBe('continued')
     expect(parentOf(successor!)).toBe(first!.spanContext().spanId)
     expect(successor!.spanContext().traceId).toBe(first!.spanContext().traceId)
+    // The call refused for its context length is a failed call, handed off or not.
+    const refused = named('chat default').filter((c) => c.attributes['spindle.error.category'] === 'context_length')
+    expect(refused.map((c) => c.status.code)).toEqual([SpanStatusCode.ERROR])
   })
 })
 
