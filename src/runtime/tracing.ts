@@ -146,8 +146,9 @@ export class Tracing implements EffectTracing {
 
   private storedTraceparent(threadId: string): unknown {
     try {
-      const first = this.deps.transcripts.read(threadId).entries.find((e) => e.type === SPAWN_ENTRY)
-      return (first?.data as { traceparent?: unknown } | undefined)?.traceparent
+      // The last: a later spawn entry is the same id spawned again after a spawn that never returned.
+      const spawn = this.deps.transcripts.read(threadId).entries.findLast((e) => e.type === SPAWN_ENTRY)
+      return (spawn?.data as { traceparent?: unknown } | undefined)?.traceparent
     } catch {
       // Unreadable here: its run starts a trace of its own rather than failing the thread.
       return undefined
