@@ -4,6 +4,7 @@
  * under their parent's spawn_thread call, failures with error status, the trace continued by a
  * run in a new runtime, and nothing at all when no tracer provider is registered.
  */
+import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { context, trace, SpanStatusCode } from '@opentelemetry/api'
@@ -16,7 +17,7 @@ import type { Message, ModelRequest, ScriptedTurn } from '../../src/index.js'
 import { defineTool, scriptedModel } from '../../src/index.js'
 import type { TestRuntime } from '../../src/testing.js'
 import { SPAWN_ENTRY } from '../../src/thread/replay.js'
-import { tempDir } from '../helpers/dirs.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
 import { testRuntimes } from '../helpers/testRuntimes.js'
 
 const runtime = testRuntimes()
@@ -351,5 +352,23 @@ describe('tracing without a tracer provider', () => {
     const rt = await runtime({ model: scriptedModel(researchScript), tools: [lookup], telemetry: false })
     await (await rt.spawn({ directive: { name: 'research', prompt: 'What is a spindle?' } })).done
     expect(spans()).toEqual([])
+  })
+})
+
+describe('a host without @opentelemetry/api installed', () => {
+  it('should run threads as before, keep no traceparent, and refuse a tracerProvider it cannot use', () => {
+    const dir = tempDir('spindle-no-otel')
+    const run = spawnSync(process.execPath, ['--import', compiled('test/helpers/hideOpenTelemetry.js'), compiled('test/runtime/noOpenTelemetryWorker.js'), dir], {
+      encoding: 'utf8',
+      timeout: 120_000,
+    })
+    expect(run.status, run.stderr).toBe(0)
+    expect(JSON.parse(run.stdout.trim())).toEqual({
+      apiLoads: false,
+      status: 'completed',
+      result: 'no tracing here',
+      traceparent: null,
+      withProvider: 'INVALID_OPTIONS',
+    })
   })
 })
