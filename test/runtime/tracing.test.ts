@@ -273,7 +273,7 @@ describe('tracing failures', () => {
     const tool = one('execute_tool broken')
     expect(tool.status.code).toBe(SpanStatusCode.ERROR)
     expect(tool.status.message).toContain('the disk is on fire')
-    expect(typeof tool.attributes['error.type']).toBe('string')
+    expect(tool.attributes['error.type']).toBe('TOOL_FAILED')
   })
 })
 
@@ -289,6 +289,7 @@ describe('a thread resumed by a new runtime', () => {
     await first.close()
     const firstRun = one('invoke_agent research')
     expect(one('execute_tool lookup').attributes['spindle.tool.paused']).toBe('approval')
+    expect(firstRun.attributes).toMatchObject({ 'spindle.thread.status': 'suspended', 'spindle.thread.suspend_reason': 'tool_approval' })
     expect(stored).toBe(`00-${firstRun.spanContext().traceId}-${firstRun.spanContext().spanId}-01`)
     exporter.reset()
 
