@@ -3,7 +3,8 @@
  * tracing to a file is killed mid tool call, its thread's run span never ended; a new runtime in
  * another process recovers the thread. What must hold: the recovered run is in the same trace, a
  * child of the traceparent kept in the thread's spawn entry — the run span whose turn and calls the
- * dead process had already exported — and the thread completes.
+ * dead process had already exported — and the thread completes. A child killed mid-call with its
+ * parent stays in the parent's trace when recovered.
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -69,5 +70,35 @@ describe('a traced thread whose process is killed with SIGKILL', () => {
     expect(spans.find((s) => s.name === 'turn 3')!.parentSpanContext?.spanId).toBe(resumed.spanContext().spanId)
     // The traceparent is outside the machine's context: the transcript replays to its state.json.
     expect(verifyReplay(dir, threadId)).toMatchObject({ matches: true, checkpointFound: true })
+  })
+
+  it("should keep a child thread recovered by a new runtime in its parent's trace", async () => {
+    exporter.reset()
+    const dir = tempDir('spindle-trace-kill-tree')
+    const spansFile = path.join(tempDir('spindle-trace-spans'), 'spans.jsonl')
+    const run = spawnSync(process.execPath, [compiled('test/crash/traceKillWorker.js'), dir, spansFile, 'lead'], { encoding: 'utf8', timeout: 120_000 })
+    expect(run.signal, run.stderr).toBe('SIGKILL')
+    const leadId = run.stdout.trim().split('\n').at(-1)!
+    const traceparentOf = (id: string): string => JSON.parse(fs.readFileSync(path.join(dir, 'threads', id, 'transcript.jsonl'), 'utf8').split('\n')[0]!).data.traceparent
+    const traceId = traceparentOf(leadId).split('-')[1]!
+    const dead = readSpanFile(spansFile)
+    // The spawn_thread call had ended: the child's run is under it, in the lead's trace.
+    expect(dead.find((s) => s.name === 'execute_tool spawn_thread')?.traceId).toBe(traceId)
+    const childId = fs.readdirSync(path.join(dir, 'threads')).find((id) => id !== leadId)!
+    expect(traceparentOf(childId).split('-')[1]).toBe(traceId)
+
+    const rt = await createRuntime({ dir, model: scriptedModel(traceKillScript), tools: traceKillTools(() => {}), shutdownSignals: [] })
+    try {
+      expect((await rt.get(leadId)!.done).status).toBe('completed')
+    } finally {
+      await rt.close()
+    }
+    const spans = exporter.getFinishedSpans()
+    const child = spans.find((s) => s.name === 'invoke_agent research')!
+    expect(child.spanContext().traceId).toBe(traceId)
+    expect(child.parentSpanContext?.spanId).toBe(traceparentOf(childId).split('-')[2])
+    expect(child.attributes).toMatchObject({ 'spindle.run.resumed': true, 'spindle.thread.status': 'completed' })
+    expect(spans.find((s) => s.name === 'invoke_agent lead')!.spanContext().traceId).toBe(traceId)
+    expect(spans.every((s) => s.spanContext().traceId === traceId)).toBe(true)
   })
 })

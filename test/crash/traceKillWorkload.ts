@@ -3,8 +3,20 @@ import { z } from 'zod'
 import { defineTool } from '../../src/index.js'
 import type { ModelRequest, ScriptedTurn } from '../../src/index.js'
 
-/** Turn 1 looks a word up, turn 2 calls `crash`, turn 3 answers. */
+/**
+ * Turn 1 looks a word up, turn 2 calls `crash`, turn 3 answers. A thread named `lead` instead
+ * spawns `research` as its child and waits for it.
+ */
 export function traceKillScript(request: ModelRequest): ScriptedTurn {
+  if (request.directiveName === 'lead') {
+    if (request.turn === 1) return { toolCalls: [{ name: 'spawn_thread', input: { name: 'research', prompt: 'What is a spindle?' } }] }
+    if (request.turn === 2) {
+      const spawned = request.messages.find((m) => m.role === 'tool' && m.toolName === 'spawn_thread')
+      const threadId = spawned && spawned.role === 'tool' ? (JSON.parse(spawned.content) as { threadId: string }).threadId : ''
+      return { toolCalls: [{ name: 'wait_threads', input: { threadIds: [threadId] } }] }
+    }
+    return { text: 'The research is done.' }
+  }
   if (request.turn === 1) return { toolCalls: [{ name: 'lookup', input: { word: 'spindle' } }] }
   if (request.turn === 2) return { toolCalls: [{ name: 'crash', input: {} }] }
   return { text: 'A spindle spins.' }
