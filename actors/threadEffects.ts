@@ -26,6 +26,7 @@ import { checkFinalAnswer } from './outputSchema.js'
 import type { OutputValidator } from './outputSchema.js'
 import type { ThreadDirective } from '../machines/threadContext.js'
 import type { ReplySink } from './replyDelta.js'
+import type { EffectTracing, ModelCallTrace, ToolCallTrace } from './effectTracing.js'
 
 /**
  * How a tool call's run ended without a result: its process died (`crash`), or the runtime shut
@@ -113,6 +114,8 @@ export interface EffectHost {
   settleChildren(threadId: string, reason: string, signal: AbortSignal): Promise<string[]>
   /** Where a model call's reply streams to, or null when nobody listens (the call streams nothing). */
   replySink(threadId: string, at: { turn: number; attempt: number }): ReplySink | null
+  /** Spans of model and tool calls (OpenTelemetry), or null when the runtime traces nothing. */
+  readonly tracing?: EffectTracing | null
 }
 
 /** What `EffectHost.toolApproval` decided about a call. */
@@ -281,9 +284,11 @@ export function callModelLogic(host: EffectHost) {
       const timer = host.clock.setTimeout(() => controller.abort(timeout), host.modelTimeoutMs)
       sink = host.replySink(input.threadId, input)
       let event: ThreadEvent
+      let span: ModelCallTrace | null = null
       try {
         // Inside the try: a model this runtime lacks fails the attempt like any other failure.
         const model = host.model(input.threadId)
+        if (host.tracing) span = host.tracing.modelCall(input.threadId, input, model.name, model.adapter.name)
         const directive = host.directive(input.threadId)
         // Async, so that an adapter throwing before it returns a promise fails like any other.
         const generate = async (): Promise<unknown> =>
@@ -298,7 +303,7 @@ export function callModelLogic(host: EffectHost) {
             streaming: sink !== null,
             emit: sink ? sink.emit : ignorePart,
           })
-        const raw = await abandonable(generate(), controller.signal)
+        const raw = await abandonable(span ? span.within(generate) : generate(), controller.signal)
         const checked = ModelResponseSchema.safeParse(raw)
         if (!checked.success) {
           const issue = checked.error.issues[0]!
@@ -319,6 +324,7 @@ export function callModelLogic(host: EffectHost) {
         }
         // Set after, not spread in: a literal that spreads takes V8's slow path, on every reply.
         if (directive.output && reply.toolCalls.length === 0) Object.assign(replied, outputFields(host, input.threadId, directive, reply))
+        span?.replied(reply)
         event = replied
       } catch (error) {
         const timedOut = controller.signal.aborted && controller.signal.reason === timeout
@@ -329,6 +335,7 @@ export function callModelLogic(host: EffectHost) {
         const judged = await host.judgeModelFailure(input.threadId, timedOut ? timeout : error, input)
         sink?.discarded('failed', judged.failure.category)
         if (controller.signal.aborted && !timedOut) return
+        span?.failed(judged.failure)
         if (judged.failure.category === 'context_length' && !judged.decision) {
           if (await host.handOffOnContextLength(input.threadId, judged.failure)) return
           if (controller.signal.aborted) return
@@ -344,6 +351,7 @@ export function callModelLogic(host: EffectHost) {
         }
       } finally {
         host.clock.clearTimeout(timer)
+        span?.end()
       }
       if (stopped) return
       settled = true
@@ -394,6 +402,7 @@ export function runToolLogic(host: EffectHost) {
     let settled = false
     /** Ends the call's being under way (see EffectHost.recordToolIntent); null before its intent. */
     let underWay: (() => void) | null = null
+    let span: ToolCallTrace | null = null
     const { threadId, turn, decision } = input
     if (!input.call) throw stepWithout(threadId, 'runningTools', 'a tool call without a result')
     // An approver may have edited the input: the call runs with theirs, under the same id.
@@ -401,6 +410,8 @@ export function runToolLogic(host: EffectHost) {
     const key = toolIdempotencyKey(threadId, turn, call.id)
     const done = (outcome: ToolOutcome): void => {
       settled = true
+      // A call decided without running (denied, answered, refused) gets its span here, at once.
+      if (host.tracing) (span ?? host.tracing.toolCall(threadId, turn, call))?.end(outcome)
       host.deliver(threadId, { type: 'TOOL_DONE', at: host.clock.now(), turn, callId: call.id, ok: outcome.ok, output: outcome.output })
     }
     detach(host, threadId, async () => {
@@ -424,6 +435,7 @@ export function runToolLogic(host: EffectHost) {
         if (approval.verdict === 'deny') return done(decidedOutcome(call, { decision: 'denied', by: approval.by, reason: approval.reason })!)
         if (approval.verdict === 'ask') {
           settled = true
+          host.tracing?.toolCall(threadId, turn, call)?.end(undefined, 'approval')
           host.deliver(threadId, { type: 'TOOL_PAUSED', at: host.clock.now(), turn, callId: call.id, kind: 'approval', requestId: approval.requestId, deadlineAt: approval.deadlineAt })
           return
         }
@@ -432,12 +444,15 @@ export function runToolLogic(host: EffectHost) {
       if (!underWay) return
       try {
         if (stopped) return
-        outcome = await executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
+        if (host.tracing) span = host.tracing.toolCall(threadId, turn, call)
+        const execute = () => executeToolCall(host.tools, call, { signal: controller.signal, idempotencyKey: key, threadId }, host.toolTimeoutMs, controller)
+        outcome = await (span ? span.within(execute) : execute())
         if (stopped) return
         if (outcome.wait) {
           // Handed to the outside world: the thread suspends at the call until it is answered.
           const { requestId, deadlineAt } = host.waitRequest(threadId, turn, outcome.wait.deadlineMs)
           settled = true
+          span?.end(undefined, 'wait')
           host.deliver(threadId, { type: 'TOOL_PAUSED', at: host.clock.now(), turn, callId: call.id, kind: 'wait', requestId, deadlineAt, request: outcome.wait.request })
           return
         }
@@ -445,6 +460,7 @@ export function runToolLogic(host: EffectHost) {
       } finally {
         // After the delivery: a closing runtime waiting for this call finds its result recorded.
         underWay()
+        span?.end()
       }
     })
     return () => {

@@ -18,6 +18,7 @@ import type { BudgetView, ChildSummary } from './budgetView.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
 import type { ReplyDelta } from '../../actors/replyDelta.js'
 import type { RepliesOptions } from './replyStream.js'
+import type { TelemetryOptions } from './telemetryOptions.js'
 import type { InspectionEvent } from 'xstate'
 import type { z } from 'zod'
 
@@ -94,6 +95,13 @@ export interface RuntimeOptions {
    * (`spindle demo --inspect-stately`).
    */
   inspect?: (event: InspectionEvent) => void
+  /**
+   * OpenTelemetry traces (docs/tracing.md): with `@opentelemetry/api` installed and a tracer
+   * provider registered (or given here), a span per thread run, turn, model call and tool call.
+   * Prompts, replies and tool inputs and outputs go on them only with `recordContent: true`.
+   * `false`: no spans, and the API is not even loaded.
+   */
+  telemetry?: TelemetryOptions | false
 }
 
 /** What the orchestrator tells host code, so a UI never shows a dead thread as alive. */

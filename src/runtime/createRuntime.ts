@@ -49,6 +49,8 @@ import { TaskRecovery } from './taskRecovery.js'
 import { ThreadStarter } from './threadStarter.js'
 import { ThreadTable } from './threadTable.js'
 import { ToolGate } from './toolGate.js'
+import { loadOpenTelemetry, Tracing } from './tracing.js'
+import type { OpenTelemetry } from './tracing.js'
 import { Waiting } from './waiting.js'
 
 function validateOptions(options: RuntimeOptions): Durability {
@@ -89,6 +91,8 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   const bus = new EventBus(options.onLifecycle, options.onProblem)
   // Stores report through ports bound to parts built below: called only once the runtime runs.
   let parts: Parts | undefined
+  // Loaded once here, so that no step of a thread waits for an import (or pays for one it lacks).
+  const otel = await loadOpenTelemetry(options.telemetry)
   const stores = openStores(
     {
       dir: options.dir,
@@ -102,7 +106,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     },
   )
   try {
-    parts = buildParts(options, durability, stores, bus)
+    parts = buildParts(options, durability, stores, bus, otel)
   } catch (error) {
     stores.close()
     throw error
@@ -146,7 +150,7 @@ function clockOf(options: RuntimeOptions) {
   return options.clock ?? systemClock
 }
 
-function buildParts(options: RuntimeOptions, durability: Durability, stores: Stores, bus: EventBus): Parts {
+function buildParts(options: RuntimeOptions, durability: Durability, stores: Stores, bus: EventBus, otel: OpenTelemetry | null): Parts {
   const dir = stores.root
   const clock = clockOf(options)
   const life = new Lifecycle()
@@ -175,7 +179,12 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     commit,
     now: () => clock.now(),
     report: (error, threadId) => bus.report(error, threadId),
-    observe: (live, snapshot, previous) => reactions.observe(live, snapshot, previous),
+    observe: tracing
+      ? (live, snapshot, previous) => {
+          tracing.observe(live.id, snapshot)
+          reactions.observe(live, snapshot, previous)
+        }
+      : (live, snapshot, previous) => reactions.observe(live, snapshot, previous),
     fenced: () => leases.fenced(),
     // Forgetting the thread gave its lease up if it was still this process's: then it is an
     // orphan now (the lines ahead are a stopped process's), taken over on the next turn.
@@ -191,6 +200,16 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     replies: (thread) => replies.ofThread(thread.id, thread.done),
     ...(options.inspect ? { inspect: options.inspect } : {}),
   }))
+  const tracing = otel
+    ? new Tracing(otel, {
+        transcripts,
+        directiveName: (id) => table.get(id)?.directive().name ?? id,
+        conversation: (id) => {
+          const thread = table.get(id)
+          return thread ? { messages: thread.messages(), instructions: thread.directive().instructions } : null
+        },
+      })
+    : null
   const leases: Leases = new Leases({
     store: stores.leases,
     registry,
@@ -218,7 +237,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     cancel: (id, reason, by) => decisions.cancelAs(id, reason, by),
   })
   const policies = new PolicyDesk({ hooks, table, registry, budgets, clock, config, bus, cancel: (thread, reason, by) => parking.cancel(thread, reason, by) })
-  const starter = new ThreadStarter({ table, transcripts, commit, leases, policies, supervisor, clock })
+  const starter = new ThreadStarter({ table, transcripts, commit, leases, policies, supervisor, clock, tracing })
   const builtin =
     options.builtinTools === false
       ? []
@@ -299,7 +318,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   })
   const shutdown = new Shutdown()
   const effects: ThreadEffects = createThreadEffects(
-    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus, outputSchemas, replies }),
+    createEffectHost({ clock, models, tools, stoppedAtClose: new Set(builtin.map((t) => t.name)), config, table, commit, crashLoop, shutdown, life, policies, gate, toolGate: new ToolGate({ table, tools, policies, clock, bus }), decisions, parking, reactions, supervisor, bus, outputSchemas, replies, tracing }),
   )
   // What each part keeps for a live thread goes when the thread stops here.
   table.onForget((id, current) => {
@@ -311,6 +330,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
       budgets.forget(id)
       crashLoop.stopped(id)
       parking.forget(id)
+      tracing?.forgotten(id)
     }
     policies.forget(id)
   })
@@ -349,5 +369,6 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     inbox,
     shutdown,
     replies,
+    tracing,
   }
 }

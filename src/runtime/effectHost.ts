@@ -6,6 +6,7 @@
 import type { Clock } from '../base/clock.js'
 import { isSpindleError } from '../base/errors.js'
 import type { EffectHost } from '../../actors/threadEffects.js'
+import type { EffectTracing } from '../../actors/effectTracing.js'
 import type { Tool } from '../../actors/tools.js'
 import { toolDefinition } from '../../actors/tools.js'
 import type { Config } from '../../config/schema.js'
@@ -56,6 +57,7 @@ export interface EffectHostDeps {
   bus: Reporter
   outputSchemas: Pick<OutputSchemas, 'validator'>
   replies: Pick<ReplyStream, 'sink'>
+  tracing?: EffectTracing | null
 }
 
 export function createEffectHost(deps: EffectHostDeps): EffectHost {
@@ -152,5 +154,6 @@ export function createEffectHost(deps: EffectHostDeps): EffectHost {
     handOffOnContextLength: (id) => deps.gate.handOffOnContextLength(id),
     settleChildren: (id, reason, signal) => deps.decisions.settleChildren(id, reason, signal),
     replySink: (id, at) => deps.replies.sink(id, at),
+    tracing: deps.tracing ?? null,
   }
 }

@@ -30,6 +30,7 @@ import type { Supervisor } from './supervisor.js'
 import type { TaskRecovery } from './taskRecovery.js'
 import type { ThreadStarter } from './threadStarter.js'
 import type { ThreadTable } from './threadTable.js'
+import type { Tracing } from './tracing.js'
 import type { Waiting } from './waiting.js'
 
 export interface Parts {
@@ -67,4 +68,6 @@ export interface Parts {
   inbox: InboxPoller
   shutdown: Shutdown
   replies: ReplyStream
+  /** OpenTelemetry spans of threads, or null (no @opentelemetry/api, or `telemetry: false`). */
+  tracing: Tracing | null
 }

@@ -19,6 +19,7 @@ import type { Leases } from './leases.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { Supervisor } from './supervisor.js'
 import type { ThreadTable } from './threadTable.js'
+import type { Tracing } from './tracing.js'
 
 /** A spawn that failed for want of storage: nothing of the thread runs, and the caller may spawn again. */
 export function notCreated(id: string, error: unknown): SpindleError {
@@ -46,6 +47,8 @@ export interface StarterDeps {
   policies: Pick<PolicyDesk, 'remember'>
   supervisor: Pick<Supervisor, 'supervise'>
   clock: Clock
+  /** Starts the thread's first run span; the traceparent it returns is kept in the spawn entry. */
+  tracing?: Pick<Tracing, 'spawned' | 'forgotten'> | null
 }
 
 export interface ThreadStart {
@@ -74,12 +77,21 @@ export class ThreadStarter {
     this.deps.leases.take(id)
     this.deps.policies.remember(id, init.hooks)
     transcripts.open(id)
-    transcripts.append(id, SPAWN_ENTRY, {
-      input,
-      parentId: init.parentId,
-      ...(init.previousThreadId ? { previousThreadId: init.previousThreadId } : {}),
-      ...(init.messages ? { messages: init.messages } : {}),
-    })
+    // Outside the input (so the machine's context, which replay checks, never holds it): the trace
+    // that every later run of the thread, in any process, continues.
+    const traceparent = this.deps.tracing?.spawned(id, input.directive.name, init.parentId, init.previousThreadId) ?? null
+    try {
+      transcripts.append(id, SPAWN_ENTRY, {
+        input,
+        parentId: init.parentId,
+        ...(init.previousThreadId ? { previousThreadId: init.previousThreadId } : {}),
+        ...(init.messages ? { messages: init.messages } : {}),
+        ...(traceparent ? { traceparent } : {}),
+      })
+    } catch (error) {
+      this.deps.tracing?.forgotten(id)
+      throw error
+    }
     const thread = table.adopt(id, {
       messages: init.messages ? [...init.messages] : [{ role: 'user', content: input.directive.prompt }],
       seeded: init.messages !== null,
