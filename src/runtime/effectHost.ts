@@ -5,7 +5,7 @@
  */
 import type { Clock } from '../base/clock.js'
 import { isSpindleError } from '../base/errors.js'
-import type { EffectHost } from '../../actors/threadEffects.js'
+import type { EffectHost } from '../../actors/effectPorts.js'
 import type { EffectTracing } from '../../actors/effectTracing.js'
 import type { Tool } from '../../actors/tools.js'
 import { toolDefinition } from '../../actors/tools.js'

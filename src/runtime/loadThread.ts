@@ -4,7 +4,7 @@
  * source of truth, state.json the fast path.
  */
 import fs from 'node:fs'
-import type { ToolCut } from '../../actors/threadEffects.js'
+import type { ToolCut } from '../../actors/effectPorts.js'
 import { SpindleError, isSpindleError } from '../base/errors.js'
 import type { PrefetchedThread } from '../../persistence/prefetch.js'
 import { staleLinesMessage } from '../../persistence/transcriptLines.js'

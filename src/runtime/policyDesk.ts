@@ -5,7 +5,7 @@
  */
 import type { Clock } from '../base/clock.js'
 import type { Config } from '../../config/schema.js'
-import type { EffectHost } from '../../actors/threadEffects.js'
+import type { EffectHost } from '../../actors/effectPorts.js'
 import type { HookVerdict } from '../../machines/threadEvents.js'
 import type { Limits } from '../../machines/threadPolicy.js'
 import type { ThreadContext } from '../../machines/threadContext.js'

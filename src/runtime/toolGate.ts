@@ -5,7 +5,7 @@
  * deadline of a call that pauses (for an approval, or for an answer from outside).
  */
 import type { Clock } from '../base/clock.js'
-import type { ApprovalVerdict } from '../../actors/threadEffects.js'
+import type { ApprovalVerdict } from '../../actors/effectPorts.js'
 import type { Tool } from '../../actors/tools.js'
 import type { ToolCall } from '../../machines/threadEvents.js'
 import type { LiveThread } from '../thread/liveThread.js'
