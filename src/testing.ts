@@ -86,6 +86,7 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     children: (id) => runtime.children(id),
     settleOrphan: (id, action, reason) => runtime.settleOrphan(id, action, reason),
     on: ((type: never, listener: never) => runtime.on(type, listener)) as Runtime['on'],
+    events: (eventsOptions) => runtime.events(eventsOptions),
     get config() {
       return runtime.config
     },

@@ -19,6 +19,7 @@ import type { Leases } from './leases.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { Supervisor } from './supervisor.js'
 import type { ThreadTable } from './threadTable.js'
+import type { EventStream } from './eventStream.js'
 
 /** A spawn that failed for want of storage: nothing of the thread runs, and the caller may spawn again. */
 export function notCreated(id: string, error: unknown): SpindleError {
@@ -46,6 +47,8 @@ export interface StarterDeps {
   policies: Pick<PolicyDesk, 'remember'>
   supervisor: Pick<Supervisor, 'supervise'>
   clock: Clock
+  /** The thread event stream, told of the spawn with the registration. */
+  events?: Pick<EventStream, 'spawned'>
 }
 
 export interface ThreadStart {
@@ -98,6 +101,7 @@ export class ThreadStarter {
       nonce: newNonce(),
       createdAt: clock.now(),
     })
+    this.deps.events?.spawned(id, { directive: input.directive.name, parentId: init.parentId ?? null, previousThreadId: init.previousThreadId ?? null })
     try {
       await commit.whenDurable()
     } catch (error) {

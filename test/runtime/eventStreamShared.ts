@@ -1,0 +1,32 @@
+/**
+ * The tools and model shared by eventStream.test.ts and the worker process it starts: `ship`
+ * threads call `deploy`, which needs a person's approval; `ask` threads ask a question; `hold`
+ * threads wait on a model that answers only in a process given `answers: true` (the host), so a
+ * worker killed mid-call leaves a thread for the host to take over.
+ */
+import { z } from 'zod'
+import type { ModelAdapter, Tool } from '../../src/index.js'
+import { askHuman, defineTool, scriptedModel } from '../../src/index.js'
+
+export function tools(): Tool<any>[] {
+  const deploy = defineTool({
+    name: 'deploy',
+    description: 'Deploy to an environment',
+    input: z.object({ env: z.enum(['staging', 'production']) }),
+    needsApproval: true,
+    execute: (input) => `deployed to ${input.env}`,
+  })
+  return [deploy, askHuman()]
+}
+
+export function model(options: { answers: boolean }): ModelAdapter {
+  const scripted = scriptedModel((r) => {
+    const result = r.messages.find((m) => m.role === 'tool')
+    if (result) return { text: `told: ${result.content}` }
+    if (r.directiveName === 'ship') return { toolCalls: [{ id: 'c1', name: 'deploy', input: { env: 'production' } }] }
+    if (r.directiveName === 'ask') return { toolCalls: [{ id: 'q1', name: 'ask_human', input: { question: 'Which day?', choices: ['Monday', 'Friday'] } }] }
+    if (r.directiveName === 'flaky') return { faults: [{ fault: 'http', status: 503 }, { fault: 'http', status: 503 }], reply: { text: 'third time lucky' } }
+    return options.answers ? { text: 'held and done' } : { faults: [{ fault: 'hang' }], reply: { text: 'never' } }
+  })
+  return scripted
+}
