@@ -47,7 +47,8 @@ export class MemoryEventLog implements EventLog {
 
   lastId(): number {
     this.assertOpen()
-    return this.rows.at(-1)?.id ?? 0
+    // Not the last row's: a log pruned to nothing still says how far it had got.
+    return this.nextId - 1
   }
 
   prune(options: { before: number; keep: number }): number {

@@ -19,8 +19,7 @@ export type {
   LifecycleEventType,
 } from './runtime/api.js'
 export type { BudgetView, ChildSummary } from './runtime/budgetView.js'
-export type { EventsOptions } from './runtime/eventStream.js'
-export type { ThreadStreamEvent, ThreadStreamEventType, StreamEventBase, ApprovalKind, LimitReached } from './runtime/streamEvents.js'
+export type { EventsOptions, ThreadStreamEvent, ThreadStreamEventType, StreamEventBase, ApprovalKind, LimitReached } from './runtime/streamEvents.js'
 export type { BudgetAmounts, BudgetUsage } from '../persistence/ledgerTypes.js'
 export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './thread/waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'

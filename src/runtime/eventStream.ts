@@ -17,18 +17,7 @@ import type { NewEvent, StoredEvent } from '../../persistence/eventLog.js'
 import type { Registry, ThreadStatus } from '../../persistence/types.js'
 import type { Lifecycle, Reporter } from './events.js'
 import { STREAM_EVENT_TYPES, eventOfDecision, eventsOfTransition, toStreamEvent } from './streamEvents.js'
-import type { ThreadStreamEvent, ThreadStreamEventType } from './streamEvents.js'
-
-export interface EventsOptions {
-  /** A cursor from an event: the stream starts right after it. Absent: with the next event to happen. '0': with the oldest kept. */
-  after?: string
-  /** Only this thread's events. */
-  threadId?: string
-  /** Only events of these types. */
-  types?: ThreadStreamEventType[]
-  /** Ends the iterator (its `next()` resolves done). */
-  signal?: AbortSignal
-}
+import type { EventsOptions, ThreadStreamEvent, ThreadStreamEventType } from './streamEvents.js'
 
 export interface EventStreamDeps {
   registry: Pick<Registry, 'events'>

@@ -20,8 +20,7 @@ import { validateSpawn } from './spawner.js'
 import { budgetOf, childrenOf } from './budgetView.js'
 import type { BudgetView, ChildSummary } from './budgetView.js'
 import { StoredThread, storedOutcome } from './storedThread.js'
-import type { EventsOptions } from './eventStream.js'
-import type { ThreadStreamEvent, ThreadStreamEventType } from './streamEvents.js'
+import type { EventsOptions, ThreadStreamEvent, ThreadStreamEventType } from './streamEvents.js'
 
 /** The runtime host code holds: each call checked, then handed to the part that does it. */
 export class SpindleRuntime implements Runtime {

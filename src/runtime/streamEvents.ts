@@ -93,6 +93,17 @@ export type ThreadStreamEvent = StreamEventBase &
 
 export type ThreadStreamEventType = ThreadStreamEvent['type']
 
+export interface EventsOptions {
+  /** A cursor from an event: the stream starts right after it. Absent: with the next event to happen. '0': with the oldest kept. */
+  after?: string
+  /** Only this thread's events. */
+  threadId?: string
+  /** Only events of these types. */
+  types?: ThreadStreamEventType[]
+  /** Ends the iterator (its `next()` resolves done). */
+  signal?: AbortSignal
+}
+
 /** Every type of the stream, e.g. to check a name a host passes. */
 export const STREAM_EVENT_TYPES: ReadonlySet<string> = new Set<ThreadStreamEventType>([
   'thread.spawned',
