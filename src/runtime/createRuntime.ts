@@ -247,7 +247,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
   const deadlines = new CallDeadlines({ passed: (id, requestId) => calls.deadlinePassed(id, requestId), clock, bus, life })
   const approvals = new Approvals({ deadlines, inbox: stores.inbox, transcripts, commit, clock, bus, life })
-  const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
+  const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus, events })
   const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
     folders: stores.folders,
@@ -266,6 +266,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     clock,
     bus,
     life,
+    events,
   })
   const decisions: Decisions = new Decisions({
     dir,

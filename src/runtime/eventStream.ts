@@ -97,6 +97,11 @@ export class EventStream {
     this.stage(threadId, [{ threadId, type: 'thread.spawned', at: this.deps.clock.now(), data: fields }])
   }
 
+  /** A thread ended in `error` without a transition: its files are damaged, or recovery could not read them. */
+  failed(threadId: string, error: { code: string; message: string }): void {
+    this.stage(threadId, [{ threadId, type: 'thread.error', at: this.deps.clock.now(), data: { error: { code: error.code, message: error.message } } }])
+  }
+
   /** This process carries on a thread another process left (recovery at open, orphan takeover). */
   takenOver(threadId: string, at: number): void {
     const { id, pid, host } = this.deps.owner

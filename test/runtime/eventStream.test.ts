@@ -3,8 +3,9 @@
  * second process (a compiled worker with a runtime of its own) approves, denies, answers and
  * cancels the host's suspended threads: the host sees each change, in order, with its fields, and
  * a reader that reconnects with the last cursor it saw — on this runtime or a new one — gets
- * exactly what came after. Retries carry their attempt, category and delay; a thread whose holder
- * was SIGKILLed is seen taken over by the host.
+ * exactly what came after. A cancel from the compiled CLI reaches the stream through the host
+ * that acts on it; retries carry their attempt, category and delay; a thread whose holder was
+ * SIGKILLed is seen taken over by the host.
  */
 import { spawn, spawnSync } from 'node:child_process'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -129,6 +130,67 @@ describe('rt.events with decisions made in another process', () => {
       [ids.answered, 'thread.question_pending'],
       [ids.answered, 'thread.answered'],
     ])
+  })
+})
+
+describe('rt.events when the CLI cancels a thread the host runs', () => {
+  it('should tell the thread cancelled, with the reason given to spindle cancel', async () => {
+    const dir = tempDir('spindle-events-cli')
+    const rt = await open(dir)
+    try {
+      const stream = rt.events()
+      const thread = await rt.spawn({ directive: { name: 'stuck', prompt: 'Wait' } })
+      await readUntil(stream, (r) => r.some((e) => e.threadId === thread.id && e.type === 'thread.started'))
+      const cli = spawnSync(process.execPath, [compiled('src/cli.js'), 'cancel', thread.id, '--reason', 'from the terminal', '--dir', dir], { encoding: 'utf8' })
+      expect(cli.status, cli.stderr).toBe(0)
+      const read = await readUntil(stream, ended(thread.id))
+      await stream.return?.()
+      expect(read.map((e) => [e.threadId, e.type])).toEqual([[thread.id, 'thread.cancelled']])
+      expect(read[0]).toMatchObject({ reason: 'from the terminal' })
+    } finally {
+      await rt.close()
+    }
+  })
+})
+
+describe('rt.events at a limit and after errors', () => {
+  it('should tell a limit reached, its approval with the new limits, and the end', async () => {
+    const dir = tempDir('spindle-events-limit')
+    const rt = await open(dir)
+    try {
+      const stream = rt.events()
+      const thread = await rt.spawn({ directive: { name: 'count', prompt: 'Count' }, limits: { turns: 1 } })
+      const waiting = await readUntil(stream, (r) => r.some((e) => e.type === 'thread.approval_pending'))
+      await thread.done
+      await rt.approve(thread.id, { by: 'lead' })
+      const read = [...waiting, ...(await readUntil(stream, ended(thread.id)))]
+      await stream.return?.()
+      expect(read.map((e) => e.type)).toEqual(['thread.spawned', 'thread.started', 'thread.suspended', 'thread.approval_pending', 'thread.approved', 'thread.completed'])
+      expect(read[2]).toMatchObject({ reason: 'limit', limit: { limit: 'turns', used: 1, max: 1, proposed: 2 } })
+      expect(read[3]).toMatchObject({ kind: 'limit', limit: { limit: 'turns', used: 1, max: 1, proposed: 2 } })
+      expect(read[4]).toMatchObject({ kind: 'limit', by: 'lead', limits: { turns: 2 }, requestId: (read[3] as { requestId: string }).requestId })
+    } finally {
+      await rt.close()
+    }
+  })
+
+  it('should tell a thread suspended when its retries ran out, and resumed by a person', async () => {
+    const dir = tempDir('spindle-events-resume')
+    const rt = await open(dir)
+    try {
+      const stream = rt.events()
+      const thread = await rt.spawn({ directive: { name: 'flaky', prompt: 'Try' }, retry: { maxRetries: 0 } })
+      const suspended = await readUntil(stream, (r) => r.some((e) => e.type === 'thread.suspended'))
+      await thread.done
+      await rt.resume(thread.id, { by: 'lead' })
+      const [resumed] = await readUntil(stream, (r) => r.length === 1)
+      await stream.return?.()
+      expect(suspended.map((e) => e.type)).toEqual(['thread.spawned', 'thread.started', 'thread.suspended'])
+      expect(suspended[2]).toMatchObject({ reason: 'error', limit: null, budget: null, error: { message: expect.stringContaining('503') } })
+      expect(resumed).toMatchObject({ type: 'thread.resumed', threadId: thread.id, by: 'lead', reason: 'error' })
+    } finally {
+      await rt.close()
+    }
   })
 })
 
