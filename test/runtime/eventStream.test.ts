@@ -9,16 +9,16 @@
  */
 import { spawn, spawnSync } from 'node:child_process'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createRuntime } from '../../src/index.js'
-import type { Runtime, ThreadStreamEvent } from '../../src/index.js'
+import { createRuntime, scriptedModel } from '../../src/index.js'
+import type { ModelAdapter, Runtime, ThreadStreamEvent } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { alive } from '../helpers/processes.js'
 import { model, tools } from './eventStreamShared.js'
 
 const fast = { events: { pollMs: 50 }, orphans: { heartbeatMs: 100 }, requests: { pollMs: 100 }, retry: { baseMs: 10, capMs: 40, jitter: 0 } }
 
-function open(dir: string): Promise<Runtime> {
-  return createRuntime({ dir, model: model({ answers: true }), tools: tools(), userConfig: null, shutdownSignals: [], durability: 'process', config: fast })
+function open(dir: string, adapter: ModelAdapter = model({ answers: true })): Promise<Runtime> {
+  return createRuntime({ dir, model: adapter, tools: tools(), userConfig: null, shutdownSignals: [], durability: 'process', config: fast })
 }
 
 /** Reads `iterator` until `until` holds of what was read; returns it all. */
@@ -194,6 +194,31 @@ describe('rt.events at a limit and after errors', () => {
   })
 })
 
+describe('rt.events when a thread continues in a successor', () => {
+  it('should tell the predecessor continued, naming its successor, and the successor spawned from it', async () => {
+    const tooLong = { faults: [{ fault: 'http' as const, status: 400, code: 'context_length_exceeded', message: "This model's maximum context length is 8192 tokens" }], reply: {} }
+    const continuing = scriptedModel((r) =>
+      r.messages[0]!.content.includes('Continued from thread') ? { text: 'carried on' } : r.turn === 1 ? { toolCalls: [{ name: 'echo', input: { text: 'one' } }] } : tooLong,
+    )
+    const dir = tempDir('spindle-events-continued')
+    const rt = await open(dir, continuing)
+    try {
+      const stream = rt.events()
+      const thread = await rt.spawn({ directive: { name: 'long', prompt: 'Go on' } })
+      const first = await readUntil(stream, (r) => r.some((e) => e.type === 'thread.continued'))
+      const next = (first.find((e) => e.type === 'thread.continued') as Extract<ThreadStreamEvent, { type: 'thread.continued' }> | undefined)?.nextThreadId ?? ''
+      const read = [...first, ...(await readUntil(stream, ended(next)))]
+      await stream.return?.()
+      expect(of(read, thread.id).map((e) => e.type)).toEqual(['thread.spawned', 'thread.started', 'thread.continued'])
+      expect(next).toBe(rt.chain(thread.id)[1]!.id)
+      expect(of(read, next).map((e) => e.type)).toEqual(['thread.spawned', 'thread.started', 'thread.completed'])
+      expect(of(read, next)[0]).toMatchObject({ directive: 'long', previousThreadId: thread.id })
+    } finally {
+      await rt.close()
+    }
+  })
+})
+
 describe('rt.events when a model call is retried', () => {
   it('should tell each retry with its attempt, category and delay, then the end', async () => {
     const dir = tempDir('spindle-events-retry')
@@ -252,4 +277,43 @@ describe('rt.events when the process holding a thread is SIGKILLed', () => {
       await rt.close()
     }
   }, 30_000)
+})
+
+describe('rt.events options', () => {
+  it('should refuse a cursor that is not one, with INVALID_OPTIONS naming the field', async () => {
+    const rt = await open(tempDir('spindle-events-options'))
+    try {
+      expect(() => rt.events({ after: 'last' })).toThrow(expect.objectContaining({ code: 'INVALID_OPTIONS', message: expect.stringContaining('after must be a cursor') }))
+    } finally {
+      await rt.close()
+    }
+  })
+
+  it('should refuse an unknown event type, with INVALID_OPTIONS listing the types there are', async () => {
+    const rt = await open(tempDir('spindle-events-options'))
+    try {
+      expect(() => rt.events({ types: ['thread.finished' as never] })).toThrow(expect.objectContaining({ code: 'INVALID_OPTIONS', message: expect.stringContaining('thread.completed') }))
+    } finally {
+      await rt.close()
+    }
+  })
+
+  it('should end an iterator waiting for events when its signal aborts', async () => {
+    const rt = await open(tempDir('spindle-events-abort'))
+    try {
+      const stop = new AbortController()
+      const waiting = rt.events({ signal: stop.signal }).next()
+      stop.abort()
+      expect(await waiting).toEqual({ done: true, value: undefined })
+    } finally {
+      await rt.close()
+    }
+  })
+
+  it('should end an iterator waiting for events when the runtime closes', async () => {
+    const rt = await open(tempDir('spindle-events-close'))
+    const waiting = rt.events().next()
+    await rt.close()
+    expect(await waiting).toEqual({ done: true, value: undefined })
+  })
 })
