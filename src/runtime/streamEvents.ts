@@ -135,6 +135,13 @@ function limitReached(context: ThreadContext): LimitReached | null {
   return hit ? { limit: hit.limit, used: hit.used, max: hit.max, proposed: hit.proposed } : null
 }
 
+/** Why a thread stopped for an error: its error, else the model failure that used up its retries. */
+function failureOf(context: ThreadContext): { code: string; message: string } | null {
+  if (context.error) return { code: context.error.code, message: context.error.message }
+  const failure = context.lastFailure
+  return failure ? { code: failure.code ?? failure.category, message: failure.message } : null
+}
+
 /** What a thread waits at once it has suspended, if a person's decision carries it on. */
 function pendingOf(threadId: string, at: number, context: ThreadContext): NewEvent | null {
   const call = context.pendingCall
@@ -184,7 +191,7 @@ export function eventsOfTransition(
         reason: context.suspendReason,
         limit: context.suspendReason === 'limit' ? limitReached(context) : null,
         budget: context.suspendReason === 'budget' && context.budgetHit ? { ...context.budgetHit } : null,
-        error: context.suspendReason === 'error' || context.suspendReason === 'crash_loop' || context.suspendReason === 'context_length' ? (context.error ?? context.lastFailure ?? null) : null,
+        error: context.suspendReason === 'error' || context.suspendReason === 'crash_loop' || context.suspendReason === 'context_length' ? failureOf(context) : null,
       })
       const pending = pendingOf(threadId, at, context)
       return pending ? [suspended, pending] : [suspended]
