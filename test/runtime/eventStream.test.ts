@@ -8,6 +8,8 @@
  * SIGKILLed is seen taken over by the host.
  */
 import { spawn, spawnSync } from 'node:child_process'
+import fs from 'node:fs'
+import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createRuntime, scriptedModel } from '../../src/index.js'
 import type { ModelAdapter, Runtime, ThreadStreamEvent } from '../../src/index.js'
@@ -153,6 +155,31 @@ describe('rt.events when the CLI cancels a thread the host runs', () => {
   })
 })
 
+describe('rt.events when the CLI approves a tool call the host waits at', () => {
+  it('should tell the approval with the edited input, acted on by the host from the response file', async () => {
+    const dir = tempDir('spindle-events-cli-approve')
+    const rt = await open(dir)
+    try {
+      const stream = rt.events({ types: ['thread.approval_pending', 'thread.approved', 'thread.completed'] })
+      const thread = await rt.spawn({ directive: { name: 'ship', prompt: 'Ship it' } })
+      const [pending] = await readUntil(stream, (r) => r.length === 1)
+      await thread.done
+      // The request file the CLI decides on follows the durable suspension the event was committed with.
+      const requestFile = path.join(dir, 'threads', thread.id, 'approvals', `${(pending as { requestId: string }).requestId}.request.json`)
+      while (!fs.existsSync(requestFile)) await new Promise((resolve) => setTimeout(resolve, 20))
+      const cli = spawnSync(process.execPath, [compiled('src/cli.js'), 'approve', thread.id, '--input', '{"env":"staging"}', '--dir', dir], { encoding: 'utf8' })
+      expect(cli.status, cli.stderr).toBe(0)
+      const read = await readUntil(stream, ended(thread.id))
+      await stream.return?.()
+      expect(read.map((e) => e.type)).toEqual(['thread.approved', 'thread.completed'])
+      expect(read[0]).toMatchObject({ kind: 'tool', requestId: (pending as { requestId: string }).requestId, input: { env: 'staging' }, edited: true })
+      expect(read[1]).toMatchObject({ result: 'told: deployed to staging' })
+    } finally {
+      await rt.close()
+    }
+  })
+})
+
 describe('rt.events at a limit and after errors', () => {
   it('should tell a limit reached, its approval with the new limits, and the end', async () => {
     const dir = tempDir('spindle-events-limit')
@@ -213,6 +240,26 @@ describe('rt.events when a thread continues in a successor', () => {
       expect(next).toBe(rt.chain(thread.id)[1]!.id)
       expect(of(read, next).map((e) => e.type)).toEqual(['thread.spawned', 'thread.started', 'thread.completed'])
       expect(of(read, next)[0]).toMatchObject({ directive: 'long', previousThreadId: thread.id })
+    } finally {
+      await rt.close()
+    }
+  })
+})
+
+describe('rt.events when a limit is denied', () => {
+  it('should tell the denial with its reason, then the thread cancelled', async () => {
+    const dir = tempDir('spindle-events-deny-limit')
+    const rt = await open(dir)
+    try {
+      const stream = rt.events({ types: ['thread.approval_pending', 'thread.denied', 'thread.cancelled'] })
+      const thread = await rt.spawn({ directive: { name: 'count', prompt: 'Count' }, limits: { turns: 1 } })
+      await readUntil(stream, (r) => r.length === 1)
+      await thread.done
+      await rt.deny(thread.id, 'enough counting', { by: 'lead' })
+      const read = await readUntil(stream, ended(thread.id))
+      await stream.return?.()
+      expect(read.map((e) => e.type)).toEqual(['thread.denied', 'thread.cancelled'])
+      expect(read[0]).toMatchObject({ kind: 'limit', by: 'lead', reason: 'enough counting' })
     } finally {
       await rt.close()
     }
