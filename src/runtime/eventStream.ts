@@ -157,6 +157,7 @@ export class EventStream {
 
   /** `rt.on('thread.…')`: `listener` gets the events of `type` (or 'thread.*': all) from now on. */
   listen(type: ThreadStreamEventType | 'thread.*', listener: (event: ThreadStreamEvent) => void): () => void {
+    if (type !== 'thread.*') filterOf({ types: [type] })
     const entry: Listener = {
       cursor: this.lastId(),
       wants: (row) => type === 'thread.*' || row.type === type,

@@ -345,6 +345,15 @@ describe('rt.events options', () => {
     }
   })
 
+  it("should refuse to listen with rt.on to a 'thread.' type that is none", async () => {
+    const rt = await open(tempDir('spindle-events-options'))
+    try {
+      expect(() => rt.on('thread.finished' as never, () => {})).toThrow(expect.objectContaining({ code: 'INVALID_OPTIONS' }))
+    } finally {
+      await rt.close()
+    }
+  })
+
   it('should end an iterator waiting for events when its signal aborts', async () => {
     const rt = await open(tempDir('spindle-events-abort'))
     try {
