@@ -160,6 +160,7 @@ export function mergeConfig(base: Config, ...layers: ReadonlyArray<ConfigLayer |
       escalation: { ...merged.escalation, ...layer.escalation },
       orphans: { ...merged.orphans, ...layer.orphans },
       requests: { ...merged.requests, ...layer.requests },
+      events: { ...merged.events, ...layer.events },
       context: { ...merged.context, ...layer.context },
       supervision: { ...merged.supervision, ...layer.supervision },
       children: { ...merged.children, ...layer.children },

@@ -195,6 +195,12 @@ export const RequestsSchema = z.strictObject({
   scanPerPoll: z.number().int().positive().describe("Thread directories a poll looks in, in turn, besides those spindle's own writers announce, to find files written by hand: such a file is seen within ceil(threads / scanPerPoll) polls."),
 })
 
+export const EventsSchema = z.strictObject({
+  pollMs: z.number().int().positive().describe("How often `rt.events()` and `rt.on('thread.…')` look for events other processes wrote to the data directory, in ms: the most a change made elsewhere (the CLI, another runtime) takes to reach a listener. This process's own changes are told as soon as they are committed."),
+  retentionDays: z.number().positive().describe('Events older than this many days are pruned (when a runtime opens, then every ten minutes). A reader resuming from a pruned cursor starts with the oldest event kept.'),
+  maxEvents: z.number().int().positive().describe('At most about this many events are kept: the oldest beyond it are pruned, whatever their age.'),
+})
+
 export const ContextSchema = z.strictObject({
   pressureRatio: z.number().gt(0).max(1).describe("Share of the model's context window that a call's prompt tokens may reach before `context_window_pressure` fires (0.9: at 90 %). Only for model adapters that declare their window."),
   onPressure: z.enum(['continue_thread', 'ignore']).describe('What to do under pressure when no hook decides: `continue_thread` hands the task to a new thread whose history is rebuilt from the transcript (the old one ends `continued`); `ignore` carries on.'),
@@ -310,6 +316,9 @@ export const ConfigSchema = z.strictObject({
   requests: RequestsSchema.describe(
     'How a runtime notices the request files (cancel, approval response, resume) that the CLI and other processes write into the data directory.',
   ),
+  events: EventsSchema.describe(
+    "The thread event stream (`rt.events()`, `rt.on('thread.…')`, docs/events.md): every lifecycle change of every thread of the data directory, kept in the registry, told by whichever process made it.",
+  ),
   context: ContextSchema.describe(
     "What happens as a thread's prompt fills the model's context window, and how much history a continuation thread starts with.",
   ),
@@ -368,6 +377,7 @@ export const ConfigLayerSchema = z.strictObject({
     .optional(),
   orphans: OrphansSchema.partial().optional(),
   requests: RequestsSchema.partial().optional(),
+  events: EventsSchema.partial().optional(),
   context: ContextSchema.partial().optional(),
   supervision: SupervisionSchema.partial().optional(),
   children: ChildrenSchema.partial().optional(),

@@ -27,6 +27,7 @@ import type { SuspendReason } from '../machines/threadContext.js'
 import { SpindleError } from '../src/base/errors.js'
 import { Rounds } from './rounds.js'
 import { isDescriptorShortage } from './storageFailure.js'
+import type { NewEvent } from './eventLog.js'
 import type { CheckpointStore, Cost, RegisterThread, Registry, ThreadStatus, TranscriptStore } from './types.js'
 
 export { FAILED_ROUND_BACKOFF_MAX_MS } from './rounds.js'
@@ -41,6 +42,11 @@ export interface RegistryPatch {
   outcome?: { result?: unknown; error?: { code: string; message: string } | null }
   /** The lease token the thread was held with when this was staged (set by `stageRegistry`). */
   token?: number
+  /**
+   * Events of the thread's event log (rt.events), appended in the transaction that applies the
+   * rest of the patch, and dropped with it when the thread was lost to another process.
+   */
+  events?: NewEvent[]
 }
 
 export interface CommitStats {
@@ -65,7 +71,12 @@ const CHECKPOINT_SPACING_MS = 500
 /** `newer`'s fields over `older`'s: what applying both, in order, leaves. */
 function mergePatches(older: RegistryPatch | undefined, newer: RegistryPatch | undefined): RegistryPatch | undefined {
   if (!older) return newer
-  return newer ? { ...older, ...newer } : older
+  if (!newer) return older
+  const merged = { ...older, ...newer }
+  // Events add up where every other field is replaced: each is something that happened.
+  if (older.events && newer.events) merged.events = [...older.events, ...newer.events]
+  else if (older.events) merged.events = older.events
+  return merged
 }
 
 export class GroupCommit {
@@ -144,6 +155,8 @@ export class GroupCommit {
 
   /** `close` has begun: a thread waiting for its last checkpoint stops waiting at a failure. */
   closing = false
+  /** Told after a transaction that appended events has committed (the event stream wakes its readers). */
+  afterEvents: (() => void) | null = null
 
   private closed = false
   /** Threads discarded (lost to another process) and not staged again since. */
@@ -180,7 +193,7 @@ export class GroupCommit {
 
   stageRegistry(threadId: string, patch: RegistryPatch): void {
     this.discarded.delete(threadId)
-    if ((patch.status !== undefined || patch.outcome !== undefined) && !this.settling.has(threadId)) this.statusChanged.add(threadId)
+    if ((patch.status !== undefined || patch.outcome !== undefined || patch.events !== undefined) && !this.settling.has(threadId)) this.statusChanged.add(threadId)
     // The token of when it was staged: a patch staged before this process released the thread
     // is still refused once another process has claimed it.
     const token = this.tokenOf(threadId)
@@ -344,6 +357,7 @@ export class GroupCommit {
 
   private applyRegistry(registrations: RegisterThread[], patches: Map<string, RegistryPatch>): void {
     const { registry } = this.parts
+    let appended = false
     registry.transaction(() => {
       for (const thread of registrations) {
         try {
@@ -368,6 +382,10 @@ export class GroupCommit {
             )
             continue
           }
+          if (patch.events) {
+            registry.events.append(patch.events)
+            appended = true
+          }
           if (patch.cost) registry.updateCostSnapshot(id, patch.cost)
           if (patch.outcome) registry.setResult(id, patch.outcome)
           if (patch.status) registry.updateStatus(id, patch.status, patch.at ?? Date.now(), patch.suspendReason ?? null)
@@ -378,5 +396,6 @@ export class GroupCommit {
     })
     // Committed, or refused for good (reported): either way no later round registers it.
     for (const thread of registrations) this.unregistered.delete(thread.id)
+    if (appended) this.afterEvents?.()
   }
 }

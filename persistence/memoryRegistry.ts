@@ -7,6 +7,7 @@
 import type { SuspendReason } from '../machines/threadContext.js'
 import { SpindleError } from '../src/base/errors.js'
 import { compareBinary } from './binaryOrder.js'
+import { MemoryEventLog } from './memoryEventLog.js'
 import type { Cost, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
 const STATUSES: ReadonlySet<string> = new Set<ThreadStatus>(['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued'])
@@ -112,6 +113,7 @@ class MemoryRegistry implements Registry {
   private readonly undo: Array<() => void> = []
   private depth = 0
   private open = true
+  readonly events = new MemoryEventLog(() => this.assertOpen(), (undo) => this.remember(undo))
 
   register(thread: RegisterThread): void {
     this.assertOpen()

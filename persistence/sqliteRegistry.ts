@@ -5,6 +5,8 @@
 import Database from 'better-sqlite3'
 import { SpindleError } from '../src/base/errors.js'
 import { openSqliteFile, sqliteFailure } from './sqliteFile.js'
+import { SqliteEventLog } from './sqliteEventLog.js'
+import type { EventLog } from './eventLog.js'
 import type { SuspendReason } from '../machines/threadContext.js'
 import type { Cost, Durability, RecoveryCount, RegisterThread, Registry, ThreadRecord, ThreadStatus } from './types.js'
 
@@ -54,6 +56,17 @@ export const MIGRATIONS: readonly string[] = [
    UPDATE threads SET suspend_reason_5 = suspend_reason;
    ALTER TABLE threads DROP COLUMN suspend_reason;
    ALTER TABLE threads RENAME COLUMN suspend_reason_5 TO suspend_reason;`,
+  // 6. The event log (rt.events): what happened to each thread, appended by whichever process made
+  // the change, in the transaction of the row change it describes. AUTOINCREMENT so that an id is
+  // never handed out twice, even after pruning: a reader's cursor is an id.
+  `CREATE TABLE events (
+     id INTEGER PRIMARY KEY AUTOINCREMENT,
+     thread_id TEXT NOT NULL,
+     type TEXT NOT NULL,
+     at INTEGER NOT NULL,
+     data TEXT NOT NULL
+   );
+   CREATE INDEX events_at ON events(at);`,
 ]
 
 /** A `threads` row as SQLite returns it (JSON columns still text). */
@@ -180,6 +193,7 @@ function registryFailed(file: string, action: string, error: unknown): unknown {
 class SqliteRegistry implements Registry {
   private readonly db: Database.Database
   private readonly statements: ReturnType<typeof prepareStatements>
+  readonly events: EventLog
 
   constructor(
     private readonly file: string,
@@ -193,6 +207,7 @@ class SqliteRegistry implements Registry {
     try {
       db.pragma('foreign_keys = ON')
       this.statements = prepareStatements(db)
+      this.events = new SqliteEventLog(db, (action, fn) => this.guard(action, fn))
     } catch (error) {
       db.close()
       throw registryFailed(file, 'prepare its statements', error)

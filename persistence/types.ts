@@ -5,6 +5,7 @@
  */
 import type { SuspendReason } from '../machines/threadContext.js'
 import type { PrefetchedState, PrefetchedTranscript } from './prefetch.js'
+import type { EventLog } from './eventLog.js'
 
 export type ThreadStatus = 'created' | 'running' | 'suspended' | 'completed' | 'error' | 'cancelled' | 'continued'
 
@@ -256,6 +257,8 @@ export interface Registry {
   leaseToken(id: string): number | null
   /** Run `fn` in one write transaction, begun IMMEDIATE (better-sqlite3 transactions are synchronous). */
   transaction<T>(fn: () => T): T
+  /** The event log of the directory's threads (rt.events), appended in this registry's transactions. */
+  readonly events: EventLog
   close(): void
 }
 

@@ -20,6 +20,7 @@ export type {
 } from './runtime/api.js'
 export type { BudgetView, ChildSummary } from './runtime/budgetView.js'
 export type { TelemetryOptions, TracerProviderLike } from './runtime/telemetryOptions.js'
+export type { EventsOptions, ThreadStreamEvent, ThreadStreamEventType, StreamEventBase, ApprovalKind, LimitReached } from './runtime/streamEvents.js'
 export type { BudgetAmounts, BudgetUsage } from '../persistence/ledgerTypes.js'
 export type { WaitOptions, WaitReport, SettledThread, WaitCycleEnd } from './thread/waits.js'
 export { orchestratorMachine } from '../machines/orchestrator.machine.js'

@@ -88,6 +88,7 @@ export async function createTestRuntime(options: TestRuntimeOptions): Promise<Te
     on: ((type: never, listener: never) => runtime.on(type, listener)) as Runtime['on'],
     replies: (repliesOptions) => runtime.replies(repliesOptions),
     onReply: (listener) => runtime.onReply(listener),
+    events: (eventsOptions) => runtime.events(eventsOptions),
     get config() {
       return runtime.config
     },

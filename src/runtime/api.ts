@@ -15,6 +15,7 @@ import type { CodeHook, HookSpec } from '../policies/hooks.js'
 import type { RecoveryDecision } from '../policies/recovery.js'
 import type { ThreadHandle } from '../thread/threadView.js'
 import type { BudgetView, ChildSummary } from './budgetView.js'
+import type { EventsOptions, ThreadStreamEvent, ThreadStreamEventType } from './streamEvents.js'
 import type { WaitOptions, WaitReport } from '../thread/waits.js'
 import type { ReplyDelta } from '../../actors/replyDelta.js'
 import type { RepliesOptions } from './replyStream.js'
@@ -385,6 +386,23 @@ export interface Runtime {
   onReply(listener: (delta: ReplyDelta) => void): () => void
   /** Listens for one lifecycle event type (or '*' for all); returns the unsubscribe function. */
   on<T extends LifecycleEventType | '*'>(type: T, listener: (event: T extends '*' ? LifecycleEvent : Extract<LifecycleEvent, { type: T }>) => void): () => void
+  /**
+   * Listens for one type of the thread event stream (or 'thread.*' for all of them), from now on:
+   * the changes of every thread of the data directory, made in this process or another (told
+   * within `events.pollMs`). '*' above is the lifecycle events of this process only. Returns the
+   * unsubscribe function. See docs/events.md.
+   */
+  on<T extends ThreadStreamEventType | 'thread.*'>(type: T, listener: (event: T extends 'thread.*' ? ThreadStreamEvent : Extract<ThreadStreamEvent, { type: T }>) => void): () => void
+  /**
+   * The thread event stream: every lifecycle change of every thread of the data directory
+   * (spawned, started, suspended, approval or question pending, approved, denied, answered,
+   * resumed, retrying, cancelled, completed, error, continued, taken over), from whichever process
+   * made it, in the order they were committed. Each event has a `cursor`: `events({ after })`
+   * resumes right after it, none missed, none twice (within `events.retentionDays`). Without
+   * `after` it starts with the next event. Ends when `signal` aborts, on `return()`, or when the
+   * runtime closes. See docs/events.md.
+   */
+  events(options?: EventsOptions): AsyncIterableIterator<ThreadStreamEvent>
   /**
    * Ends an orphan — a created or running thread no live process holds — without running it:
    * `error` (ORPHAN_MARKED) or `cancelled`. Takes its lease first; a thread a live process holds is refused.

@@ -23,6 +23,7 @@ import { Decisions } from './decisions.js'
 import { FollowUps } from './followUps.js'
 import { createEffectHost } from './effectHost.js'
 import { EventBus, Lifecycle } from './events.js'
+import { EventStream } from './eventStream.js'
 import { Family } from './family.js'
 import { InboxPoller } from './inboxPoller.js'
 import { registerIntrospection } from './introspect.js'
@@ -140,6 +141,7 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
     parts.leases.start()
   }
   parts.taskRecovery.resumePending()
+  parts.events.start()
   parts.life.opened = true
   parts.supervisor.ready()
   bus.emit({ type: 'runtime_ready', at: parts.clock.now(), recovery: parts.recovery.last })
@@ -181,10 +183,14 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     report: (error, threadId) => bus.report(error, threadId),
     observe: tracing
       ? (live, snapshot, previous) => {
+          events.observe(live.id, snapshot, previous)
           tracing.observe(live.id, snapshot)
           reactions.observe(live, snapshot, previous)
         }
-      : (live, snapshot, previous) => reactions.observe(live, snapshot, previous),
+      : (live, snapshot, previous) => {
+          events.observe(live.id, snapshot, previous)
+          reactions.observe(live, snapshot, previous)
+        },
     fenced: () => leases.fenced(),
     // Forgetting the thread gave its lease up if it was still this process's: then it is an
     // orphan now (the lines ahead are a stopped process's), taken over on the next turn.
@@ -220,6 +226,10 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     shared: stores.shared,
     takeOver: () => recovery.recover(),
   })
+  const events = new EventStream({ registry, commit, owner: leases.owner, clock, config, bus, life })
+  commit.afterEvents = () => events.wake()
+  // A thread recovered here was left by a process that stopped or died: taken over.
+  bus.on('thread_recovered', (event: { threadId: string; at: number }) => events.takenOver(event.threadId, event.at))
   const budgets = new Budgets({ ledger: stores.ledger, registry, table, leases, leaseStore: stores.leases, clock, config, bus })
   const family = new Family(registry)
   const parking: Parking = new Parking({ table, clock, bus, life, hasChildrenToSettle: (id) => family.hasChildrenToSettle(id) })
@@ -237,7 +247,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     cancel: (id, reason, by) => decisions.cancelAs(id, reason, by),
   })
   const policies = new PolicyDesk({ hooks, table, registry, budgets, clock, config, bus, cancel: (thread, reason, by) => parking.cancel(thread, reason, by) })
-  const starter = new ThreadStarter({ table, transcripts, commit, leases, policies, supervisor, clock, tracing })
+  const starter = new ThreadStarter({ table, transcripts, commit, leases, policies, supervisor, clock, tracing, events })
   const builtin =
     options.builtinTools === false
       ? []
@@ -260,7 +270,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const taskRecovery = new TaskRecovery({ inbox: stores.inbox, store: stores.recovery, registry, table, spawner, clock, config, bus, life })
   const deadlines = new CallDeadlines({ passed: (id, requestId) => calls.deadlinePassed(id, requestId), clock, bus, life })
   const approvals = new Approvals({ deadlines, inbox: stores.inbox, transcripts, commit, clock, bus, life })
-  const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus })
+  const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus, events })
   const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
     folders: stores.folders,
@@ -279,6 +289,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     clock,
     bus,
     life,
+    events,
   })
   const decisions: Decisions = new Decisions({
     dir,
@@ -299,6 +310,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     clock,
     bus,
     life,
+    events,
   })
   const calls: CallDecisions = new CallDecisions({ decisions, approvals, commit, transcripts, tools, clock })
   const followUps = new FollowUps({ dir, registry, table, transcripts, budgets, policies, starter, clock, bus })
@@ -370,5 +382,6 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     shutdown,
     replies,
     tracing,
+    events,
   }
 }

@@ -25,6 +25,7 @@ import type { Approvals } from './approvals.js'
 import type { Budgets } from './budgets.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import type { Lifecycle, Reporter } from './events.js'
+import type { EventStream } from './eventStream.js'
 import type { Family } from './family.js'
 import type { Leases } from './leases.js'
 import { intentsOf } from './loadThread.js'
@@ -66,6 +67,8 @@ export interface DecisionsDeps {
   clock: Clock
   bus: Reporter
   life: Lifecycle
+  /** The thread event stream, told of each decision before the thread acts on it. */
+  events?: Pick<EventStream, 'decided'>
 }
 
 export type Suspended = { snapshot: unknown; context: ThreadContext; intents: ReturnType<typeof intentsOf> }
@@ -107,7 +110,7 @@ export class Decisions {
   }
 
   /** Loads a suspended thread into a live actor and hands it `event`, synchronously. */
-  wake(id: string, stored: { snapshot: unknown; intents: ReturnType<typeof intentsOf> }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
+  wake(id: string, stored: { snapshot: unknown; context: ThreadContext; intents: ReturnType<typeof intentsOf> }, note: [string, unknown] | null, event: ThreadEvent): LiveThread {
     const { table, registry } = this.deps
     try {
       this.deps.leases.take(id)
@@ -116,6 +119,8 @@ export class Decisions {
       throw error
     }
     this.deps.approvals.unwatch(id)
+    // Read before the actor starts (XState may change what it restores), staged under the lease just taken.
+    this.deps.events?.decided(id, stored.context, note, event)
     const thread = table.adopt(id, { intents: stored.intents })
     thread.start(threadMachine, { snapshot: stored.snapshot })
     this.deps.supervisor.supervise(id, registry.get(id)?.parentId ?? null)

@@ -13,6 +13,7 @@ import type { CrashLoopGuard } from './crashLoop.js'
 import type { Decisions } from './decisions.js'
 import type { FollowUps } from './followUps.js'
 import type { EventBus, Lifecycle } from './events.js'
+import type { EventStream } from './eventStream.js'
 import type { Family } from './family.js'
 import type { InboxPoller } from './inboxPoller.js'
 import type { Leases } from './leases.js'
@@ -70,4 +71,5 @@ export interface Parts {
   replies: ReplyStream
   /** OpenTelemetry spans of threads, or null (no @opentelemetry/api, or `telemetry: false`). */
   tracing: Tracing | null
+  events: EventStream
 }

@@ -15,6 +15,7 @@ import type { Approvals } from './approvals.js'
 import type { Budgets } from './budgets.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import type { Emitter, Reporter } from './events.js'
+import type { EventStream } from './eventStream.js'
 import type { PolicyDesk } from './policyDesk.js'
 import type { TaskRecovery } from './taskRecovery.js'
 import type { ThreadTable } from './threadTable.js'
@@ -29,6 +30,8 @@ export interface ReactionsDeps {
   budgets: Pick<Budgets, 'recordUsage' | 'release'>
   clock: Clock
   bus: Reporter & Emitter
+  /** The thread event stream, told of an end in error that no transition shows. */
+  events?: Pick<EventStream, 'failed'>
 }
 
 export class Reactions {
@@ -71,6 +74,7 @@ export class Reactions {
   endDamaged(id: string, thread: LiveThread, error: SpindleError): void {
     const context: ThreadContext = { ...thread.context(), error: { code: error.code, message: error.message } }
     thread.abandon(error)
+    this.deps.events?.failed(id, error)
     // What the end of any thread in error does (observe), without a transition to observe.
     this.deps.policies.fireHook(thread, 'after_complete', context, { outcome: { status: 'error', result: context.result } })
     this.childFailed(id, context)

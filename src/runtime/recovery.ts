@@ -21,6 +21,7 @@ import type { Budgets } from './budgets.js'
 import type { CrashLoopGuard } from './crashLoop.js'
 import { crashLoopError } from './crashLoop.js'
 import type { Emitter, Lifecycle, Reporter } from './events.js'
+import type { EventStream } from './eventStream.js'
 import type { Leases } from './leases.js'
 import { intentsOf } from './loadThread.js'
 import type { ThreadLoader } from './loadThread.js'
@@ -50,6 +51,8 @@ export interface RecoveryDeps {
   clock: Clock
   bus: Reporter & Emitter
   life: Lifecycle
+  /** The thread event stream, told of a thread that could not be recovered. */
+  events?: Pick<EventStream, 'failed'>
 }
 
 export class Recovery {
@@ -267,5 +270,6 @@ export class Recovery {
     bus.report(error, id)
     transcripts.close(id)
     commit.stageRegistry(id, { status: 'error', at: clock.now(), outcome: { error: { code, message } } })
+    this.deps.events?.failed(id, { code, message })
   }
 }

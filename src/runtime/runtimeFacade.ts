@@ -22,6 +22,7 @@ import type { BudgetView, ChildSummary } from './budgetView.js'
 import { StoredThread, storedOutcome } from './storedThread.js'
 import type { ReplyDelta } from '../../actors/replyDelta.js'
 import type { RepliesOptions } from './replyStream.js'
+import type { EventsOptions, ThreadStreamEvent, ThreadStreamEventType } from './streamEvents.js'
 
 /** The runtime host code holds: each call checked, then handed to the part that does it. */
 export class SpindleRuntime implements Runtime {
@@ -157,8 +158,14 @@ export class SpindleRuntime implements Runtime {
     return childrenOf(this.parts.stores.registry, this.parts.dir, id)
   }
 
-  on<T extends LifecycleEventType | '*'>(type: T, listener: (event: any) => void): () => void {
-    return this.parts.bus.on(type, listener)
+  on<T extends LifecycleEventType | '*' | ThreadStreamEventType | 'thread.*'>(type: T, listener: (event: any) => void): () => void {
+    // The thread event stream's types are all 'thread.…'; no lifecycle event's is.
+    if (typeof type === 'string' && type.startsWith('thread.')) return this.parts.events.listen(type as ThreadStreamEventType | 'thread.*', listener)
+    return this.parts.bus.on(type as LifecycleEventType | '*', listener)
+  }
+
+  events(options?: EventsOptions): AsyncIterableIterator<ThreadStreamEvent> {
+    return this.parts.events.iterate(options)
   }
 
   replies(options?: RepliesOptions): AsyncIterableIterator<ReplyDelta> {
@@ -213,6 +220,7 @@ export class SpindleRuntime implements Runtime {
     try {
       await commit.close()
     } finally {
+      this.parts.events.close()
       stores.close()
       // After the last reply was told durable (or not): iterators end with nothing left out.
       this.parts.replies.close()

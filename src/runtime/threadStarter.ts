@@ -20,6 +20,7 @@ import type { PolicyDesk } from './policyDesk.js'
 import type { Supervisor } from './supervisor.js'
 import type { ThreadTable } from './threadTable.js'
 import type { Tracing } from './tracing.js'
+import type { EventStream } from './eventStream.js'
 
 /** A spawn that failed for want of storage: nothing of the thread runs, and the caller may spawn again. */
 export function notCreated(id: string, error: unknown): SpindleError {
@@ -49,6 +50,8 @@ export interface StarterDeps {
   clock: Clock
   /** Starts the thread's first run span; the traceparent it returns is kept in the spawn entry. */
   tracing?: Pick<Tracing, 'spawned' | 'forgotten'> | null
+  /** The thread event stream, told of the spawn with the registration. */
+  events?: Pick<EventStream, 'spawned'>
 }
 
 export interface ThreadStart {
@@ -110,6 +113,7 @@ export class ThreadStarter {
       nonce: newNonce(),
       createdAt: clock.now(),
     })
+    this.deps.events?.spawned(id, { directive: input.directive.name, parentId: init.parentId ?? null, previousThreadId: init.previousThreadId ?? null })
     try {
       await commit.whenDurable()
     } catch (error) {

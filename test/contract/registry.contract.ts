@@ -1,10 +1,11 @@
 /**
  * The contract every Registry backend keeps. Not collected directly (vitest.config.ts excludes
  * test/contract): each backend's spec file calls `registryContract`.
- * Known deviations: none.
+ * Known deviations: none. The event log's contract (eventLog.contract.ts) runs with it.
  */
 import { describe, expect, it } from 'vitest'
 import type { Cost, RegisterThread, Registry, ThreadStatus } from '../../persistence/types.js'
+import { eventLogContract } from './eventLog.contract.js'
 
 export interface RegistryBackend {
   registry: Registry
@@ -27,6 +28,7 @@ function ids(records: Array<{ id: string }>): string[] {
 }
 
 export function registryContract(name: string, create: () => RegistryBackend): void {
+  eventLogContract(name, create)
   describe(`Registry contract: ${name}`, () => {
     const withRegistry = (fn: (registry: Registry) => void) => () => {
       const backend = create()

@@ -136,6 +136,28 @@ describe('openSqliteRegistry on a file', () => {
     reopened.close()
   })
 
+  it('should migrate a registry written before the event log: its rows kept, its log empty, and events kept across a reopen', () => {
+    const file = freshFile()
+    // What a spindle that knew the first five migrations left behind.
+    const old = new Database(file)
+    for (const migration of MIGRATIONS.slice(0, 5)) old.exec(migration)
+    old.pragma('user_version = 5')
+    old.prepare("INSERT INTO threads (id, directive_name, directive, status, nonce, created_at, updated_at) VALUES ('old-aaaaaaaaaaaa', 'old', '{}', 'running', 'n', 1, 2)").run()
+    old.close()
+
+    const registry = open(file)
+    expect(registry.get('old-aaaaaaaaaaaa')).toMatchObject({ status: 'running' })
+    expect(registry.events.lastId()).toBe(0)
+    registry.transaction(() => {
+      registry.updateStatus('old-aaaaaaaaaaaa', 'completed', 3)
+      registry.events.append([{ threadId: 'old-aaaaaaaaaaaa', type: 'thread.completed', at: 3, data: { result: 'done' } }])
+    })
+    registry.close()
+    const reopened = open(file)
+    expect(reopened.events.after(0, 10)).toEqual([{ id: 1, threadId: 'old-aaaaaaaaaaaa', type: 'thread.completed', at: 3, data: { result: 'done' } }])
+    reopened.close()
+  })
+
   it('should list a row whose JSON cell is damaged, with that field null', () => {
     const file = freshFile()
     const registry = open(file)
