@@ -28,6 +28,8 @@ export type ApprovalStanding =
       /** THREAD_NOT_SUSPENDED: it is not suspended (any more); NO_PENDING_APPROVAL: suspended, but at no request; else its state.json's damage. */
       code: SpindleErrorCode
       /** Why, to follow "Thread <id> …": "is completed, not suspended". */
+      /** The thread waits at a request whose file its runtime has not written yet: it will, in a moment. */
+      fileDue?: true
       why: string
     }
 
@@ -77,7 +79,7 @@ export function approvalStanding(paths: DataPaths, id: string, status: ThreadSta
   }
   if (fs.existsSync(files.decision)) return { open: false, code: 'NO_PENDING_APPROVAL', why: `waits at request ${requestId}, which is decided already` }
   if (!fs.existsSync(files.request)) {
-    return { open: false, code: 'NO_PENDING_APPROVAL', why: `waits at request ${requestId}, whose request file is not written yet (the runtime on the directory writes it)` }
+    return { open: false, code: 'NO_PENDING_APPROVAL', why: `waits at request ${requestId}, whose request file is not written yet (the runtime on the directory writes it)`, fileDue: true }
   }
   return { open: true, requestId, context }
 }

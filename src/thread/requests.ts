@@ -241,6 +241,10 @@ export function approvalAnswer(dir: string, id: string, requestId: string): { ap
  * already waiting for the runtime is not written over (APPROVAL_ALREADY_ANSWERED) unless `replace`.
  * Returns the file written.
  */
+/** How long a decision waits for the request file of a suspension already committed. */
+const REQUEST_FILE_GRACE_MS = 2000
+const pause = new Int32Array(new SharedArrayBuffer(4))
+
 export function respondToApproval(
   dir: string,
   id: string,
@@ -257,7 +261,13 @@ export function respondToApproval(
   assertRealDirectories(paths.root, path.join(threadDir(paths, id), APPROVALS_DIR))
   const record = withRegistry(dir, (registry) => registry.get(id))
   if (!record) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${paths.root}.`, { details: { threadId: id } })
-  const standing = approvalStanding(paths, id, record.status)
+  let standing = approvalStanding(paths, id, record.status)
+  // A host told `thread.approval_pending` by the event stream may decide before the runtime has
+  // written the request file (it follows the suspension's commit): wait for it a moment.
+  for (let waited = 0; !standing.open && standing.fileDue && waited < REQUEST_FILE_GRACE_MS; waited += 25) {
+    Atomics.wait(pause, 0, 0, 25)
+    standing = approvalStanding(paths, id, record.status)
+  }
   if (!standing.open) {
     const what = standing.code === 'THREAD_NOT_SUSPENDED' ? 'is not suspended at an approval request' : standing.code === 'NO_PENDING_APPROVAL' ? 'has no pending approval request' : 'cannot be answered'
     throw new SpindleError(standing.code, `Thread ${id} ${what} in ${paths.root}: it ${standing.why}. Nothing was written.`, {

@@ -6,7 +6,7 @@
  * waits at and how to decide it. A real runtime leaves the thread paused and is closed; the
  * compiled CLI runs as a child process; a second runtime carries the thread on.
  */
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { beforeAll, describe, expect, it } from 'vitest'
@@ -71,6 +71,29 @@ describe('spindle approve, deny and answer at a tool call', () => {
     expect(JSON.parse(run.stdout)).toMatchObject({ threadId: id, action: 'answer' })
     expect(response(dir, id, requestId)).toMatchObject({ answer: { day: 'Monday', hour: 10 } })
     expect((await carryOn(dir)).threads).toEqual([{ id, status: 'completed', result: 'told: {"day":"Monday","hour":10}' }])
+  })
+})
+
+describe('spindle approve told of a pause before its request file is written', () => {
+  it('should wait for the request file the runtime writes a moment later, then write the approval', async () => {
+    // A host that hears thread.approval_pending may decide before the runtime has written the
+    // request file (it follows the suspension's commit). Here the file is held back for 300 ms.
+    const dir = tempDir('spindle-call-approve-early')
+    const { id, requestId } = await pausedAtCall(dir, 'ship')
+    const request = path.join(dir, 'threads', id, 'approvals', `${requestId}.request.json`)
+    const heldBack = `${request}.held`
+    fs.renameSync(request, heldBack)
+    const child = spawn(process.execPath, [compiled('src/cli.js'), 'approve', id, '--dir', dir], { stdio: ['ignore', 'pipe', 'pipe'] })
+    let stderr = ''
+    child.stderr.on('data', (chunk) => (stderr += chunk))
+    const exited = new Promise<number | null>((resolve) => child.on('exit', resolve))
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    fs.renameSync(heldBack, request)
+    expect(await exited, stderr).toBe(0)
+    expect(response(dir, id, requestId)).toMatchObject({ approved: true })
+    const { runs, threads } = await carryOn(dir)
+    expect(runs).toHaveLength(1)
+    expect(threads[0]).toMatchObject({ id, status: 'completed' })
   })
 })
 
