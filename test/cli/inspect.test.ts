@@ -56,6 +56,49 @@ describe('spindle inspect', () => {
     expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/approve`, { method: 'POST', headers, body: '{}' })).status).toBe(404)
   })
 
+  it('should refuse the events channel without the session token, and with it push the overview at once', async () => {
+    const dir = tempDir('spindle-inspect-events')
+    const id = host(dir, 'limit')
+    inspector = await startInspector({ dir })
+    const base = inspector.url.split('?')[0]!
+    expect((await fetch(`${base}events`)).status).toBe(403)
+    expect((await fetch(`${base}events?token=${'0'.repeat(32)}`)).status).toBe(403)
+    const events = await fetch(`${base}events?token=${inspector.token}`)
+    expect(events.status).toBe(200)
+    expect(events.headers.get('content-type')).toBe('text/event-stream; charset=utf-8')
+    const reader = events.body!.getReader()
+    let text = ''
+    while (!text.includes('event: overview\ndata: ') || !text.slice(text.indexOf('event: overview')).includes('\n\n')) text += new TextDecoder().decode((await reader.read()).value)
+    const data = text.slice(text.indexOf('event: overview\ndata: ') + 'event: overview\ndata: '.length).split('\n')[0]!
+    const pushed = JSON.parse(data) as { threads: Array<{ id: string; status: string; statePaths: string[][] }>; changed: string[] }
+    expect(pushed.threads).toEqual([expect.objectContaining({ id, status: 'suspended', statePaths: [['suspended']] })])
+    expect(pushed.changed).toEqual([id])
+    await reader.cancel()
+  })
+
+  it("should give a thread's conversation: the task, each reply with its turn, each recorded time", async () => {
+    const dir = tempDir('spindle-inspect-conversation-api')
+    const id = host(dir, 'limit')
+    inspector = await startInspector({ dir })
+    const base = inspector.url.split('?')[0]!
+    const headers = { 'x-spindle-token': inspector.token }
+    expect((await fetch(`${base}api/threads/${id}/conversation`)).status).toBe(403)
+    const conversation = (await (await fetch(`${base}api/threads/${id}/conversation`, { headers })).json()) as { items: Array<Record<string, unknown>>; omitted: number }
+    expect(conversation.omitted).toBe(0)
+    expect(conversation.items.filter((i) => i.kind !== 'event').map((i) => [i.kind, i.kind === 'assistant' ? i.turn : i.kind === 'tool_call' || i.kind === 'tool_result' ? i.tool : i.text])).toEqual([
+      ['user', 'p'],
+      ['assistant', 1],
+      ['tool_call', 'noop'],
+      ['tool_result', 'noop'],
+      ['assistant', 2],
+      ['tool_call', 'noop'],
+      ['tool_result', 'noop'],
+    ])
+    for (const item of conversation.items) expect(Number.isNaN(Date.parse(item.at as string))).toBe(false)
+    expect(conversation.items.at(-1)).toMatchObject({ kind: 'event', type: 'LIMIT_DECIDED', text: 'limit reached: escalate (proposed 4)' })
+    expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/conversation`, { headers })).status).toBe(404)
+  })
+
   it('should give each thread its budget as rt.budget does, and its retries with the last error category', async () => {
     const dir = tempDir('spindle-inspect-budget')
     const lead = host(dir, 'budget')
