@@ -19,7 +19,7 @@ export function inspectorPage(token: string, dir = ''): string {
 <style>${INSPECTOR_STYLES}</style></head><body>
 <header><h1>spindle inspect</h1><span class="dir">${esc(dir)}</span><span id="live" class="off">connecting…</span></header>
 <section id="waiting"><p class="note">loading…</p></section>
-<nav id="tree"><h3>threads</h3><div id="problem"></div><div id="nodes">loading…</div></nav>
+<nav id="tree"><div class="inner"><h3>threads</h3><div id="problem"></div><div id="nodes">loading…</div></div></nav>
 <main id="main"><div id="detail"><p class="empty">Select a thread.</p></div></main>
 <script>
 const token=${JSON.stringify(token)}

@@ -61,7 +61,7 @@ const waits=t.approvals.map(a=>'<p class="waits">waits for a person at request '
 const policy=(t.tools?'<p class="note">tools: '+esc(t.tools.join(', ')||'none')+'</p>':'')+(t.permissions?'<p class="note">permissions: '+esc(Object.entries(t.permissions).map(([k,v])=>k+': '+v).join(', '))+'</p>':'')
 const problems=t.problems.map(p=>'<p class="problem">'+esc(p.code+': '+p.message)+'</p>').join('')
 return '<div class="title"><h2>'+esc(t.directive)+'</h2><span class="id">'+esc(t.id)+'</span><span class="st pill '+t.status+'">'+t.status+'</span><div class="actions">'+actions+'</div></div><p class="failed">'+esc(failures[key]||'')+'</p>'+now+who+waits+problems+policy+
-(t.result?'<h3>result</h3><div class="result">'+clip(t.result,4000)+'</div>':'')+(t.error?'<h3>error</h3><div class="result failed">'+esc(t.error.code+': '+t.error.message)+'</div>':'')}
+(t.result?'<h3>'+(t.status==='completed'?'result':'partial result')+'</h3><div class="result">'+clip(t.result,4000)+'</div>':'')+(t.error?'<h3>error</h3><div class="result failed">'+esc(t.error.code+': '+t.error.message)+'</div>':'')}
 let detailKey=''
 function renderDetail(){const el=$('detail');const t=selected&&thread(selected)
 if(!t){detailKey='';el.innerHTML='<p class="empty">'+(data&&data.threads.length?'Select a thread on the left to read its conversation, its state and its cost.':'No threads yet.')+'</p>';return}
@@ -81,7 +81,8 @@ const r=head.querySelector('.resume');if(r)r.onclick=()=>act('resume',{})}
 // Pushed: the overview when it changed, reply deltas as they stream, and what the server could not read.
 function connect(){const es=new EventSource('/events?token='+encodeURIComponent(token));const live=$('live')
 es.onopen=()=>{live.className='on';live.textContent='live'}
-es.onerror=()=>{live.className='off';live.textContent='reconnecting…'}
+// A refused reconnection (a new inspector has a new token) closes the stream for good: say what to do.
+es.onerror=()=>{live.className='off';live.textContent=es.readyState===EventSource.CLOSED?'disconnected: open the link spindle inspect printed':'reconnecting…'}
 es.addEventListener('overview',e=>{const v=JSON.parse(e.data);$('problem').innerHTML='';apply(v)})
 es.addEventListener('reply',e=>onDelta(JSON.parse(e.data)))
 es.addEventListener('problem',e=>{const p=JSON.parse(e.data);$('problem').innerHTML='<p class="problem">'+esc(p.code+': '+p.message)+'</p>'})}

@@ -6,7 +6,7 @@
 export const INSPECTOR_STYLES = `
 *{box-sizing:border-box}
 :root{--ink:#1d2330;--muted:#5d6475;--faint:#8a90a0;--line:#e3e6ee;--bg:#f6f7fa;--card:#fff;--wait:#b45f06;--wait-bg:#fff7ea;--ok:#17803d;--run:#1769c2;--bad:#c2261d;--purple:#7a3ec2}
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--ink);background:var(--bg);margin:0;height:100vh;display:grid;grid-template-rows:auto auto 1fr;grid-template-columns:320px 1fr;grid-template-areas:"top top" "waiting waiting" "tree main"}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:var(--ink);background:var(--bg);margin:0;min-height:100vh;display:grid;grid-template-rows:auto auto 1fr;grid-template-columns:320px 1fr;grid-template-areas:"top top" "waiting waiting" "tree main"}
 header{grid-area:top;display:flex;align-items:center;gap:12px;padding:8px 16px;background:#1d2330;color:#fff}
 header h1{font-size:15px;margin:0;font-weight:600;letter-spacing:.2px}header .dir{color:#b9c0d0;font-size:12px}
 #live{margin-left:auto;font-size:12px;color:#b9c0d0}#live.on::before{content:"● ";color:#4ade80}#live.off::before{content:"● ";color:#f87171}
@@ -16,7 +16,7 @@ header h1{font-size:15px;margin:0;font-weight:600;letter-spacing:.2px}header .di
 .approval{border:1px solid #e8c48c;border-left:4px solid var(--wait);padding:10px 12px;border-radius:8px;background:#fff}
 .approval .who{font-size:12px;color:var(--muted)}.approval .who a{color:var(--ink);font-weight:600;text-decoration:none}.approval .who a:hover{text-decoration:underline}
 .approval .kind{display:inline-block;font-size:11px;font-weight:700;text-transform:uppercase;letter-spacing:.5px;color:var(--wait);margin-right:6px}
-.approval b{display:block;white-space:pre-wrap;margin:4px 0}.approval .asked{white-space:pre-wrap;font-weight:600;font-size:15px;margin:4px 0}
+.approval b{display:block;white-space:pre-wrap;margin:4px 0;font-weight:500}.approval .asked{white-space:pre-wrap;font-weight:600;font-size:15px;margin:4px 0}
 .approval textarea{width:100%;font:13px ui-monospace,SFMono-Regular,Menlo,monospace;border:1px solid #cfd4df;border-radius:6px;padding:6px;margin:4px 0}
 .approval input[type=text],.approval input[type=number],.actions input[type=text]{border:1px solid #cfd4df;border-radius:6px;padding:4px 6px;font:inherit}
 .approval input.answer-text{width:60%}.approval input.reason{width:45%}
@@ -26,7 +26,7 @@ button:hover{background:#f0f2f7}button:disabled{opacity:.5;cursor:default}
 button.approve,button.answer,button.resume{background:var(--ok);border-color:var(--ok);color:#fff}button.approve:hover,button.answer:hover,button.resume:hover{background:#12692f}
 button.deny{color:var(--bad);border-color:#e4b2ae}button.cancel{color:var(--muted)}button.choice{border-color:var(--run);color:var(--run)}
 .answered{color:var(--ok);font-weight:600}.failed{color:var(--bad)}.cut{color:var(--faint);font-style:italic}
-#tree{grid-area:tree;overflow:auto;border-right:1px solid var(--line);background:#fff;padding:10px 8px}
+#tree{grid-area:tree;border-right:1px solid var(--line);background:#fff}#tree .inner{position:sticky;top:0;max-height:100vh;overflow:auto;padding:10px 8px}
 #tree h3,#detail h3{font-size:12px;text-transform:uppercase;letter-spacing:.6px;color:var(--muted);margin:14px 0 6px}#tree h3{margin:0 4px 6px}
 .node{cursor:pointer;padding:5px 8px;border-radius:6px;white-space:nowrap;border-left:3px solid transparent}.node .line{display:flex;gap:6px;align-items:baseline;overflow:hidden}
 .node:hover{background:#f0f2f7}.node.sel{background:#e4e9f5;border-left-color:var(--run)}.node .name{font-weight:600}.node .id{overflow:hidden;text-overflow:ellipsis}
@@ -35,7 +35,7 @@ button.deny{color:var(--bad);border-color:#e4b2ae}button.cancel{color:var(--mute
 .st{font-weight:600;font-size:12px}.st.pill{padding:1px 8px;border-radius:10px;background:#eef0f5}
 .completed{color:var(--ok)}.running,.created{color:var(--run)}.suspended{color:var(--wait)}.error{color:var(--bad)}.cancelled{color:var(--faint)}.continued{color:var(--purple)}
 .orphan{color:var(--bad);font-size:12px}.waits{color:var(--wait);font-size:12px;font-weight:700}
-#main{grid-area:main;overflow:auto}#detail{padding:14px 20px 40px;max-width:1100px}
+#main{grid-area:main;min-width:0}#detail{padding:14px 20px 40px;max-width:1100px}
 #detail .empty{color:var(--muted);margin-top:30px}
 .title{display:flex;align-items:center;gap:10px;flex-wrap:wrap}.title h2{margin:0;font-size:20px}
 .actions{display:flex;gap:6px;align-items:center;margin-left:auto}.note{color:var(--muted);font-size:13px;margin:4px 0}

@@ -18,7 +18,7 @@ const limitValue=(limit,v)=>v===null||v===undefined?'':limit==='spend'?formatUsd
 // Cancel ends the thread, whatever it waits at; a request already written shows instead of the button.
 const cancelButton=t=>t.requested.cancel?'<span class="note">cancel requested: waiting for the runtime</span>':'<button class="cancel" title="Cancel the thread: it ends cancelled with its partial result">Cancel thread</button>'
 function card(t,a){requests[a.id]=a
-const head='<div class="approval '+esc(a.kind)+'" data-request="'+esc(a.id)+'" data-thread="'+esc(t.id)+'"><div class="who"><span class="kind">'+esc(KIND[a.kind]||a.kind)+'</span><a href="#" class="open">'+esc(t.directive)+'</a> <span class="id">'+esc(t.id)+'</span> · request '+esc(a.id)+due(a)+'</div>'
+const head='<div class="approval '+esc(a.kind)+'" data-request="'+esc(a.id)+'" data-thread="'+esc(t.id)+'"><div class="who"><span class="kind">'+esc(KIND[a.kind]||a.kind)+'</span><a href="#" class="open">'+esc(t.directive)+'</a> <span class="id">'+esc(t.id)+'</span>'+(a.kind==='resume'?'':' · request '+esc(a.id))+due(a)+'</div>'
 const tail='<div class="failed">'+esc(failures[a.id]||'')+'</div></div>'
 // Once a cancel is requested the thread ends whatever is decided here: no more buttons.
 const decided=a.answer?'<div class="row">'+answered(a)+'</div>':t.requested.cancel?'<div class="row note">cancel requested: waiting for the runtime running this directory to act on it</div>':''

@@ -6,6 +6,7 @@
  * shows as its deltas arrive and gives way to the reply the transcript records. Screenshots go to
  * artifacts/inspector/.
  */
+import { spawnSync } from 'node:child_process'
 import type { Page } from 'playwright-core'
 import { describe, expect, it } from 'vitest'
 import { createRuntime } from '../../src/index.js'
@@ -15,11 +16,18 @@ import type { ReplyDelta } from '../../src/operator/inspector.js'
 import { readThreadFiles } from '../../src/operator/inspectThread.js'
 import { pausedAtCall, carryOn } from '../helpers/callThreads.js'
 import { launchChromium, screenshotPath } from '../helpers/chromium.js'
-import { tempDir } from '../helpers/dirs.js'
+import { compiled, tempDir } from '../helpers/dirs.js'
 
 /** Marks the page's window: a mark still there later means the page was never loaded again. */
 const mark = (page: Page) => page.evaluate(() => void ((globalThis as Record<string, unknown>).spindleMark = 'kept'))
 const marked = (page: Page) => page.evaluate(() => (globalThis as Record<string, unknown>).spindleMark)
+
+/** The CLI tests' host program: leaves a thread at its turn limit (`limit`) or suspended after its retries (`error`), or runs what was decided (`run`). */
+function host(dir: string, mode: 'limit' | 'error' | 'run'): string {
+  const run = spawnSync(process.execPath, [compiled('test/cli/hostWorker.js'), dir, mode], { encoding: 'utf8' })
+  expect(run.status, run.stderr).toBe(0)
+  return run.stdout.trim()
+}
 
 function entries(dir: string, id: string, type: string): Array<Record<string, unknown>> {
   return readThreadFiles(dir, id).entries.filter((e) => e.type === type).map((e) => e.data as Record<string, unknown>)
@@ -61,6 +69,41 @@ describe('spindle inspect, live (headless Chromium)', () => {
       await page.locator(`.node[data-id="${asked.id}"] .st.completed`).waitFor({ timeout: 10_000 })
       await page.locator(`.node[data-id="${doomed.id}"] .st.cancelled`).waitFor({ timeout: 10_000 })
       await page.locator('#waiting .calm').waitFor()
+      expect(await marked(page)).toBe('kept')
+    } finally {
+      await browser.close()
+      await inspector.close()
+    }
+  }, 60_000)
+
+  it('should approve a limit with a value of its own and resume a thread suspended after its retries, each carried out by the next runtime', async () => {
+    const dir = tempDir('spindle-inspect-limit-resume')
+    const capped = host(dir, 'limit')
+    const flaky = host(dir, 'error')
+    const inspector = await serveInspector({ dir })
+    const browser = await launchChromium()
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
+      await page.goto(inspector.url)
+      const limit = page.locator(`#waiting .approval.limit_escalation[data-thread="${capped}"]`)
+      const suspended = page.locator(`#waiting .approval.resume[data-thread="${flaky}"]`)
+      expect(await limit.locator('input.limit-value').inputValue()).toBe('4')
+      expect(await suspended.locator('b').textContent()).toContain('Suspended: its model calls kept failing')
+      await page.screenshot({ path: screenshotPath('limit-and-resume') })
+      await mark(page)
+      await limit.locator('input.limit-value').fill('6')
+      await limit.locator('button.approve').click()
+      await limit.locator('.answered').waitFor()
+      await suspended.locator('button.resume').click()
+      await suspended.locator('.answered', { hasText: 'resume requested' }).waitFor()
+
+      expect(JSON.parse(host(dir, 'run'))).toEqual(
+        expect.arrayContaining([expect.objectContaining({ id: capped, status: 'completed' }), expect.objectContaining({ id: flaky, status: 'completed', result: 'flaky done' })]),
+      )
+      expect(entries(dir, capped, 'RESUME')).toEqual([expect.objectContaining({ decision: 'approved', limits: { turns: 6 }, by: 'spindle inspect' })])
+      expect(entries(dir, flaky, 'RESUME')).toEqual([expect.objectContaining({ decision: 'resumed' })])
+      await page.locator(`.node[data-id="${capped}"] .st.completed`).waitFor({ timeout: 10_000 })
+      await page.locator(`.node[data-id="${flaky}"] .st.completed`).waitFor({ timeout: 10_000 })
       expect(await marked(page)).toBe('kept')
     } finally {
       await browser.close()
