@@ -66,11 +66,8 @@ export function inspectorStream(options: { dir: string; pollMs: number; replies?
   let lastThreads = new Map<string, string>()
   let ticks = 0
 
-  const send = (response: http.ServerResponse, text: string): void => {
-    response.write(text)
-  }
   const broadcast = (text: string): void => {
-    for (const client of clients) send(client, text)
+    for (const client of clients) client.write(text)
   }
 
   const poll = (): void => {
@@ -110,14 +107,14 @@ export function inspectorStream(options: { dir: string; pollMs: number; replies?
         'x-content-type-options': 'nosniff',
       })
       // EventSource reconnects by itself after a drop, a second later.
-      send(response, 'retry: 1000\n\n')
+      response.write('retry: 1000\n\n')
       try {
         const view = overview(options.dir)
-        send(response, frame('overview', { ...view, changed: view.threads.map((t) => t.id) }))
+        response.write(frame('overview', { ...view, changed: view.threads.map((t) => t.id) }))
       } catch (error) {
-        send(response, frame('problem', describeError(error)))
+        response.write(frame('problem', describeError(error)))
       }
-      for (const delta of streamed.all()) send(response, frame('reply', delta))
+      for (const delta of streamed.all()) response.write(frame('reply', delta))
       clients.add(response)
       timer ??= setInterval(poll, options.pollMs)
       request.on('close', () => {

@@ -6,7 +6,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest'
 import { startInspector } from '../../src/operator/inspector.js'
-import type { Inspector } from '../../src/operator/inspector.js'
+import type { Inspector, ReplyDelta } from '../../src/operator/inspector.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 let inspector: Inspector | null = null
@@ -73,6 +73,45 @@ describe('spindle inspect', () => {
     const pushed = JSON.parse(data) as { threads: Array<{ id: string; status: string; statePaths: string[][] }>; changed: string[] }
     expect(pushed.threads).toEqual([expect.objectContaining({ id, status: 'suspended', statePaths: [['suspended']] })])
     expect(pushed.changed).toEqual([id])
+    await reader.cancel()
+  })
+
+  it('should give a page that connects half way through a reply what streamed of it so far, then each delta as it comes', async () => {
+    const dir = tempDir('spindle-inspect-deltas')
+    host(dir, 'limit')
+    const listeners = new Set<(delta: ReplyDelta) => void>()
+    const push = (delta: ReplyDelta) => listeners.forEach((listener) => listener(delta))
+    inspector = await startInspector({ dir, replies: (listener) => (listeners.add(listener), () => listeners.delete(listener)) })
+    const at = { threadId: 'capped-aaaaaaaaaaaa', turn: 3, attempt: 1 }
+    push({ type: 'text', ...at, text: 'Hel' })
+    push({ type: 'text', ...at, text: 'lo' })
+    push({ type: 'tool_call', ...at, callId: 'c9', toolName: 'noop' })
+    push({ type: 'tool_input', ...at, callId: 'c9', text: '{"a":' })
+    push({ type: 'tool_input', ...at, callId: 'c9', text: '1}' })
+    // Another thread's reply, recorded already: nothing of it is left to show.
+    push({ type: 'text', threadId: 'other-aaaaaaaaaaaa', turn: 1, attempt: 1, text: 'gone' })
+    push({ type: 'reply_recorded', threadId: 'other-aaaaaaaaaaaa', turn: 1, attempt: 1 })
+    const events = await fetch(`${inspector.url.split('?')[0]!}events?token=${inspector.token}`)
+    const reader = events.body!.getReader()
+    const replies: unknown[] = []
+    let text = ''
+    const more = async () => {
+      text += new TextDecoder().decode((await reader.read()).value)
+      for (let end = text.indexOf('\n\n'); end >= 0; end = text.indexOf('\n\n')) {
+        const block = text.slice(0, end)
+        text = text.slice(end + 2)
+        if (block.startsWith('event: reply\n')) replies.push(JSON.parse(block.slice('event: reply\ndata: '.length)))
+      }
+    }
+    while (replies.length < 3) await more()
+    expect(replies).toEqual([
+      { type: 'text', ...at, text: 'Hello' },
+      { type: 'tool_call', ...at, callId: 'c9', toolName: 'noop' },
+      { type: 'tool_input', ...at, callId: 'c9', text: '{"a":1}' },
+    ])
+    push({ type: 'reply_discarded', ...at, reason: 'connection reset' })
+    while (replies.length < 4) await more()
+    expect(replies[3]).toEqual({ type: 'reply_discarded', ...at, reason: 'connection reset' })
     await reader.cancel()
   })
 

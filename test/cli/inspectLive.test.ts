@@ -42,6 +42,9 @@ describe('spindle inspect, live (headless Chromium)', () => {
     const browser = await launchChromium()
     try {
       const page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
+      // Every request the page makes, to check that none leaves the inspector.
+      const requested: string[] = []
+      page.on('request', (r) => requested.push(r.url()))
       await page.goto(inspector.url)
       await page.locator('#live.on').waitFor()
       await mark(page)
@@ -70,6 +73,9 @@ describe('spindle inspect, live (headless Chromium)', () => {
       await page.locator(`.node[data-id="${doomed.id}"] .st.cancelled`).waitFor({ timeout: 10_000 })
       await page.locator('#waiting .calm').waitFor()
       expect(await marked(page)).toBe('kept')
+      const origin = new URL(inspector.url).origin
+      expect(requested.filter((url) => !url.startsWith(`${origin}/`) && !url.startsWith('data:'))).toEqual([])
+      expect(requested.filter((url) => url.startsWith(`${origin}/events`))).toEqual([`${origin}/events?token=${inspector.token}`])
     } finally {
       await browser.close()
       await inspector.close()
