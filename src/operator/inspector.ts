@@ -10,7 +10,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { describeError, isSpindleError } from '../base/errors.js'
+import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
 import { threadLog } from './operator.js'
 import { recordOf, withRegistry } from './registryAccess.js'
 import { assertDataDir, dataPaths } from '../../persistence/paths.js'
@@ -47,6 +47,20 @@ export interface InspectorOptions {
   replies?: ReplySource
   /** How often the directory is read for changes while a page is open, in ms (default 500). */
   pollMs?: number
+  /**
+   * The session token (default: a new random one). A host that serves the inspector again after a
+   * restart, on the same port with the same token, lets its open pages reconnect by themselves.
+   * 32 to 128 hexadecimal digits: it is the only key to the page.
+   */
+  token?: string
+}
+
+function sessionToken(given: string | undefined): string {
+  if (given === undefined) return randomBytes(16).toString('hex')
+  if (!/^[0-9a-f]{32,128}$/i.test(given)) {
+    throw new SpindleError('INVALID_OPTIONS', `token must be 32 to 128 hexadecimal digits (got ${given.length} characters): it is the only key to the inspector. Leave it out for a random one.`, { details: { field: 'token' } })
+  }
+  return given
 }
 
 async function body(request: http.IncomingMessage): Promise<unknown> {
@@ -67,7 +81,7 @@ const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
 export async function serveInspector(options: InspectorOptions): Promise<Inspector> {
   // A page over a directory that is not there would only show errors, once a second.
   assertDataDir(dataPaths(options.dir))
-  const token = randomBytes(16).toString('hex')
+  const token = sessionToken(options.token)
   const expected = Buffer.from(token)
   const authorised = (request: http.IncomingMessage, url: URL): boolean => {
     const given = Buffer.from(url.searchParams.get('token') ?? String(request.headers['x-spindle-token'] ?? ''))

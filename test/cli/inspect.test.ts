@@ -115,6 +115,15 @@ describe('spindle inspect', () => {
     await reader.cancel()
   })
 
+  it('should refuse a session token that is not 32 to 128 hexadecimal digits, and serve with one that is', async () => {
+    const dir = tempDir('spindle-inspect-token')
+    host(dir, 'limit')
+    await expect(startInspector({ dir, token: 'secret' })).rejects.toMatchObject({ code: 'INVALID_OPTIONS', message: expect.stringContaining('token must be 32 to 128 hexadecimal digits (got 6 characters)') })
+    inspector = await startInspector({ dir, token: 'c0ffee'.repeat(6) })
+    expect(inspector.url).toMatch(new RegExp(`\\?token=${'c0ffee'.repeat(6)}$`))
+    expect((await fetch(`${inspector.url.split('?')[0]!}api/overview`, { headers: { 'x-spindle-token': 'c0ffee'.repeat(6) } })).status).toBe(200)
+  })
+
   it("should give a thread's conversation: the task, each reply with its turn, each recorded time", async () => {
     const dir = tempDir('spindle-inspect-conversation-api')
     const id = host(dir, 'limit')

@@ -117,6 +117,33 @@ describe('spindle inspect, live (headless Chromium)', () => {
     }
   }, 60_000)
 
+  it('should reconnect when the inspector comes back after a restart, and go on being pushed what changes', async () => {
+    const dir = tempDir('spindle-inspect-reconnect')
+    const asked = await pausedAtCall(dir, 'ask')
+    const token = 'ab'.repeat(16)
+    let inspector = await serveInspector({ dir, token })
+    const port = Number(new URL(inspector.url).port)
+    const browser = await launchChromium()
+    try {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
+      await page.goto(inspector.url)
+      await page.locator('#live.on').waitFor()
+      await mark(page)
+      // The host restarts its inspector: the page's stream drops, and the page says so.
+      await inspector.close()
+      await page.locator('#live.off', { hasText: 'reconnecting' }).waitFor()
+      inspector = await serveInspector({ dir, token, port })
+      await page.locator('#live.on').waitFor({ timeout: 20_000 })
+      await page.locator(`#waiting .approval[data-request="${asked.requestId}"] button.choice`, { hasText: 'Monday' }).click()
+      await carryOn(dir)
+      await page.locator(`.node[data-id="${asked.id}"] .st.completed`).waitFor({ timeout: 10_000 })
+      expect(await marked(page)).toBe('kept')
+    } finally {
+      await browser.close()
+      await inspector.close()
+    }
+  }, 60_000)
+
   it("should show a thread's conversation turn by turn, with the state it ended in folded to its path", async () => {
     const dir = tempDir('spindle-inspect-conversation')
     const asked = await pausedAtCall(dir, 'ask')
