@@ -15,10 +15,8 @@ import { threadLog } from './operator.js'
 import { recordOf, withRegistry } from './registryAccess.js'
 import { assertDataDir, dataPaths } from '../../persistence/paths.js'
 import { answerThread, approveThread, cancelThread, denyThread, resumeThread } from './operatorActions.js'
-import { statechartSvg } from './statechartSvg.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import { describeAnswer, rejectedAnswers } from '../thread/approvalRecords.js'
-import { visualizations } from './visualize.js'
 import { inspectorPage } from './inspectorPage.js'
 import { overview } from './inspectorData.js'
 import { conversationOf } from './threadConversation.js'
@@ -117,7 +115,9 @@ export async function serveInspector(options: InspectorOptions): Promise<Inspect
       if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(options.dir))
       if (request.method === 'GET' && url.pathname === '/events') return stream.attach(request, response)
       if (request.method === 'GET' && url.pathname === '/api/statechart') {
-        chart ??= statechartSvg(threadMachine)
+        // Loaded on first use: the layout engine is large, and `import 'spindle'` brings this module in.
+        chart ??= import('./statechartSvg.js').then(({ statechartSvg }) => statechartSvg(threadMachine))
+        const { visualizations } = await import('./visualize.js')
         return send(200, { svg: await chart, mermaid: visualizations()['thread.machine.mmd'] })
       }
       const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|conversation|rejected|approve|deny|answer|cancel|resume)$/.exec(url.pathname)
