@@ -19,7 +19,7 @@ header h1{font-size:15px;margin:0;font-weight:600;letter-spacing:.2px}header .di
 .approval b{display:block;white-space:pre-wrap;margin:4px 0;font-weight:500}.approval .asked{white-space:pre-wrap;font-weight:600;font-size:15px;margin:4px 0}
 .approval textarea{width:100%;font:13px ui-monospace,SFMono-Regular,Menlo,monospace;border:1px solid #cfd4df;border-radius:6px;padding:6px;margin:4px 0}
 .approval input[type=text],.approval input[type=number],.actions input[type=text]{border:1px solid #cfd4df;border-radius:6px;padding:4px 6px;font:inherit}
-.approval input.answer-text{width:60%}.approval input.reason{width:45%}
+.approval input.answer-text{width:60%}.approval input.limit-value{width:120px;margin-left:4px}.approval input.reason{width:45%}
 .row{display:flex;flex-wrap:wrap;gap:6px;align-items:center;margin-top:6px}
 button{font:inherit;font-size:13px;border:1px solid #c3c8d4;background:#fff;border-radius:6px;padding:4px 12px;cursor:pointer}
 button:hover{background:#f0f2f7}button:disabled{opacity:.5;cursor:default}
