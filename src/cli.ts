@@ -11,7 +11,7 @@ import { SPINDLE_ERROR_CODES, SpindleError, isSpindleError } from './base/errors
 import { formatUsd } from './base/money.js'
 import type { SpindleErrorCode } from './base/errors.js'
 import { locks } from './operator/locks.js'
-import { startInspector } from './operator/inspector.js'
+import { serveInspector } from './operator/inspector.js'
 import { compactThread } from './operator/compact.js'
 import fs from 'node:fs'
 import os from 'node:os'
@@ -397,11 +397,11 @@ function program(setExit: (code: number) => void): Command {
 
   cli
     .command('inspect')
-    .description('serve a local page on 127.0.0.1: what waits for a person first (limit and tool approvals with Approve / Deny, questions with Answer), then the thread tree, statecharts, cost against limits, transcripts')
+    .description('serve a local page on 127.0.0.1, updated live: what waits for a person first (limit and tool approvals with Approve / Deny, questions with Answer, Cancel and Resume), then the thread tree, each thread\'s conversation, its state, cost against limits and budget')
     .addOption(dirOption())
     .option('--port <port>', 'port to listen on (default: any free one)', wholeNumber('port'))
     .action(async (o: { dir: string; port?: number }) => {
-      const inspector = await startInspector({ dir: o.dir, ...(o.port !== undefined ? { port: o.port } : {}) })
+      const inspector = await serveInspector({ dir: o.dir, ...(o.port !== undefined ? { port: o.port } : {}) })
       out(`spindle inspect: open ${inspector.url}\n(127.0.0.1 only; the token in the link is this session's key. Ctrl-C stops.)`)
       await new Promise<void>((resolve) => process.once('SIGINT', () => resolve()))
       await inspector.close()

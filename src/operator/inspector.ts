@@ -1,109 +1,64 @@
 /**
- * `spindle inspect`: a local page over a data directory — the thread tree, each thread's state,
- * cost against limits, its transcript, pending approvals with Approve and Deny buttons, and the
- * answers a runtime rejected. It listens on 127.0.0.1 only, and every request must carry the
- * session token printed with the URL, so other sites in the same browser cannot act through it.
- * Decisions are written as approval response files, which the runtime running the directory
- * carries out.
+ * `spindle inspect`: a local page over a data directory — what waits for a person (approvals,
+ * questions, threads to resume) with the buttons to decide it, the thread tree, each thread's
+ * conversation, state, cost against limits and budget, and the answers a runtime rejected — kept
+ * up to date by server-sent events. It listens on 127.0.0.1 only, and every request, the events
+ * channel included, must carry the session token printed with the URL, so other sites in the same
+ * browser cannot read or act through it. Decisions are written as request and response files,
+ * which the runtime running the directory carries out.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { describeError, isSpindleError } from '../base/errors.js'
+import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
 import { threadLog } from './operator.js'
 import { recordOf, withRegistry } from './registryAccess.js'
-import type { ThreadContext } from '../../machines/threadContext.js'
-import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { assertDataDir, dataPaths } from '../../persistence/paths.js'
-import { answerThread, approveThread, denyThread, orphanWhy, threadTree } from './operatorActions.js'
-import { isActive } from '../thread/threadStatus.js'
-import { stepOfSnapshot } from '../thread/threadView.js'
-import { locks } from './locks.js'
-import { statechartSvg } from './statechartSvg.js'
+import { answerThread, approveThread, cancelThread, denyThread, resumeThread } from './operatorActions.js'
 import { threadMachine } from '../../machines/thread.machine.js'
-import type { TreeNode } from './operatorActions.js'
-import { approvalAnswer, openApprovalRequest } from '../thread/requests.js'
 import { describeAnswer, rejectedAnswers } from '../thread/approvalRecords.js'
-import { visualizations } from './visualize.js'
 import { inspectorPage } from './inspectorPage.js'
-import { readBudgets } from './budgetFigures.js'
-import type { BudgetView } from '../runtime/budgetView.js'
+import { overview } from './inspectorData.js'
+import { conversationOf } from './threadConversation.js'
+import { inspectorStream } from './inspectorStream.js'
+import type { ReplySource } from './inspectorStream.js'
+
+export type { ReplyDelta, ReplySource } from './inspectorStream.js'
 
 export interface Inspector {
+  /** The page's address on 127.0.0.1, with the session token. */
   url: string
   token: string
+  /** Ends the open event streams and stops listening. */
   close(): Promise<void>
 }
 
-function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
-  for (const node of nodes) {
-    out.push(node)
-    flatten(node.children, out)
-  }
-  return out
+export interface InspectorOptions {
+  /** The data directory. */
+  dir: string
+  /** Port on 127.0.0.1 (default: any free one). */
+  port?: number
+  /**
+   * A runtime's reply deltas, when the inspector runs in the runtime's process (e.g. `rt.onReply`):
+   * the page shows each reply as it streams, until it is recorded.
+   */
+  replies?: ReplySource
+  /** How often the directory is read for changes while a page is open, in ms (default 500). */
+  pollMs?: number
+  /**
+   * The session token (default: a new random one). A host that serves the inspector again after a
+   * restart, on the same port with the same token, lets its open pages reconnect by themselves.
+   * 32 to 128 hexadecimal digits: it is the only key to the page.
+   */
+  token?: string
 }
 
-/** The approval request a thread waits at, with the answer given to it if any (a list: the page loops). */
-function openApprovals(dir: string, id: string, status: TreeNode['status']) {
-  const open = status === 'suspended' ? openApprovalRequest(dir, id, status) : null
-  return open ? [{ ...open, answer: approvalAnswer(dir, id, open.id) }] : []
-}
-
-/** What the page shows, as JSON. */
-function overview(dir: string) {
-  const tree = threadTree(dir)
-  const leases = new Map(locks(dir).locks.map((l) => [l.threadId, l]))
-  const orphans: Record<string, string> = {}
-  // Once a second for every thread: the registry (read once, above) and each state.json, never the
-  // transcripts — the selected thread's own is fetched and verified by its detail view.
-  const checkpoints = createFileCheckpointStore({ paths: dataPaths(dir), durability: 'process' })
-  const nodes = flatten(tree)
-  let budgets: Map<string, BudgetView> = new Map()
-  const ledgerProblems: Array<{ code: string; message: string }> = []
-  try {
-    budgets = readBudgets(dir, nodes.map((n) => n.id))
-  } catch (error) {
-    ledgerProblems.push(describeError(error))
+function sessionToken(given: string | undefined): string {
+  if (given === undefined) return randomBytes(16).toString('hex')
+  if (!/^[0-9a-f]{32,128}$/i.test(given)) {
+    throw new SpindleError('INVALID_OPTIONS', `token must be 32 to 128 hexadecimal digits (got ${given.length} characters): it is the only key to the inspector. Leave it out for a random one.`, { details: { field: 'token' } })
   }
-  const threads = nodes.map((node) => {
-    const report: { state: { value: unknown; context: ThreadContext } | null; problems: Array<{ code: string; message: string }> } = { state: null, problems: [...ledgerProblems] }
-    try {
-      const envelope = checkpoints.load(node.id)
-      if (envelope) report.state = envelope.snapshot as { value: unknown; context: ThreadContext }
-    } catch (error) {
-      report.problems.push(describeError(error))
-    }
-    const context = report.state?.context
-    const lease = leases.get(node.id)
-    // A thread the registry calls running that no live process holds must not look alive.
-    const orphan = isActive(node.status) ? orphanWhy(lease) : null
-    if (orphan) orphans[node.id] = orphan
-    return {
-      id: node.id,
-      directive: node.directive,
-      status: node.status,
-      state: report.state?.value ?? null,
-      // What its last checkpoint says the runtime runs for it (a model call, which tool …).
-      step: report.state ? stepOfSnapshot(report.state as Parameters<typeof stepOfSnapshot>[0]) : null,
-      usage: context?.usage ?? null,
-      limits: context?.limits ?? null,
-      // As rt.budget gives it: the page shows what its children spent and hold, not only its own cost.
-      budget: budgets.get(node.id) ?? null,
-      retries: context?.retries ?? 0,
-      lastError: context?.lastError ?? null,
-      suspendReason: context?.suspendReason ?? null,
-      result: context?.result ?? null,
-      error: context?.error ?? null,
-      tools: context?.policy.tools ?? null,
-      permissions: context?.policy.permissions ?? null,
-      orphan,
-      heldBy: lease?.state === 'live' ? { owner: lease.owner, pid: lease.pid, host: lease.host } : null,
-      // An answer stays on the page until the runtime acts on it, however often the page refreshes.
-      approvals: openApprovals(dir, node.id, node.status),
-      problems: report.problems,
-    }
-  })
-  return { tree, threads, orphans }
+  return given
 }
 
 async function body(request: http.IncomingMessage): Promise<unknown> {
@@ -120,10 +75,11 @@ async function body(request: http.IncomingMessage): Promise<unknown> {
 /** The Host header a browser sends for the inspector's own URL (127.0.0.1 or localhost, any port). */
 const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
 
-export async function startInspector(options: { dir: string; port?: number }): Promise<Inspector> {
+/** Serves the inspector on 127.0.0.1 until `close()`. What `spindle inspect` runs (without `replies`). */
+export async function serveInspector(options: InspectorOptions): Promise<Inspector> {
   // A page over a directory that is not there would only show errors, once a second.
   assertDataDir(dataPaths(options.dir))
-  const token = randomBytes(16).toString('hex')
+  const token = sessionToken(options.token)
   const expected = Buffer.from(token)
   const authorised = (request: http.IncomingMessage, url: URL): boolean => {
     const given = Buffer.from(url.searchParams.get('token') ?? String(request.headers['x-spindle-token'] ?? ''))
@@ -132,6 +88,7 @@ export async function startInspector(options: { dir: string; port?: number }): P
   let port = 0
   // Laid out once per inspector, on first use: the machine does not change while it runs.
   let chart: Promise<string> | undefined
+  const stream = inspectorStream({ dir: options.dir, pollMs: options.pollMs ?? 500, ...(options.replies ? { replies: options.replies } : {}) })
   const server = http.createServer(async (request, response) => {
     const send = (status: number, value: unknown, type = 'application/json'): void => {
       response.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' })
@@ -154,16 +111,20 @@ export async function startInspector(options: { dir: string; port?: number }): P
       return send(403, { error: 'FORBIDDEN', message: `Requests from ${origin} may not change anything here.` })
     }
     try {
-      if (request.method === 'GET' && url.pathname === '/') return send(200, inspectorPage(token), 'text/html; charset=utf-8')
+      if (request.method === 'GET' && url.pathname === '/') return send(200, inspectorPage(token, dataPaths(options.dir).root), 'text/html; charset=utf-8')
       if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(options.dir))
+      if (request.method === 'GET' && url.pathname === '/events') return stream.attach(request, response)
       if (request.method === 'GET' && url.pathname === '/api/statechart') {
-        chart ??= statechartSvg(threadMachine)
+        // Loaded on first use: the layout engine is large, and `import 'spindle'` brings this module in.
+        chart ??= import('./statechartSvg.js').then(({ statechartSvg }) => statechartSvg(threadMachine))
+        const { visualizations } = await import('./visualize.js')
         return send(200, { svg: await chart, mermaid: visualizations()['thread.machine.mmd'] })
       }
-      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|rejected|approve|deny|answer)$/.exec(url.pathname)
+      const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|conversation|rejected|approve|deny|answer|cancel|resume)$/.exec(url.pathname)
       if (match) {
         const [, id, what] = match as unknown as [string, string, string]
         if (request.method === 'GET' && what === 'transcript') return send(200, threadLog(options.dir, id).entries.slice(-200))
+        if (request.method === 'GET' && what === 'conversation') return send(200, conversationOf(threadLog(options.dir, id).entries))
         if (request.method === 'GET' && what === 'rejected') {
           // An unknown thread is refused (404) as for its transcript.
           withRegistry(options.dir, (registry) => recordOf(registry, options.dir, id))
@@ -181,6 +142,11 @@ export async function startInspector(options: { dir: string; port?: number }): P
           const { reason } = (await body(request)) as { reason?: string }
           return send(200, denyThread(options.dir, id, reason, 'spindle inspect'))
         }
+        if (request.method === 'POST' && what === 'cancel') {
+          const { reason } = (await body(request)) as { reason?: string }
+          return send(200, cancelThread(options.dir, id, reason || 'cancelled from spindle inspect', 'spindle inspect'))
+        }
+        if (request.method === 'POST' && what === 'resume') return send(200, resumeThread(options.dir, id, 'spindle inspect'))
       }
       send(404, { error: 'NOT_FOUND', message: `${request.method} ${url.pathname} is not part of the inspector.` })
     } catch (error) {
@@ -196,6 +162,14 @@ export async function startInspector(options: { dir: string; port?: number }): P
   return {
     url: `http://127.0.0.1:${port}/?token=${token}`,
     token,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
+    close: () => {
+      // Open event streams would keep server.close waiting for ever.
+      stream.close()
+      server.closeAllConnections()
+      return new Promise((resolve) => server.close(() => resolve()))
+    },
   }
 }
+
+/** The name the tests and the CLI knew it by. */
+export const startInspector = serveInspector

@@ -6,7 +6,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { afterEach, describe, expect, it, onTestFinished } from 'vitest'
 import { startInspector } from '../../src/operator/inspector.js'
-import type { Inspector } from '../../src/operator/inspector.js'
+import type { Inspector, ReplyDelta } from '../../src/operator/inspector.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 
 let inspector: Inspector | null = null
@@ -54,6 +54,97 @@ describe('spindle inspect', () => {
     const again = await fetch(`${base}api/overview`, { headers })
     expect(((await again.json()) as { threads: Array<{ id: string; status: string }> }).threads[0]).toMatchObject({ id, status: 'completed' })
     expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/approve`, { method: 'POST', headers, body: '{}' })).status).toBe(404)
+  })
+
+  it('should refuse the events channel without the session token, and with it push the overview at once', async () => {
+    const dir = tempDir('spindle-inspect-events')
+    const id = host(dir, 'limit')
+    inspector = await startInspector({ dir })
+    const base = inspector.url.split('?')[0]!
+    expect((await fetch(`${base}events`)).status).toBe(403)
+    expect((await fetch(`${base}events?token=${'0'.repeat(32)}`)).status).toBe(403)
+    const events = await fetch(`${base}events?token=${inspector.token}`)
+    expect(events.status).toBe(200)
+    expect(events.headers.get('content-type')).toBe('text/event-stream; charset=utf-8')
+    const reader = events.body!.getReader()
+    let text = ''
+    while (!text.includes('event: overview\ndata: ') || !text.slice(text.indexOf('event: overview')).includes('\n\n')) text += new TextDecoder().decode((await reader.read()).value)
+    const data = text.slice(text.indexOf('event: overview\ndata: ') + 'event: overview\ndata: '.length).split('\n')[0]!
+    const pushed = JSON.parse(data) as { threads: Array<{ id: string; status: string; statePaths: string[][] }>; changed: string[] }
+    expect(pushed.threads).toEqual([expect.objectContaining({ id, status: 'suspended', statePaths: [['suspended']] })])
+    expect(pushed.changed).toEqual([id])
+    await reader.cancel()
+  })
+
+  it('should give a page that connects half way through a reply what streamed of it so far, then each delta as it comes', async () => {
+    const dir = tempDir('spindle-inspect-deltas')
+    host(dir, 'limit')
+    const listeners = new Set<(delta: ReplyDelta) => void>()
+    const push = (delta: ReplyDelta) => listeners.forEach((listener) => listener(delta))
+    inspector = await startInspector({ dir, replies: (listener) => (listeners.add(listener), () => listeners.delete(listener)) })
+    const at = { threadId: 'capped-aaaaaaaaaaaa', turn: 3, attempt: 1 }
+    push({ type: 'text', ...at, text: 'Hel' })
+    push({ type: 'text', ...at, text: 'lo' })
+    push({ type: 'tool_call', ...at, callId: 'c9', toolName: 'noop' })
+    push({ type: 'tool_input', ...at, callId: 'c9', text: '{"a":' })
+    push({ type: 'tool_input', ...at, callId: 'c9', text: '1}' })
+    // Another thread's reply, recorded already: nothing of it is left to show.
+    push({ type: 'text', threadId: 'other-aaaaaaaaaaaa', turn: 1, attempt: 1, text: 'gone' })
+    push({ type: 'reply_recorded', threadId: 'other-aaaaaaaaaaaa', turn: 1, attempt: 1 })
+    const events = await fetch(`${inspector.url.split('?')[0]!}events?token=${inspector.token}`)
+    const reader = events.body!.getReader()
+    const replies: unknown[] = []
+    let text = ''
+    const more = async () => {
+      text += new TextDecoder().decode((await reader.read()).value)
+      for (let end = text.indexOf('\n\n'); end >= 0; end = text.indexOf('\n\n')) {
+        const block = text.slice(0, end)
+        text = text.slice(end + 2)
+        if (block.startsWith('event: reply\n')) replies.push(JSON.parse(block.slice('event: reply\ndata: '.length)))
+      }
+    }
+    while (replies.length < 3) await more()
+    expect(replies).toEqual([
+      { type: 'text', ...at, text: 'Hello' },
+      { type: 'tool_call', ...at, callId: 'c9', toolName: 'noop' },
+      { type: 'tool_input', ...at, callId: 'c9', text: '{"a":1}' },
+    ])
+    push({ type: 'reply_discarded', ...at, reason: 'connection reset' })
+    while (replies.length < 4) await more()
+    expect(replies[3]).toEqual({ type: 'reply_discarded', ...at, reason: 'connection reset' })
+    await reader.cancel()
+  })
+
+  it('should refuse a session token that is not 32 to 128 hexadecimal digits, and serve with one that is', async () => {
+    const dir = tempDir('spindle-inspect-token')
+    host(dir, 'limit')
+    await expect(startInspector({ dir, token: 'secret' })).rejects.toMatchObject({ code: 'INVALID_OPTIONS', message: expect.stringContaining('token must be 32 to 128 hexadecimal digits (got 6 characters)') })
+    inspector = await startInspector({ dir, token: 'c0ffee'.repeat(6) })
+    expect(inspector.url).toMatch(new RegExp(`\\?token=${'c0ffee'.repeat(6)}$`))
+    expect((await fetch(`${inspector.url.split('?')[0]!}api/overview`, { headers: { 'x-spindle-token': 'c0ffee'.repeat(6) } })).status).toBe(200)
+  })
+
+  it("should give a thread's conversation: the task, each reply with its turn, each recorded time", async () => {
+    const dir = tempDir('spindle-inspect-conversation-api')
+    const id = host(dir, 'limit')
+    inspector = await startInspector({ dir })
+    const base = inspector.url.split('?')[0]!
+    const headers = { 'x-spindle-token': inspector.token }
+    expect((await fetch(`${base}api/threads/${id}/conversation`)).status).toBe(403)
+    const conversation = (await (await fetch(`${base}api/threads/${id}/conversation`, { headers })).json()) as { items: Array<Record<string, unknown>>; omitted: number }
+    expect(conversation.omitted).toBe(0)
+    expect(conversation.items.filter((i) => i.kind !== 'event').map((i) => [i.kind, i.kind === 'assistant' ? i.turn : i.kind === 'tool_call' || i.kind === 'tool_result' ? i.tool : i.text])).toEqual([
+      ['user', 'p'],
+      ['assistant', 1],
+      ['tool_call', 'noop'],
+      ['tool_result', 'noop'],
+      ['assistant', 2],
+      ['tool_call', 'noop'],
+      ['tool_result', 'noop'],
+    ])
+    for (const item of conversation.items) expect(Number.isNaN(Date.parse(item.at as string))).toBe(false)
+    expect(conversation.items.at(-1)).toMatchObject({ kind: 'event', type: 'LIMIT_DECIDED', text: 'limit reached: escalate (proposed 4)' })
+    expect((await fetch(`${base}api/threads/nobody-aaaaaaaaaaaa/conversation`, { headers })).status).toBe(404)
   })
 
   it('should give each thread its budget as rt.budget does, and its retries with the last error category', async () => {

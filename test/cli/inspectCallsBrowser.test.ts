@@ -5,7 +5,7 @@
  * on the page, nothing sent) and approves, and picks one of the question's choices; the page writes
  * the response files through its token-checked endpoints, and once a runtime opens the directory
  * the tool has run with the edited input and the model has the answer. A screenshot of the page
- * is kept (its path is printed) to look at.
+ * is kept under artifacts/inspector/ to look at.
  */
 import fs from 'node:fs'
 import path from 'node:path'
@@ -14,7 +14,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Inspector } from '../../src/operator/inspector.js'
 import { startInspector } from '../../src/operator/inspector.js'
 import { CHOICES, QUESTION, carryOn, pausedAtCall } from '../helpers/callThreads.js'
-import { launchChromium } from '../helpers/chromium.js'
+import { launchChromium, screenshotPath } from '../helpers/chromium.js'
+import { readThreadFiles } from '../../src/operator/inspectThread.js'
 import { tempDir } from '../helpers/dirs.js'
 
 function response(dir: string, id: string, requestId: string): unknown {
@@ -35,7 +36,7 @@ describe('spindle inspect at tool calls (headless Chromium)', () => {
     ask = await pausedAtCall(dir, 'ask')
     inspector = await startInspector({ dir })
     browser = await launchChromium()
-    page = await browser.newPage({ viewport: { width: 1280, height: 900 } })
+    page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
     await page.goto(inspector.url)
   }, 60_000)
   afterAll(async () => {
@@ -54,9 +55,8 @@ describe('spindle inspect at tool calls (headless Chromium)', () => {
     expect(await card(ask).locator('.asked').textContent()).toBe(QUESTION)
     expect(await card(ask).locator('button.choice').allTextContents()).toEqual(CHOICES)
     await card(ask).locator('input.answer-text').waitFor()
-    const shot = path.join(tempDir('spindle-inspect-calls-shot'), 'waiting.png')
-    await page.screenshot({ path: shot, fullPage: true })
-    console.log(`screenshot of the page: ${shot}`)
+    const shot = screenshotPath('waiting')
+    await page.screenshot({ path: shot })
     expect(fs.statSync(shot).size).toBeGreaterThan(0)
   })
 
@@ -88,6 +88,10 @@ describe('spindle inspect at tool calls (headless Chromium)', () => {
   it('should show both threads completed once a runtime acted on the answers: the tool ran with the edited input, the model has the answer', async () => {
     const { threads, runs } = await carryOn(dir)
     expect(runs).toEqual([{ env: 'staging' }])
+    // The transcript records the decision with the input the person gave, and the tool's result from it.
+    const recorded = readThreadFiles(dir, ship.id).entries
+    expect(recorded.find((e) => e.type === 'CALL_DECIDED')?.data).toMatchObject({ decision: 'approved', input: { env: 'staging' }, by: 'spindle inspect' })
+    expect(recorded.find((e) => e.type === 'TOOL_DONE')?.data).toMatchObject({ callId: 'c1', ok: true, output: 'deployed to staging' })
     expect(threads).toEqual(
       expect.arrayContaining([
         { id: ship.id, status: 'completed', result: 'told: deployed to staging' },
@@ -97,5 +101,10 @@ describe('spindle inspect at tool calls (headless Chromium)', () => {
     await page.locator(`.node[data-id="${ship.id}"] .st.completed`).waitFor({ timeout: 10_000 })
     await page.locator(`.node[data-id="${ask.id}"] .st.completed`).waitFor({ timeout: 10_000 })
     expect(await page.locator('#waiting').textContent()).toBe('Nothing waits for a person.')
+    // The conversation of the call approved with other input, as the page shows it.
+    await page.locator(`.node[data-id="${ship.id}"]`).click()
+    await page.locator('#conversation .event', { hasText: 'approved with edited input by spindle inspect' }).waitFor()
+    expect(await page.locator('#conversation .msg.tool_result pre').textContent()).toBe('deployed to staging')
+    await page.screenshot({ path: screenshotPath('approved-with-edited-input'), fullPage: true })
   })
 })

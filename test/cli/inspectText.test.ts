@@ -1,6 +1,6 @@
 /**
- * The inspector shows text as it was written (issue 22), in headless Chromium: a long transcript
- * line is cut by characters before it is escaped — no half entity (`{&qu`), no half emoji — and the
+ * The inspector shows text as it was written (issue 22), in headless Chromium: a long line of the
+ * raw transcript is cut by characters before it is escaped — no half entity (`{&qu`), no half emoji — and the
  * cut is marked; an approval message keeps its line breaks.
  */
 import { spawnSync } from 'node:child_process'
@@ -48,8 +48,11 @@ describe('spindle inspect, text as written (headless Chromium)', () => {
 
   async function open(id: string): Promise<void> {
     await page.locator(`.node[data-id="${id}"]`).click()
-    await page.locator('#detail h2', { hasText: id }).waitFor()
-    await page.locator('#detail h3', { hasText: 'transcript' }).waitFor()
+    await page.locator('#detail .title .id', { hasText: id }).waitFor()
+    // The raw transcript is on demand, below the conversation.
+    const raw = page.locator('#raw-details')
+    if ((await raw.getAttribute('open')) === null) await raw.locator('summary').click()
+    await page.locator('#raw table.raw').waitFor()
   }
 
   it('should cut a long transcript line by characters before escaping it, and mark the cut', async () => {
@@ -59,7 +62,7 @@ describe('spindle inspect, text as written (headless Chromium)', () => {
     expect(text.slice(0, CUT).join('')).toContain('\\"\\"')
     expect(text[CUT - 1]).toBe('😀')
     await open(quoting)
-    const cell = page.locator('#detail tr', { has: page.locator(`td:text-is("${long.seq}")`) }).locator('pre')
+    const cell = page.locator('#raw tr', { has: page.locator(`td:text-is("${long.seq}")`) }).locator('pre')
     const shown = await cell.evaluate((pre: any) => ({
       text: [...pre.childNodes].filter((n: any) => n.nodeType === 3).map((n: any) => n.data).join(''),
       mark: pre.querySelector('.cut')?.textContent ?? null,
@@ -71,9 +74,16 @@ describe('spindle inspect, text as written (headless Chromium)', () => {
   it('should show a transcript line under the limit whole and unmarked', async () => {
     const short = threadLog(dir, quoting).entries.find((e) => JSON.stringify(e.data).length < 100)!
     await open(quoting)
-    const cell = page.locator('#detail tr', { has: page.locator(`td:text-is("${short.seq}")`) }).locator('pre')
+    const cell = page.locator('#raw tr', { has: page.locator(`td:text-is("${short.seq}")`) }).locator('pre')
     expect(await cell.textContent()).toBe(JSON.stringify(short.data))
     expect(await cell.locator('.cut').count()).toBe(0)
+  })
+
+  it("should show a reply whole in the conversation, its one-line preview cut by characters", async () => {
+    await open(quoting)
+    const reply = page.locator('#conversation .msg.assistant')
+    expect(await reply.locator('.text').textContent()).toBe(`${'"'.repeat(150)}${'😀'.repeat(300)}`)
+    expect(await reply.locator('.preview').textContent()).toBe(`${'"'.repeat(150)}${'😀'.repeat(10)}…`)
   })
 
   it('should show an approval message with its line breaks', async () => {

@@ -4,6 +4,8 @@
  */
 import fs from 'node:fs'
 import { createRequire } from 'node:module'
+import path from 'node:path'
+import { fileURLToPath } from 'node:url'
 import type { Browser } from 'playwright-core'
 import { chromium } from 'playwright-core'
 
@@ -24,4 +26,15 @@ export async function launchChromium(): Promise<Browser> {
 /** Mermaid's self-contained browser bundle, from node_modules (a devDependency). */
 export function mermaidBundle(): string {
   return createRequire(import.meta.url).resolve('mermaid/dist/mermaid.min.js')
+}
+
+/**
+ * Where the browser tests keep their screenshots: `artifacts/inspector/` at the repository root
+ * (CI keeps the folder as a build artifact; SPINDLE_ARTIFACTS moves it). Made on first use.
+ */
+export function screenshotPath(name: string): string {
+  const root = process.env.SPINDLE_ARTIFACTS ?? path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../artifacts')
+  const folder = path.join(root, 'inspector')
+  fs.mkdirSync(folder, { recursive: true })
+  return path.join(folder, `${name}.png`)
 }

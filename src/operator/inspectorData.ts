@@ -1,0 +1,149 @@
+/**
+ * What the inspector page shows of a data directory, as JSON: the thread tree, and for each thread
+ * its status, the step its checkpoint says it is at, cost against limits and budget, where it sits
+ * in the statechart (its state path and the transitions out of it), what waits for a person, and
+ * the cancel or resume requests written for it that no runtime has taken yet. Reads only.
+ */
+import fs from 'node:fs'
+import { describeError } from '../base/errors.js'
+import type { ThreadContext } from '../../machines/threadContext.js'
+import { threadMachine } from '../../machines/thread.machine.js'
+import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
+import { dataPaths } from '../../persistence/paths.js'
+import { cancelFile, resumeFile } from '../../persistence/requestFiles.js'
+import { orphanWhy, threadTree } from './operatorActions.js'
+import type { TreeNode } from './operatorActions.js'
+import { isActive } from '../thread/threadStatus.js'
+import { stepOfSnapshot } from '../thread/threadView.js'
+import { locks } from './locks.js'
+import { approvalAnswer, openApprovalRequest } from '../thread/requests.js'
+import { readBudgets } from './budgetFigures.js'
+import type { BudgetView } from '../runtime/budgetView.js'
+import { transitionsOf } from './machineShape.js'
+import type { NodeLike } from './machineShape.js'
+
+function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
+  for (const node of nodes) {
+    out.push(node)
+    flatten(node.children, out)
+  }
+  return out
+}
+
+/** The approval request a thread waits at, with the answer given to it if any (a list: the page loops). */
+function openApprovals(dir: string, id: string, status: TreeNode['status']) {
+  const open = status === 'suspended' ? openApprovalRequest(dir, id, status) : null
+  return open ? [{ ...open, answer: approvalAnswer(dir, id, open.id) }] : []
+}
+
+/** Each active leaf of a state value as its path of keys: `{ running: 'callingModel' }` → [['running', 'callingModel']]. */
+export function statePaths(value: unknown, prefix: string[] = []): string[][] {
+  if (typeof value === 'string') return [[...prefix, value]]
+  if (value === null || typeof value !== 'object') return []
+  return Object.entries(value).flatMap(([key, inner]) => statePaths(inner, [...prefix, key]))
+}
+
+/**
+ * The transitions out of the state at `path` and out of the states around it (an event its
+ * parent handles leaves it too): what the folded statechart shows beside the current state.
+ */
+export function transitionsFrom(path: readonly string[]): Array<{ event: string; target: string }> {
+  const prefix = `${threadMachine.id}.`
+  const seen = new Set<string>()
+  const out: Array<{ event: string; target: string }> = []
+  let node = threadMachine.root as unknown as NodeLike
+  const chain: NodeLike[] = []
+  for (const key of path) {
+    const next = node.states[key]
+    if (!next) break
+    chain.push(next)
+    node = next
+  }
+  // The innermost state's own transitions first: they are the likeliest next step.
+  for (const state of chain.reverse()) {
+    for (const { event, target } of transitionsOf(state)) {
+      const name = target.startsWith(prefix) ? target.slice(prefix.length) : target
+      const key = `${event}>${name}`
+      if (seen.has(key)) continue
+      seen.add(key)
+      out.push({ event, target: name })
+    }
+  }
+  return out
+}
+
+/** What the page shows, as JSON: the overview the events channel pushes whenever it changes. */
+export function overview(dir: string) {
+  const tree = threadTree(dir)
+  const paths = dataPaths(dir)
+  const leases = new Map(locks(dir).locks.map((l) => [l.threadId, l]))
+  const orphans: Record<string, string> = {}
+  // Every poll, for every thread: the registry (read once, above) and each state.json, never the
+  // transcripts — the selected thread's conversation is fetched on its own when it grows.
+  const checkpoints = createFileCheckpointStore({ paths, durability: 'process' })
+  const nodes = flatten(tree)
+  let budgets: Map<string, BudgetView> = new Map()
+  const ledgerProblems: Array<{ code: string; message: string }> = []
+  try {
+    budgets = readBudgets(dir, nodes.map((n) => n.id))
+  } catch (error) {
+    ledgerProblems.push(describeError(error))
+  }
+  const threads = nodes.map((node) => {
+    const report: { state: { value: unknown; context: ThreadContext } | null; seq: number; problems: Array<{ code: string; message: string }> } = { state: null, seq: 0, problems: [...ledgerProblems] }
+    try {
+      const envelope = checkpoints.load(node.id)
+      if (envelope) {
+        report.state = envelope.snapshot as { value: unknown; context: ThreadContext }
+        report.seq = envelope.transcript.seq
+      }
+    } catch (error) {
+      report.problems.push(describeError(error))
+    }
+    const context = report.state?.context
+    const lease = leases.get(node.id)
+    // A thread the registry calls running that no live process holds must not look alive.
+    const orphan = isActive(node.status) ? orphanWhy(lease) : null
+    if (orphan) orphans[node.id] = orphan
+    const approvals = openApprovals(dir, node.id, node.status)
+    const active = statePaths(report.state?.value ?? null)
+    return {
+      id: node.id,
+      directive: node.directive,
+      status: node.status,
+      state: report.state?.value ?? null,
+      // The transcript entry its checkpoint is at: when it moves, the page reads the conversation again.
+      seq: report.seq,
+      statePaths: active,
+      next: active.length === 1 ? transitionsFrom(active[0]!) : [],
+      // What its last checkpoint says the runtime runs for it (a model call, which tool …).
+      step: report.state ? stepOfSnapshot(report.state as Parameters<typeof stepOfSnapshot>[0]) : null,
+      usage: context?.usage ?? null,
+      limits: context?.limits ?? null,
+      // As rt.budget gives it: the page shows what its children spent and hold, not only its own cost.
+      budget: budgets.get(node.id) ?? null,
+      retries: context?.retries ?? 0,
+      lastError: context?.lastError ?? null,
+      suspendReason: context?.suspendReason ?? null,
+      result: context?.result ?? null,
+      error: context?.error ?? null,
+      tools: context?.policy.tools ?? null,
+      permissions: context?.policy.permissions ?? null,
+      orphan,
+      heldBy: lease?.state === 'live' ? { owner: lease.owner, pid: lease.pid, host: lease.host } : null,
+      // An answer stays on the page until the runtime acts on it, however often the page is updated.
+      approvals,
+      // A suspended thread at no approval (an error, a budget, a crash loop) moves on only by a resume.
+      resumable: node.status === 'suspended' && approvals.length === 0,
+      // Written and not yet taken by a runtime: the page says so instead of offering the button again.
+      requested: {
+        cancel: isActive(node.status) || node.status === 'suspended' ? fs.existsSync(cancelFile(paths, node.id)) : false,
+        resume: node.status === 'suspended' ? fs.existsSync(resumeFile(paths, node.id)) : false,
+      },
+      problems: report.problems,
+    }
+  })
+  return { tree, threads, orphans }
+}
+
+export type Overview = ReturnType<typeof overview>
