@@ -58,7 +58,7 @@ export type { ThreadContext, ThreadDirective, Usage, LimitHit, SuspendReason, Pe
 export { replayTranscript, SPAWN_ENTRY } from './thread/replay.js'
 export type { ReplayOptions, ReplayResult } from './thread/replay.js'
 export { serveInspector } from './operator/inspector.js'
-export type { Inspector, InspectorOptions, ReplyDelta, ReplySource } from './operator/inspector.js'
+export type { Inspector, InspectorOptions, ReplySource } from './operator/inspector.js'
 export { readThreadFiles, verifyReplay } from './operator/inspectThread.js'
 export type { ThreadFiles, ReplayCheck } from './operator/inspectThread.js'
 

@@ -8,6 +8,7 @@
 import type http from 'node:http'
 import { describeError } from '../base/errors.js'
 import { overview } from './inspectorData.js'
+import type { ReplyDelta } from '../../actors/replyDelta.js'
 
 /**
  * A piece of a model reply as it streams, for the page to show before the reply is recorded.
@@ -16,7 +17,8 @@ import { overview } from './inspectorData.js'
  * the transcript, the page shows it from there; `reply_discarded`: the stream broke (`reason`), what
  * was streamed of this attempt is not the reply.
  */
-export interface ReplyDelta {
+/** What the page keeps of a delta: the runtime's `ReplyDelta`, its text joined as it arrives. */
+interface StreamedPiece {
   type: 'text' | 'tool_call' | 'tool_input' | 'reply_recorded' | 'reply_discarded'
   threadId: string
   turn: number
@@ -29,6 +31,7 @@ export interface ReplyDelta {
 
 /** Subscribes a listener to a runtime's reply deltas and returns how to unsubscribe (e.g. `rt.onReply`). */
 export type ReplySource = (listener: (delta: ReplyDelta) => void) => () => void
+export type { ReplyDelta }
 
 export interface InspectorStream {
   /** Takes over a GET /events response: it stays open, receiving every push, until the page goes. */
@@ -40,7 +43,7 @@ const frame = (event: string, data: unknown): string => `event: ${event}\ndata: 
 
 /** Per thread, what has streamed of the reply in flight, so a page opened half way sees it from its start. */
 function partials() {
-  const open = new Map<string, ReplyDelta[]>()
+  const open = new Map<string, StreamedPiece[]>()
   return {
     add(delta: ReplyDelta): void {
       if (delta.type === 'reply_recorded' || delta.type === 'reply_discarded') {
@@ -51,10 +54,10 @@ function partials() {
       if (!kept || kept[0]!.turn !== delta.turn || kept[0]!.attempt !== delta.attempt) open.set(delta.threadId, (kept = []))
       const last = kept.at(-1)
       // Text arrives a few characters at a time: kept as one delta, so the buffer grows with the reply, not with its chunks.
-      if (last && last.type === delta.type && delta.type !== 'tool_call' && last.callId === delta.callId) last.text = (last.text ?? '') + (delta.text ?? '')
+      if (last && last.type === delta.type && delta.type !== 'tool_call' && last.callId === ('callId' in delta ? delta.callId : undefined)) last.text = (last.text ?? '') + delta.text
       else kept.push({ ...delta })
     },
-    all: (): ReplyDelta[] => [...open.values()].flat(),
+    all: (): StreamedPiece[] => [...open.values()].flat(),
   }
 }
 

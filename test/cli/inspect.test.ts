@@ -109,9 +109,9 @@ describe('spindle inspect', () => {
       { type: 'tool_call', ...at, callId: 'c9', toolName: 'noop' },
       { type: 'tool_input', ...at, callId: 'c9', text: '{"a":1}' },
     ])
-    push({ type: 'reply_discarded', ...at, reason: 'connection reset' })
+    push({ type: 'reply_discarded', ...at, reason: 'failed', category: 'transient' })
     while (replies.length < 4) await more()
-    expect(replies[3]).toEqual({ type: 'reply_discarded', ...at, reason: 'connection reset' })
+    expect(replies[3]).toEqual({ type: 'reply_discarded', ...at, reason: 'failed', category: 'transient' })
     await reader.cancel()
   })
 
