@@ -10,9 +10,8 @@ import { spawnSync } from 'node:child_process'
 import type { Page } from 'playwright-core'
 import { describe, expect, it } from 'vitest'
 import { createRuntime } from '../../src/index.js'
-import type { ModelAdapter, ModelRequest } from '../../src/index.js'
+import type { ModelAdapter } from '../../src/index.js'
 import { serveInspector } from '../../src/operator/inspector.js'
-import type { ReplyDelta } from '../../src/operator/inspector.js'
 import { readThreadFiles } from '../../src/operator/inspectThread.js'
 import { pausedAtCall, carryOn } from '../helpers/callThreads.js'
 import { launchChromium, screenshotPath } from '../helpers/chromium.js'
@@ -182,45 +181,39 @@ describe('spindle inspect, live (headless Chromium)', () => {
     }
   }, 60_000)
 
-  it('should show a reply as it streams from the in-process source, then the recorded reply in its place', async () => {
+  it('should show a reply as it streams from the runtime in the same process, then the recorded reply in its place', async () => {
     const dir = tempDir('spindle-inspect-stream')
-    // The runtime's model waits at a gate the test opens, so the stream can be looked at before the reply is recorded.
-    let called!: (request: ModelRequest) => void
-    const calling = new Promise<ModelRequest>((resolve) => (called = resolve))
+    // The model streams the start of its reply, then waits at a gate the test opens, so the page
+    // can be looked at before the reply is recorded.
+    let streamed!: () => void
+    const halfWay = new Promise<void>((resolve) => (streamed = resolve))
     let open!: () => void
     const gate = new Promise<void>((resolve) => (open = resolve))
     const model: ModelAdapter = {
       name: 'gated',
       generate: async (request) => {
-        called(request)
+        if (request.streaming) {
+          request.emit?.({ type: 'text', text: 'Hello' })
+          request.emit?.({ type: 'text', text: ', wor' })
+        }
+        streamed()
         await gate
+        request.emit?.({ type: 'text', text: 'ld.' })
         return { text: 'Hello, world.', toolCalls: [], usage: { inputTokens: 4, outputTokens: 3 } }
       },
     }
-    const listeners = new Set<(delta: ReplyDelta) => void>()
-    const push = (delta: ReplyDelta) => {
-      for (const listener of listeners) listener(delta)
-    }
     const rt = await createRuntime({ dir, model })
-    const inspector = await serveInspector({
-      dir,
-      replies: (listener) => {
-        listeners.add(listener)
-        return () => listeners.delete(listener)
-      },
-    })
+    const inspector = await serveInspector({ dir, replies: (listener) => rt.onReply(listener) })
     const browser = await launchChromium()
     try {
       const thread = await rt.spawn({ directive: { name: 'greet', prompt: 'Say hello', instructions: 'You are terse.' } })
-      const request = await calling
+      await halfWay
       const page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
       await page.goto(inspector.url)
       await page.locator(`.node[data-id="${thread.id}"]`).click()
       await page.locator('#conversation .msg.system').waitFor()
       await mark(page)
-      const at = { threadId: thread.id, turn: request.turn, attempt: request.attempt }
-      push({ type: 'text', ...at, text: 'Hello' })
-      push({ type: 'text', ...at, text: ', wor' })
+      // The page opened after the first pieces streamed: it is shown them from the start.
       const streaming = page.locator('#streaming .msg.assistant.streaming .text')
       await streaming.filter({ hasText: 'Hello, wor' }).waitFor()
       expect(await streaming.textContent()).toBe('Hello, wor')
@@ -228,7 +221,6 @@ describe('spindle inspect, live (headless Chromium)', () => {
 
       open()
       await thread.done
-      push({ type: 'reply_recorded', ...at })
       await page.locator('#conversation .msg.assistant .text', { hasText: 'Hello, world.' }).waitFor({ timeout: 10_000 })
       await page.locator('#streaming .msg').waitFor({ state: 'detached' })
       expect(await page.locator('#conversation .msg .role').allTextContents()).toEqual(['instructions', 'user', 'assistant'])
