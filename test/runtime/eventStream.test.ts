@@ -11,7 +11,7 @@ import { spawn, spawnSync } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createRuntime, scriptedModel } from '../../src/index.js'
+import { askHuman, createRuntime, scriptedModel } from '../../src/index.js'
 import type { ModelAdapter, Runtime, ThreadStreamEvent } from '../../src/index.js'
 import { compiled, tempDir } from '../helpers/dirs.js'
 import { alive } from '../helpers/processes.js'
@@ -260,6 +260,52 @@ describe('rt.events when a limit is denied', () => {
       await stream.return?.()
       expect(read.map((e) => e.type)).toEqual(['thread.denied', 'thread.cancelled'])
       expect(read[0]).toMatchObject({ kind: 'limit', by: 'lead', reason: 'enough counting' })
+    } finally {
+      await rt.close()
+    }
+  })
+})
+
+describe('rt.events when nobody decides before a deadline', () => {
+  it('should tell a tool approval denied by its deadline, then the thread going on to its end', async () => {
+    const dir = tempDir('spindle-events-deadline-approval')
+    const rt = await createRuntime({
+      dir,
+      model: model({ answers: true }),
+      tools: tools(),
+      userConfig: null,
+      shutdownSignals: [],
+      durability: 'process',
+      config: { ...fast, approvals: { timeoutSeconds: 1, onTimeout: 'deny' } },
+    })
+    try {
+      const stream = rt.events({ types: ['thread.approval_pending', 'thread.denied', 'thread.completed'] })
+      const thread = await rt.spawn({ directive: { name: 'ship', prompt: 'Ship it' } })
+      const read = await readUntil(stream, ended(thread.id))
+      await stream.return?.()
+      expect(read.map((e) => e.type)).toEqual(['thread.approval_pending', 'thread.denied', 'thread.completed'])
+      const pending = read[0] as Extract<ThreadStreamEvent, { type: 'thread.approval_pending' }>
+      expect(pending).toMatchObject({ kind: 'tool', tool: 'deploy', input: { env: 'production' } })
+      expect(pending.deadlineAt).toBeGreaterThan(pending.at)
+      expect(read[1]).toMatchObject({ kind: 'tool', tool: 'deploy', by: 'deadline', requestId: pending.requestId })
+      expect((await rt.get(thread.id).done).result).toContain('TOOL_DENIED')
+    } finally {
+      await rt.close()
+    }
+  })
+
+  it('should tell a question that timed out as answered with timedOut and no answer', async () => {
+    const dir = tempDir('spindle-events-deadline-question')
+    const rt = await createRuntime({ dir, model: model({ answers: true }), tools: [askHuman({ deadlineMs: 300 })], userConfig: null, shutdownSignals: [], durability: 'process', config: fast })
+    try {
+      const stream = rt.events({ types: ['thread.question_pending', 'thread.answered', 'thread.completed'] })
+      const thread = await rt.spawn({ directive: { name: 'ask', prompt: 'Ask when' } })
+      const read = await readUntil(stream, ended(thread.id))
+      await stream.return?.()
+      expect(read.map((e) => e.type)).toEqual(['thread.question_pending', 'thread.answered', 'thread.completed'])
+      expect(read[1]).toMatchObject({ tool: 'ask_human', by: 'deadline', timedOut: true })
+      expect(read[1]).not.toHaveProperty('answer')
+      expect((await rt.get(thread.id).done).result).toContain('WAIT_TIMED_OUT')
     } finally {
       await rt.close()
     }
