@@ -269,20 +269,23 @@ export class Tracing implements EffectTracing {
   }
 }
 
-class ModelSpan implements ModelCallTrace {
-  private ended = false
+/** What a model call's and a tool call's spans share: the span, its context, and ending once. */
+abstract class CallSpan {
+  protected ended = false
 
   constructor(
-    private readonly api: Api,
-    private readonly span: Span,
+    protected readonly api: Api,
+    protected readonly span: Span,
     private readonly ctx: Context,
-    private readonly recordContent: boolean,
+    protected readonly recordContent: boolean,
   ) {}
 
   within<T>(body: () => T): T {
     return this.api.context.with(this.ctx, body)
   }
+}
 
+class ModelSpan extends CallSpan implements ModelCallTrace {
   replied(reply: ModelResponse): void {
     if (this.ended) return
     const span = this.span
@@ -313,20 +316,7 @@ class ModelSpan implements ModelCallTrace {
   }
 }
 
-class ToolSpan implements ToolCallTrace {
-  private ended = false
-
-  constructor(
-    private readonly api: Api,
-    private readonly span: Span,
-    private readonly ctx: Context,
-    private readonly recordContent: boolean,
-  ) {}
-
-  within<T>(body: () => T): T {
-    return this.api.context.with(this.ctx, body)
-  }
-
+class ToolSpan extends CallSpan implements ToolCallTrace {
   end(outcome?: ToolOutcome, paused?: 'approval' | 'wait'): void {
     if (this.ended) return
     this.ended = true
