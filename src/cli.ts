@@ -55,6 +55,8 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   TRANSCRIPT_BEHIND_JOURNAL: 9,
   DATA_DIR_INVALID: 5,
   DATA_DIR_NOT_FOUND: 4,
+  DATABASE_SCHEMA_NEWER: 5,
+  DATABASE_UNAVAILABLE: 9,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']

@@ -66,6 +66,8 @@ export const SPINDLE_ERROR_CODES = [
   'THREAD_ID_TAKEN',
   'OUTPUT_SCHEMA_INVALID',
   'OUTPUT_INVALID',
+  'DATABASE_UNAVAILABLE',
+  'DATABASE_SCHEMA_NEWER',
 ] as const
 
 export type SpindleErrorCode = (typeof SPINDLE_ERROR_CODES)[number]

@@ -1,0 +1,352 @@
+/**
+ * One PostgreSQL connection that the stores can use synchronously, as they use SQLite.
+ *
+ * The store interfaces are synchronous (better-sqlite3 is), and the runtime relies on that: a
+ * registry read or a lease taken is done when the call returns. `pg` is asynchronous, so the
+ * connection lives in a worker thread and a synchronous call posts its statements there and blocks
+ * on an `Atomics.wait` until the worker answers — the same cost model as better-sqlite3, which also
+ * blocks the event loop for its statements. Group-commit rounds use `run`, which does not block:
+ * the worker runs every message in the order it was posted, on its one connection, so an
+ * asynchronous round and the synchronous calls around it never overtake each other.
+ *
+ * The worker reconnects after a lost connection (a server restart, `pg_terminate_backend`): the
+ * statement that found it lost fails with DATABASE_UNAVAILABLE, and so does everything up to the
+ * end of a transaction the lost connection had begun; the next call connects again.
+ */
+import { createRequire } from 'node:module'
+import { pathToFileURL } from 'node:url'
+import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads'
+import { SpindleError } from '../../src/base/errors.js'
+
+/** One statement: its SQL and its parameters ($1, $2 …). Objects are passed as JSON. */
+export interface Statement {
+  sql: string
+  params?: readonly unknown[]
+}
+
+export type Row = Record<string, unknown>
+
+export interface PgBridgeOptions {
+  /** A `postgres://` URL. */
+  url: string
+  /** Every table lives in this schema (created when missing); `public` when not given. */
+  schema?: string
+  /** How long a synchronous call waits for the database before it fails (ms). */
+  timeoutMs?: number
+  /** How long connecting may take before a call fails (ms). */
+  connectTimeoutMs?: number
+  /** Told of each NOTIFY on the channels `listen` named (asynchronously, between calls). */
+  onNotify?: (channel: string, payload: string) => void
+}
+
+interface Reply {
+  id: number
+  rows?: Row[][]
+  counts?: number[]
+  error?: { message: string; code?: string; lost?: boolean }
+  notify?: { channel: string; payload: string }
+}
+
+// Dynamic imports only: an eval worker is a CommonJS script, or a module when the host runs with
+// --input-type=module, and import() works in both.
+const WORKER = `
+(async () => {
+const { workerData } = await import('node:worker_threads')
+const { port, flag, pgUrl, url, schema, connectTimeoutMs, statementTimeoutMs } = workerData
+let pg
+try { pg = (await import(pgUrl)).default } catch (e) {
+  // Every call fails at once with the reason, rather than waiting out its timeout.
+  port.on('message', (m) => { port.postMessage({ id: m.id, error: { message: 'the pg package could not be loaded: ' + e.message } }); Atomics.add(flag, 0, 1); Atomics.notify(flag, 0) })
+  return
+}
+// Milliseconds and counters are int8 columns: numbers here, as SQLite gives them.
+pg.types.setTypeParser(20, (v) => Number(v))
+let client = null
+let connecting = null
+let txLost = false
+let inTx = false
+const channels = new Set()
+function quote(name) { return '"' + String(name).replace(/"/g, '""') + '"' }
+async function connected() {
+  if (client) return client
+  if (connecting) return connecting
+  connecting = (async () => {
+    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, application_name: 'spindle' })
+    c.on('error', () => { if (client === c) { client = null; if (inTx) txLost = true } })
+    c.on('end', () => { if (client === c) { client = null; if (inTx) txLost = true } })
+    c.on('notification', (n) => port.postMessage({ id: 0, notify: { channel: n.channel, payload: n.payload ?? '' } }))
+    try {
+      await c.connect()
+      if (schema) {
+        await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e })
+        await c.query('SET search_path TO ' + quote(schema))
+      }
+      for (const channel of channels) await c.query('LISTEN ' + quote(channel))
+    } catch (e) { c.end().catch(() => {}); throw e }
+    client = c
+    return c
+  })()
+  try { return await connecting } finally { connecting = null }
+}
+function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
+async function handle(m) {
+  if (m.close) { const c = client; client = null; if (c) await c.end().catch(() => {}); return { id: m.id, rows: [], counts: [] } }
+  if (m.listen) { channels.add(m.listen); const c = await connected(); await c.query('LISTEN ' + quote(m.listen)); return { id: m.id, rows: [], counts: [] } }
+  if (m.begin) { txLost = false; inTx = true }
+  if (txLost) {
+    if (m.end) { inTx = false; txLost = false; if (m.rollback) return { id: m.id, rows: [], counts: [] } }
+    throw Object.assign(new Error('the connection to the database was lost in the middle of a transaction; nothing of it was committed'), { lostTx: true })
+  }
+  const c = await connected()
+  const rows = []
+  const counts = []
+  const wrap = m.tx && !m.begin
+  if (wrap) await c.query('BEGIN')
+  try {
+    for (const s of m.ops) {
+      const r = await c.query(s.sql, s.params)
+      rows.push(r.rows ?? [])
+      counts.push(r.rowCount ?? 0)
+    }
+    if (wrap) await c.query('COMMIT')
+  } catch (e) {
+    if (wrap || (inTx && !m.end)) await c.query('ROLLBACK').catch(() => {})
+    if (inTx && !m.end) txLost = true
+    throw e
+  } finally {
+    if (m.end) inTx = false
+  }
+  return { id: m.id, rows, counts }
+}
+let queue = Promise.resolve()
+port.on('message', (m) => {
+  queue = queue.then(async () => {
+    let reply
+    try { reply = await handle(m) } catch (e) {
+      const isLost = e.lostTx === true || lost(e)
+      if (isLost && client) { const c = client; client = null; c.end().catch(() => {}) }
+      reply = { id: m.id, error: { message: String(e && e.message || e), code: e && e.code, lost: isLost } }
+    }
+    port.postMessage(reply)
+    Atomics.add(flag, 0, 1)
+    Atomics.notify(flag, 0)
+  })
+})
+})()
+`
+
+/** A PostgreSQL connection usable synchronously and asynchronously; see the file comment. */
+export class PgBridge {
+  private readonly worker: Worker
+  private readonly port: MessagePort
+  private readonly flag: Int32Array
+  private readonly timeoutMs: number
+  private readonly pending = new Map<number, { resolve: (reply: Reply) => void }>()
+  private nextId = 1
+  private depth = 0
+  private closed = false
+  /** Writes of the open transaction whose results nobody reads: sent with the next statement that is read, or the commit. */
+  private deferred: Statement[] = []
+  readonly url: string
+  readonly schema: string | undefined
+
+  constructor(options: PgBridgeOptions) {
+    this.url = options.url
+    this.schema = options.schema
+    this.timeoutMs = options.timeoutMs ?? 30_000
+    this.flag = new Int32Array(new SharedArrayBuffer(4))
+    const { port1, port2 } = new MessageChannel()
+    this.port = port1
+    const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href
+    this.worker = new Worker(WORKER, {
+      eval: true,
+      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs },
+      transferList: [port2],
+    })
+    this.worker.on('error', () => {})
+    this.worker.unref()
+    const onNotify = options.onNotify
+    port1.on('message', (reply: Reply) => this.dispatch(reply, onNotify))
+    port1.unref()
+  }
+
+  /** Runs statements in order and returns each one's rows, blocking until the database answers. */
+  batchSync(ops: readonly Statement[]): Row[][] {
+    return this.sendSync({ ops: this.withDeferred(ops) }).slice(-ops.length)
+  }
+
+  /** One statement's rows, blocking. */
+  querySync(sql: string, params?: readonly unknown[]): Row[] {
+    return this.batchSync([{ sql, ...(params ? { params } : {}) }])[0]!
+  }
+
+  /** How many rows one statement changed, blocking. */
+  changeSync(sql: string, params?: readonly unknown[]): number {
+    const ops = this.withDeferred([{ sql, ...(params ? { params } : {}) }])
+    const reply = this.postSync({ ops })
+    return reply.counts![reply.counts!.length - 1]!
+  }
+
+  /**
+   * A write whose result nobody reads. Inside `transactionSync` it is sent with the next statement
+   * that is read, or with the commit (one message for many writes); outside, at once.
+   */
+  execSync(sql: string, params?: readonly unknown[]): void {
+    const statement = { sql, ...(params ? { params } : {}) }
+    if (this.depth > 0) this.deferred.push(statement)
+    else this.batchSync([statement])
+  }
+
+  /**
+   * Runs `fn` in one transaction (nested calls run in savepoints): committed when it returns,
+   * rolled back when it throws.
+   */
+  transactionSync<T>(fn: () => T): T {
+    if (this.depth > 0) {
+      const name = `sp${this.depth}`
+      this.deferred.push({ sql: `SAVEPOINT ${name}` })
+      this.depth++
+      try {
+        const value = fn()
+        this.deferred.push({ sql: `RELEASE SAVEPOINT ${name}` })
+        return value
+      } catch (error) {
+        this.deferred.push({ sql: `ROLLBACK TO SAVEPOINT ${name}` })
+        throw error
+      } finally {
+        this.depth--
+      }
+    }
+    this.deferred = []
+    this.depth = 1
+    let begun = false
+    try {
+      this.sendSync({ ops: [{ sql: 'BEGIN' }], begin: true })
+      begun = true
+      const value = fn()
+      this.sendSync({ ops: this.withDeferred([{ sql: 'COMMIT' }]), end: true })
+      return value
+    } catch (error) {
+      this.deferred = []
+      if (begun) {
+        try {
+          this.sendSync({ ops: [{ sql: 'ROLLBACK' }], end: true, rollback: true })
+        } catch {
+          // The connection is gone: so is the transaction.
+        }
+      }
+      throw error
+    } finally {
+      this.depth = 0
+    }
+  }
+
+  /** Runs statements in order without blocking; `tx`: in one transaction. Ordered with every other call. */
+  async run(ops: readonly Statement[], options: { tx?: boolean } = {}): Promise<Row[][]> {
+    if (this.depth > 0) throw new Error('PgBridge.run inside a synchronous transaction')
+    const reply = await this.post({ ops, tx: options.tx === true })
+    if (reply.error) throw this.failure(reply.error, ops)
+    return reply.rows!
+  }
+
+  /** Listens to a NOTIFY channel (again after every reconnect); notifications reach `onNotify`. */
+  listenSync(channel: string): void {
+    this.postSync({ listen: channel })
+  }
+
+  close(): void {
+    if (this.closed) return
+    this.closed = true
+    try {
+      this.sendSync({ close: true }, 5_000)
+    } catch {
+      // Closing regardless: the worker goes with its connection.
+    }
+    void this.worker.terminate()
+    this.port.close()
+  }
+
+  private withDeferred(ops: readonly Statement[]): Statement[] {
+    if (this.deferred.length === 0) return ops as Statement[]
+    const all = [...this.deferred, ...ops]
+    this.deferred = []
+    return all
+  }
+
+  private sendSync(message: Record<string, unknown>, timeoutMs = this.timeoutMs): Row[][] {
+    return this.postSync(message, timeoutMs).rows!
+  }
+
+  private postSync(message: Record<string, unknown>, timeoutMs = this.timeoutMs): Reply {
+    if (this.closed && !message.close) throw new SpindleError('RUNTIME_CLOSED', 'The database connection is closed.')
+    const id = this.nextId++
+    let reply: Reply | undefined
+    this.pending.set(id, { resolve: (r) => (reply = r) })
+    this.port.postMessage({ id, ...message })
+    const deadline = Date.now() + timeoutMs + 1_000
+    while (!reply) {
+      const seen = Atomics.load(this.flag, 0)
+      let received = receiveMessageOnPort(this.port)
+      while (received) {
+        this.dispatch(received.message as Reply)
+        received = receiveMessageOnPort(this.port)
+      }
+      if (reply) break
+      const left = deadline - Date.now()
+      if (left <= 0) {
+        this.pending.delete(id)
+        throw new SpindleError('DATABASE_UNAVAILABLE', `The database at ${redact(this.url)} did not answer within ${Math.round(timeoutMs / 1000)} s. Check that it is running and reachable; spindle tries again.`, {
+          details: { url: redact(this.url) },
+        })
+      }
+      Atomics.wait(this.flag, 0, seen, Math.min(left, 1_000))
+    }
+    const done = reply as Reply
+    if (done.error) throw this.failure(done.error, (message.ops as Statement[] | undefined) ?? [])
+    return done
+  }
+
+  private post(message: Record<string, unknown>): Promise<Reply> {
+    if (this.closed) return Promise.reject(new SpindleError('RUNTIME_CLOSED', 'The database connection is closed.'))
+    const id = this.nextId++
+    // Held while a reply is awaited: an event loop with nothing else to do must not end the process under it.
+    if (this.pending.size === 0) this.worker.ref()
+    return new Promise((resolve) => {
+      this.pending.set(id, { resolve })
+      this.port.postMessage({ id, ...message })
+    })
+  }
+
+  private dispatch(reply: Reply, onNotify?: (channel: string, payload: string) => void): void {
+    if (reply.notify) {
+      onNotify?.(reply.notify.channel, reply.notify.payload)
+      return
+    }
+    const waiter = this.pending.get(reply.id)
+    if (!waiter) return
+    this.pending.delete(reply.id)
+    if (this.pending.size === 0) this.worker.unref()
+    waiter.resolve(reply)
+  }
+
+  private failure(error: NonNullable<Reply['error']>, ops: readonly Statement[]): Error {
+    if (error.lost || /ECONNREFUSED|ENOTFOUND|EHOSTUNREACH|timeout/i.test(error.message + (error.code ?? ''))) {
+      return new SpindleError('DATABASE_UNAVAILABLE', `The database at ${redact(this.url)} could not be reached: ${error.message}. Check that it is running and reachable; spindle tries again.`, {
+        details: { url: redact(this.url), ...(error.code ? { pgCode: error.code } : {}) },
+      })
+    }
+    const last = ops[ops.length - 1]
+    return Object.assign(new Error(`${error.message}${last ? ` (in: ${last.sql.slice(0, 120)})` : ''}`), { code: error.code })
+  }
+}
+
+/** The URL without its password, for messages. */
+export function redact(url: string): string {
+  try {
+    const parsed = new URL(url)
+    if (parsed.password) parsed.password = '***'
+    return parsed.toString()
+  } catch {
+    return 'the configured database'
+  }
+}

