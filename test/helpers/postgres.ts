@@ -20,8 +20,8 @@ export function freshSchema(): string {
   return `t_${suffix()}`
 }
 
-/** A bridge to a fresh, migrated schema; `destroy` closes it and drops the schema. */
-export function freshDatabase(): { db: PgBridge; schema: string; url: string; destroy: () => Promise<void> } {
+/** A bridge to a fresh, migrated schema; `destroy` drops the schema and closes the bridge (synchronously, as contract suites call it). */
+export function freshDatabase(): { db: PgBridge; schema: string; url: string; destroy: () => void } {
   const url = testDatabaseUrl()
   const schema = freshSchema()
   const db = new PgBridge({ url, schema })
@@ -30,9 +30,12 @@ export function freshDatabase(): { db: PgBridge; schema: string; url: string; de
     db,
     schema,
     url,
-    destroy: async () => {
-      db.close()
-      await dropSchema(url, schema)
+    destroy: () => {
+      try {
+        db.execSync(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      } finally {
+        db.close()
+      }
     },
   }
 }
