@@ -16,14 +16,16 @@ const DISK = new Set(['ENOSPC', 'EDQUOT', 'EIO', 'EROFS', 'EFBIG'])
 const DESCRIPTORS = new Set(['EMFILE', 'ENFILE'])
 const SQLITE = /^SQLITE_(FULL|IOERR|READONLY)/
 
-/** What a storage failure lacks: room on the disk (or a working disk), or file descriptors. */
-export type StorageShortage = 'disk' | 'descriptors'
+/** What a storage failure lacks: room on the disk (or a working disk), file descriptors, or the database. */
+export type StorageShortage = 'disk' | 'descriptors' | 'database'
 
 /** The storage failure in `error` or its causes (a store's error wraps SQLite's), or null. */
 export function storageFailureOf(error: unknown): { code: string; path?: string; message: string; kind: StorageShortage } | null {
   let current: unknown = error
   for (let depth = 0; depth < 5 && typeof current === 'object' && current !== null; depth++) {
     if (isSpindleError(current) && (current.code === 'STORAGE_FAILED' || current.code === 'DESCRIPTORS_EXHAUSTED')) return storageFailureOf(current.cause)
+    // The database is down or out of reach: it passes once it answers again, as a freed disk does.
+    if (isSpindleError(current) && current.code === 'DATABASE_UNAVAILABLE') return { code: current.code, message: current.message, kind: 'database' }
     const { code, syscall, path } = current as { code?: unknown; syscall?: unknown; path?: unknown }
     // A system call's errno (Node's fs errors carry the call), or SQLite's own code.
     if (typeof code === 'string' && typeof syscall === 'string' && (DISK.has(code) || DESCRIPTORS.has(code))) {
@@ -83,6 +85,14 @@ export function threadParked(threadId: string, error: unknown, retryMaxMs: numbe
       { cause: error, details: { threadId, ...details } },
     )
   }
+  if (storageFailureOf(error)?.kind === 'database') {
+    return new SpindleError(
+      'STORAGE_FAILED',
+      `Thread ${threadId} could not write to its database (${text}). ` +
+        `It is parked at its last durable step and tried again by itself (at least every ${Math.round(retryMaxMs / 1000)} s) until the database answers. Nothing it acknowledged is lost.`,
+      { cause: error, details: { threadId, ...details } },
+    )
+  }
   return new SpindleError(
     'STORAGE_FAILED',
     `Thread ${threadId} could not write its files (${text}). ` +
@@ -131,6 +141,14 @@ export function checkpointsFailing(dir: string, error: unknown, retryMaxMs: numb
       `Checkpoints in ${dir} could not be written (${text}): the process has no file descriptors left. ` +
         `They are tried again by itself (at least every ${Math.round(retryMaxMs / 1000)} s): ${descriptorAdvice()}. ` +
         'Every thread keeps its transcript; nothing acknowledged is lost.',
+      { cause: error, details: { dir, ...details } },
+    )
+  }
+  if (storageFailureOf(error)?.kind === 'database') {
+    return new SpindleError(
+      'STORAGE_FAILED',
+      `Checkpoints in ${dir} could not be written (${text}). They are tried again by itself (at least every ${Math.round(retryMaxMs / 1000)} s) until the database answers. ` +
+        'Every thread keeps what its transcript holds; nothing acknowledged is lost.',
       { cause: error, details: { dir, ...details } },
     )
   }

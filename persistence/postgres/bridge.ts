@@ -52,7 +52,8 @@ interface Reply {
 const WORKER = `
 (async () => {
 const { workerData } = await import('node:worker_threads')
-const { port, flag, pgUrl, url, schema, connectTimeoutMs, statementTimeoutMs } = workerData
+const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs } = workerData
+let schema = workerData.schema
 let pg
 try { pg = (await import(pgUrl)).default } catch (e) {
   // Every call fails at once with the reason, rather than waiting out its timeout.
@@ -91,6 +92,7 @@ async function connected() {
 function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
 async function handle(m) {
   if (m.close) { const c = client; client = null; if (c) await c.end().catch(() => {}); return { id: m.id, rows: [], counts: [] } }
+  if (m.schema) { schema = m.schema; const c = await connected(); await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e }); await c.query('SET search_path TO ' + quote(schema)); return { id: m.id, rows: [], counts: [] } }
   if (m.listen) { channels.add(m.listen); const c = await connected(); await c.query('LISTEN ' + quote(m.listen)); return { id: m.id, rows: [], counts: [] } }
   if (m.begin) { txLost = false; inTx = true }
   if (txLost) {
@@ -148,11 +150,11 @@ export class PgBridge {
   /** Writes of the open transaction whose results nobody reads: sent with the next statement that is read, or the commit. */
   private deferred: Statement[] = []
   readonly url: string
-  readonly schema: string | undefined
+  private currentSchema: string | undefined
 
   constructor(options: PgBridgeOptions) {
     this.url = options.url
-    this.schema = options.schema
+    this.currentSchema = options.schema
     this.timeoutMs = options.timeoutMs ?? 30_000
     this.flag = new Int32Array(new SharedArrayBuffer(4))
     const { port1, port2 } = new MessageChannel()
@@ -247,6 +249,24 @@ export class PgBridge {
     const reply = await this.post({ ops, tx: options.tx === true })
     if (reply.error) throw this.failure(reply.error, ops)
     return reply.rows!
+  }
+
+  /** The schema every table is in (undefined: the server's search_path, normally `public`). */
+  get schema(): string | undefined {
+    return this.currentSchema
+  }
+
+  get isClosed(): boolean {
+    return this.closed
+  }
+
+  /**
+   * Moves the connection to another schema (created when missing), also for every reconnect: tests
+   * reuse one connection for many fresh schemas rather than pay for a worker and a connection each.
+   */
+  useSchema(schema: string): void {
+    this.postSync({ schema })
+    this.currentSchema = schema
   }
 
   /** Listens to a NOTIFY channel (again after every reconnect); notifications reach `onNotify`. */
