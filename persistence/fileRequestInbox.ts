@@ -121,6 +121,16 @@ export function createFileRequestInbox(options: FileRequestInboxOptions): Reques
     return approvalFiles(paths, threadId, requestId!).response
   }
 
+  /** Writes a request file where the poll looks for it, and rings the bell. */
+  function leave(threadId: string, kind: RequestKind, body: unknown, requestId?: string): string {
+    const file = fileOf(threadId, kind, requestId)
+    // An answer's folder is made as the request's is (not through a link), in a thread folder
+    // that is there: for a thread that has none, the write fails, as for a cancel or a resume.
+    if (kind === 'approval' && fs.existsSync(threadDir(paths, threadId))) assertRealDirectories(root, path.dirname(file), { create: true })
+    writeRequestFile(paths, threadId, file, body)
+    return file
+  }
+
   /** Where a refused request is kept: beside it, under a name that says so. */
   function refusedName(request: InboxRequest): string {
     if (request.kind === 'cancel') return path.join(path.dirname(request.ref), 'cancel.refused.json')
@@ -163,15 +173,15 @@ export function createFileRequestInbox(options: FileRequestInboxOptions): Reques
     },
 
     askCancel(threadId, request) {
-      const file = cancelFile(paths, threadId)
-      writeRequestFile(paths, threadId, file, {
+      return leave(threadId, 'cancel', {
         nonce: request.nonce,
         ...(request.reason !== undefined ? { reason: request.reason } : {}),
         ...(request.by !== undefined ? { by: request.by } : {}),
         requestedAt: new Date().toISOString(),
       })
-      return file
     },
+
+    leaveRequest: leave,
 
     changed() {
       return bell.read()

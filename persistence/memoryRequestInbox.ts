@@ -2,7 +2,7 @@
  * An in-memory request inbox: the reference implementation of `RequestInbox`, for a runtime that
  * keeps nothing on disk. No other process reads it, so it takes no cancel requests for threads
  * another process runs (`askCancel` says so with null); requests reach it only from this process,
- * through `submit`. Approval requests, decisions and escalations are kept, not shown to anyone.
+ * through `submit` (or `leaveRequest`, the same). Approval requests, decisions and escalations are kept, not shown to anyone.
  */
 import type { ClaimedRequest, InboxRequest, RequestInbox, RequestKind, RequestLogLine } from './types.js'
 
@@ -38,18 +38,19 @@ export function createMemoryRequestInbox(): MemoryRequestInbox {
   const logged: RequestLogLine[] = []
   let changed = new Set<string>()
 
+  function submit(threadId: string, kind: RequestKind, body: unknown, requestId?: string): InboxRequest {
+    const key = keyOf(threadId, kind, requestId)
+    const request: InboxRequest = { kind, threadId, ...(requestId !== undefined ? { requestId } : {}), ref: `${PREFIX}${key}` }
+    waiting.set(key, { request, body: copy(body) })
+    changed.add(threadId)
+    return { ...request }
+  }
+
   return {
     logged,
     refused,
     escalations,
-
-    submit(threadId, kind, body, requestId) {
-      const key = keyOf(threadId, kind, requestId)
-      const request: InboxRequest = { kind, threadId, ...(requestId !== undefined ? { requestId } : {}), ref: `${PREFIX}${key}` }
-      waiting.set(key, { request, body: copy(body) })
-      changed.add(threadId)
-      return { ...request }
-    },
+    submit,
 
     hasApproval(threadId, requestId) {
       const key = keyOf(threadId, 'approval', requestId)
@@ -84,6 +85,11 @@ export function createMemoryRequestInbox(): MemoryRequestInbox {
 
     askCancel() {
       return null
+    },
+
+    // This process reads what is left here: for a thread it runs or watches, the request is acted on.
+    leaveRequest(threadId, kind, body, requestId) {
+      return submit(threadId, kind, body, requestId).ref
     },
 
     changed() {

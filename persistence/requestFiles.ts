@@ -35,10 +35,15 @@ export function cancelFile(paths: DataPaths, id: string): string {
 }
 
 
-export function approvalFiles(paths: DataPaths, id: string, requestId: string) {
+/** Throws INVALID_OPTIONS for what cannot be an approval request id: ids become file names here, and keys in every backend. */
+export function assertRequestId(requestId: string): void {
   if (!/^[A-Za-z0-9_.-]{1,128}$/.test(requestId) || requestId.includes('..')) {
     throw new SpindleError('INVALID_OPTIONS', `"${requestId}" is not an approval request id.`, { details: { requestId } })
   }
+}
+
+export function approvalFiles(paths: DataPaths, id: string, requestId: string) {
+  assertRequestId(requestId)
   const dir = path.join(threadDir(paths, id), APPROVALS_DIR)
   return {
     dir,

@@ -461,13 +461,26 @@ export interface RequestInbox {
   undecided(threadId: string): string[]
   /** Stores a recovery escalation for a person to find next to the thread. */
   putEscalation(threadId: string, escalation: unknown): void
-  /** Where a person answers approval request `requestId` (a file, relative to the data directory); null where no one outside this process can. */
+  /**
+   * Where a person answers approval request `requestId`: a file, relative to the data directory, or
+   * in a database the answer's `ref` (what `leaveRequest` writes to); null where no one outside
+   * this process can.
+   */
   answerAt(threadId: string, requestId: string): string | null
   /**
    * Leaves a cancel request for whichever process runs the thread, carrying its nonce; returns
    * where. Null when no other process reads this inbox (a request could never be acted on).
    */
   askCancel(threadId: string, request: { nonce: string; reason?: string; by?: string }): string | null
+  /**
+   * Leaves a request for whichever process runs or watches the thread, as writers outside it do
+   * (the CLI, the inspector, a script, a runtime cancelling a thread another process runs): `body`
+   * is what `claim` reads back, and what the request's checks (src/thread/requests.ts) have passed
+   * already. It replaces a request of the same kind (an answer to the same request) still waiting,
+   * not one claimed. Returns where it was left (its `ref`). Durable when it returns, and announced:
+   * `changed()` of every process sharing the inbox names the thread.
+   */
+  leaveRequest(threadId: string, kind: RequestKind, body: unknown, requestId?: string): string
   /** Threads whose requests changed since the last call (and `missed`: look at every thread, some changes were not seen). */
   changed(): { ids: Set<string>; missed: boolean }
   /** Whether the thread has a request of `kind` waiting (an approval answer: one answering `requestId`). */

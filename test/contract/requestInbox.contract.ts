@@ -112,6 +112,28 @@ export function requestInboxContract(name: string, create: () => RequestInboxBac
         expect(inbox.waiting(A, 'resume')).toBe(false)
       }))
 
+      it('should keep a request left through the inbox waiting and announced, a second one replacing the first', withInbox(({ inbox, addThread }) => {
+        addThread(A)
+        inbox.changed()
+        inbox.leaveRequest(A, 'resume', { nonce: 'n-1' })
+        const ref = inbox.leaveRequest(A, 'resume', { nonce: 'n-2', by: 'ops' })
+        expect(inbox.waiting(A, 'resume')).toBe(true)
+        expect(inbox.changed().ids).toEqual(new Set([A]))
+        const claimed = inbox.claim(A, 'resume')
+        expect(claimed).toMatchObject({ kind: 'resume', threadId: A, ref, body: { ok: true, value: { nonce: 'n-2', by: 'ops' } } })
+        expect(inbox.claim(A, 'resume')).toBeNull()
+      }))
+
+      it('should keep an answer left through the inbox for the request it answers, where answerAt says', withInbox(({ inbox, addThread }) => {
+        addThread(A)
+        inbox.putApprovalRequest(A, 'turns-3-x', { id: 'turns-3-x' })
+        const ref = inbox.leaveRequest(A, 'approval', { approved: false, message: 'no' }, 'turns-3-x')
+        const at = inbox.answerAt(A, 'turns-3-x')
+        if (at !== null) expect(ref.endsWith(at)).toBe(true)
+        expect(inbox.waiting(A, 'approval', 'turns-3-x')).toBe(true)
+        expect(inbox.claim(A, 'approval', 'turns-3-x')).toMatchObject({ requestId: 'turns-3-x', ref, body: { ok: true, value: { approved: false, message: 'no' } } })
+      }))
+
       it('should claim nothing when no request was left', withInbox(({ inbox }) => {
         expect(inbox.claim(A, 'cancel')).toBeNull()
         expect(inbox.claim(A, 'approval', 'turns-3-x')).toBeNull()
