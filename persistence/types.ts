@@ -481,6 +481,11 @@ export interface RequestInbox {
    * `changed()` of every process sharing the inbox names the thread.
    */
   leaveRequest(threadId: string, kind: RequestKind, body: unknown, requestId?: string): string
+  /**
+   * True when `changed` names every thread a request was left for (no request can arrive but
+   * through `leaveRequest`, as in a database): a poller looks nowhere else.
+   */
+  readonly complete?: boolean
   /** Threads whose requests changed since the last call (and `missed`: look at every thread, some changes were not seen). */
   changed(): { ids: Set<string>; missed: boolean }
   /** Whether the thread has a request of `kind` waiting (an approval answer: one answering `requestId`). */

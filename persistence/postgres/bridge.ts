@@ -107,13 +107,16 @@ async function handle(m) {
   try {
     for (const s of m.ops) {
       const r = await c.query(s.sql, s.params)
+      // COMMIT of a transaction a failed statement aborted rolls it back without an error: say so.
+      if (s.sql === 'COMMIT' && r.command === 'ROLLBACK') throw Object.assign(new Error('the transaction was rolled back at its commit: a statement in it had failed'), { code: '25P02' })
       rows.push(r.rows ?? [])
       counts.push(r.rowCount ?? 0)
     }
     if (wrap) await c.query('COMMIT')
   } catch (e) {
-    if (wrap || (inTx && !m.end)) await c.query('ROLLBACK').catch(() => {})
-    if (inTx && !m.end) txLost = true
+    // A run's own transaction ends here. A synchronous one stays open (aborted, as PostgreSQL
+    // leaves it): its caller rolls it back, or back to a savepoint, and goes on.
+    if (wrap) await c.query('ROLLBACK').catch(() => {})
     throw e
   } finally {
     if (m.end) inTx = false

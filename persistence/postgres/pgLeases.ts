@@ -80,7 +80,7 @@ const PURGE_WAITS = 'DELETE FROM waits AS w WHERE NOT EXISTS (SELECT 1 FROM leas
  */
 export function openPgLeases(options: { db: PgBridge }): LeaseStore {
   const { db } = options
-  const guard = pgGuard({ code: 'REGISTRY_FAILED', what: 'the lease store' }, db)
+  const guard = pgGuard({ code: 'REGISTRY_FAILED', what: 'the lease store', db })
 
   /** `decide` in one transaction behind the store's lock, given the rows of `reads` (read after the lock is held). */
   function locked<T>(reads: Statement[], decide: (rows: Row[][]) => T): T {

@@ -102,7 +102,7 @@ function assertStorable(action: string, threadId: string, values: Record<string,
  */
 export function openPgLedger(options: { db: PgBridge }): Ledger {
   const { db } = options
-  const guard = pgGuard({ code: 'LEDGER_FAILED', what: 'the budget ledger' }, db)
+  const guard = pgGuard({ code: 'LEDGER_FAILED', what: 'the budget ledger', db })
 
   const insert = (threadId: string, parentId: string | null, limit: BudgetAmounts, at: number, conflict: string) => ({
     sql: `INSERT INTO ledger_accounts (thread_id, parent_id, limit_spend, limit_tokens, created_at, updated_at) VALUES ($1, $2, $3, $4, $5, $5) ${conflict}`,

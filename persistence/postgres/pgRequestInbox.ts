@@ -33,8 +33,13 @@ import { assertRequestId } from '../requestFiles.js'
 import type { ClaimedRequest, InboxRequest, RequestInbox, RequestKind } from '../types.js'
 import type { PgBridge, Row } from './bridge.js'
 
-/** The NOTIFY channel a left request is announced on; the payload is the thread's id. */
-export const REQUESTS_CHANNEL = 'spindle_requests'
+/**
+ * The NOTIFY channel a left request is announced on, `spindle_requests_<schema>` (so installations
+ * in two schemas of one database do not wake each other); the payload is the thread's id.
+ */
+export function requestsChannel(schema: string): string {
+  return `spindle_requests_${schema}`
+}
 
 /** How long a claim outlives its owner's last heartbeat before it is taken over: the lease threshold's default. */
 export const DEFAULT_CLAIM_TTL_MS = 60_000
@@ -110,7 +115,7 @@ export function createPgRequestInbox(options: PgRequestInboxOptions): RequestInb
               ON CONFLICT (thread_id, kind, request_id) WHERE claimed_by IS NULL AND refused_at IS NULL
               DO UPDATE SET id = excluded.id, body = excluded.body, left_at = excluded.left_at
               RETURNING thread_id)
-       SELECT pg_notify('${REQUESTS_CHANNEL}', thread_id) FROM left_request`,
+       SELECT pg_notify('spindle_requests_' || current_schema(), thread_id) FROM left_request`,
       [threadId, kind, rid, JSON.stringify(body ?? null), clockParam()],
     )
     return refOf(threadId, kind, rid)
@@ -140,6 +145,8 @@ export function createPgRequestInbox(options: PgRequestInboxOptions): RequestInb
   }
 
   return {
+    // Every request comes through leaveRequest, which `changed` reads after: it names them all.
+    complete: true,
     hasApproval(threadId, requestId) {
       return db.querySync(`SELECT 1 FROM approvals WHERE thread_id = $1 AND request_id = $2`, [threadId, requestId]).length > 0
     },

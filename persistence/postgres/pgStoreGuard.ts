@@ -1,39 +1,63 @@
 /**
- * What the PostgreSQL lease store and ledger share around every call: refusing a closed store,
- * and a database failure turned into the store's error naming the schema and what to do, while
- * SpindleErrors (DATABASE_UNAVAILABLE, BUDGET_EXCEEDED …) and whatever a caller's callback threw
- * pass unchanged. Side effects: none of its own.
+ * What the PostgreSQL stores share around every call: PostgreSQL failures as the store's own error
+ * (REGISTRY_FAILED, LEDGER_FAILED …) naming the database and schema and saying what to do, as
+ * sqliteFile.ts does for files, while SpindleErrors (DATABASE_UNAVAILABLE, BUDGET_EXCEEDED …) and
+ * whatever a caller's callback threw pass unchanged; a closed store refused; and the checks a
+ * store makes before a write so that the database never refuses one inside a transaction (a
+ * failed statement aborts a PostgreSQL transaction, where SQLite would carry on after it).
+ * Side effects: none.
  */
-import { SpindleError } from '../../src/base/errors.js'
+import { isSpindleError, SpindleError } from '../../src/base/errors.js'
 import type { SpindleErrorCode } from '../../src/base/errors.js'
-import type { PgBridge } from './bridge.js'
+import { redact, type PgBridge } from './bridge.js'
 
 export interface PgStore {
-  /** The error code of this store's failures (REGISTRY_FAILED, LEDGER_FAILED …). */
+  /** The error code of this store's failures. */
   code: SpindleErrorCode
-  /** What the store is, for messages: "the lease store", "the budget ledger" … */
+  /** What the store is, for messages: "the registry", "the recovery state" … */
   what: string
+  db: PgBridge
+}
+
+/** A failure PostgreSQL reported (it carries a five-character SQLSTATE). */
+function sqlState(error: unknown): string | null {
+  if (!(error instanceof Error) || isSpindleError(error)) return null
+  const code = (error as { code?: unknown }).code
+  return typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code) ? code : null
 }
 
 /** What the user can do about a PostgreSQL failure, by its SQLSTATE. */
-function pgHint(pgCode: string | undefined): string {
-  if (pgCode === '42P01' || pgCode === '42703') return 'The schema lacks spindle\'s tables: open it with this spindle once (it migrates), or check the configured schema.'
-  if (pgCode === '40P01') return 'Another transaction held the rows this one needed (a deadlock the server broke); try again.'
-  if (pgCode?.startsWith('53')) return "The database server is out of resources (disk, memory or connections); free some and try again."
-  if (pgCode === '42501') return 'The database user lacks a privilege on the schema; grant it, or use the user that migrated it.'
+function hint(state: string): string {
+  if (state === '42501') return 'The database user lacks a privilege on the schema; grant it, or use the user that migrated it.'
+  if (state === '42P01' || state === '42703') return 'The schema is missing tables or columns: open the database with the spindle that migrates it (migrations run when a runtime opens it).'
+  if (state === '40P01') return 'Two processes waited on each other for the same rows; the database ended this one. The call can be made again.'
+  if (state === '57014') return 'The statement ran past its time limit: check the database server for load or locks held by a stuck session.'
+  if (state.startsWith('53')) return "The database server is short of disk, memory or connections: check the server's log."
+  if (state.startsWith('23')) return 'A row broke one of the schema\'s rules: a hand edit of the tables, or a bug in spindle (please report it).'
   return "Check the database server's log."
 }
 
+/** A PostgreSQL failure of `action` as the store's error naming the schema; anything else unchanged. */
+export function pgFailure(store: PgStore, action: string, error: unknown): unknown {
+  const state = sqlState(error)
+  if (state === null) return error
+  const where = `schema ${store.db.schema ?? 'public'} of ${redact(store.db.url)}`
+  return new SpindleError(store.code, `Could not ${action} in ${store.what} (${where}): ${(error as Error).message}. ${hint(state)}`, {
+    cause: error,
+    details: { schema: store.db.schema ?? 'public', pgCode: state },
+  })
+}
+
 export interface PgGuard {
-  /** Runs `fn` on the open store, turning a database failure into the store's error. */
+  /** Runs `fn` on the open store, turning a PostgreSQL failure into the store's error. */
   <T>(action: string, fn: () => T): T
-  /** `fn`, whose throw `guard` passes unchanged (a caller's `stale` or `check`). */
+  /** `fn`, whose throw the guard passes unchanged (a caller's `stale` or `check`). */
   callerOf<A extends unknown[], R>(fn: (...args: A) => R): (...args: A) => R
+  /** Every later call fails (the bridge stays open: it is the caller's). */
   close(): void
 }
 
-/** A guard for `store` on `db`; `close()` makes every later call fail (the bridge stays open: it is the caller's). */
-export function pgGuard(store: PgStore, db: PgBridge): PgGuard {
+export function pgGuard(store: PgStore): PgGuard {
   let closed = false
   const none = Symbol('none')
   let thrownByCaller: unknown = none
@@ -45,14 +69,8 @@ export function pgGuard(store: PgStore, db: PgBridge): PgGuard {
     try {
       return fn()
     } catch (error) {
-      if (error instanceof SpindleError || error === thrownByCaller) throw error
-      const pgCode = (error as { code?: unknown }).code
-      const code = typeof pgCode === 'string' ? pgCode : undefined
-      throw new SpindleError(
-        store.code,
-        `Could not ${action} in ${store.what} (PostgreSQL schema ${db.schema ?? 'public'}): ${error instanceof Error ? error.message : String(error)}. ${pgHint(code)}`,
-        { cause: error, details: { schema: db.schema ?? 'public', ...(code ? { pgCode: code } : {}) } },
-      )
+      if (error === thrownByCaller) throw error
+      throw pgFailure(store, action, error)
     } finally {
       thrownByCaller = none
     }
@@ -69,4 +87,22 @@ export function pgGuard(store: PgStore, db: PgBridge): PgGuard {
     closed = true
   }
   return guard
+}
+
+/** The store's error for a value it refuses before sending it. */
+export function refused(store: PgStore, message: string, details: Record<string, unknown> = {}): SpindleError {
+  return new SpindleError(store.code, message, { details: { schema: store.db.schema ?? 'public', ...details } })
+}
+
+/**
+ * Why a value cannot go into a bigint column (ms times, counters), or null. Checked first:
+ * PostgreSQL refuses 1.5 where SQLite stores it.
+ */
+export function notAnInteger(value: unknown): string | null {
+  return Number.isSafeInteger(value) ? null : `${String(value)} is not an integer`
+}
+
+/** Why a string cannot go into a text column, or null: PostgreSQL text holds no NUL character. */
+export function notText(value: string): string | null {
+  return value.includes('\u0000') ? 'it contains a NUL character' : null
 }

@@ -3,7 +3,7 @@ import path from 'node:path'
 import { pathToFileURL } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
 import { PgBridge } from '../../persistence/postgres/bridge.js'
-import { REQUESTS_CHANNEL, createPgRequestInbox } from '../../persistence/postgres/pgRequestInbox.js'
+import { requestsChannel, createPgRequestInbox } from '../../persistence/postgres/pgRequestInbox.js'
 import type { PgRequestInboxOptions } from '../../persistence/postgres/pgRequestInbox.js'
 import { requestInboxContract } from '../contract/requestInbox.contract.js'
 import { freshDatabase } from '../helpers/postgres.js'
@@ -204,8 +204,9 @@ describe('the PostgreSQL request inbox', () => {
     expect(seen).toEqual(new Set([A, B]))
   })
 
-  it('should announce a request left on spindle_requests, with the thread id', async () => {
+  it('should announce a request left on spindle_requests_<schema>, with the thread id', async () => {
     const d = database()
+    const REQUESTS_CHANNEL = requestsChannel(d.schema)
     const heard: string[] = []
     const listener = connection(d, (channel, payload) => heard.push(`${channel}:${payload}`))
     listener.listenSync(REQUESTS_CHANNEL)
