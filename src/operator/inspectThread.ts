@@ -47,6 +47,11 @@ export interface ReplayCheck {
 /** Replays a thread's transcript and compares the result with its state.json. */
 export function verifyReplay(dir: string, threadId: string): ReplayCheck {
   const { envelope, entries } = readThreadFiles(dir, threadId)
+  return checkReplay(envelope, entries)
+}
+
+/** `verifyReplay` of a thread's stored envelope and transcript entries, however they were read. */
+export function checkReplay(envelope: StateEnvelope | null, entries: readonly TranscriptEntry[]): ReplayCheck {
   const upTo = envelope?.transcript.seq ?? Number.POSITIVE_INFINITY
   const replayed = replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot
   const stored = envelope?.snapshot ?? null

@@ -24,8 +24,18 @@ import type { InspectionEvent } from 'xstate'
 import type { z } from 'zod'
 
 export interface RuntimeOptions {
-  /** Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. */
-  dir: string
+  /**
+   * Data directory: `registry.db` and `threads/<id>/{state.json,transcript.jsonl}`. With
+   * `database`, only where the project layer `config.yaml` is read from (optional).
+   */
+  dir?: string
+  /**
+   * A PostgreSQL database to keep every thread in, instead of the data directory: a URL
+   * (`postgres://user:password@host:5432/db`) or `{ url, schema }`. Default: the environment
+   * variable SPINDLE_DATABASE_URL when set. Every runtime process on every host that opens the
+   * same database shares its threads (see docs/postgres.md).
+   */
+  database?: string | { url: string; schema?: string }
   /** The model threads run on; the same as `models: { default: model }`. */
   model?: ModelAdapter
   /**
@@ -50,6 +60,13 @@ export interface RuntimeOptions {
    * given up are closed once their lines are fdatasynced (at most as many again meanwhile).
    */
   maxOpenTranscripts?: number
+  /**
+   * The most threads this process runs at once (default: no limit). Recovery and orphan takeover
+   * take no more than there is room for; a spawn beyond it is written durably and left for a
+   * worker with room — a runtime on a database with `maxThreads: 0` only spawns and watches (a web
+   * server), and its handles' `done` settles when the thread ends on whichever worker ran it.
+   */
+  maxThreads?: number
   /** Carry unfinished threads on when the runtime opens (default true). */
   recover?: boolean
   /** Limits for threads that do not set their own, over config/defaults.yaml's `limits`. null is unlimited. */

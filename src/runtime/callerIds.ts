@@ -68,7 +68,7 @@ export class CallerIds {
    * The thread `id` names: found, or made by this spawn; THREAD_ID_TAKEN for another directive.
    * `handleOf` is what `rt.get(id)` returns: the handle of a thread this runtime does not run.
    */
-  async spawn(options: SpawnOptions, id: unknown, handleOf: (id: string) => ThreadHandle): Promise<ThreadHandle> {
+  async spawn(options: SpawnOptions, id: unknown, handleOf: (id: string) => ThreadHandle, handOff = false): Promise<ThreadHandle> {
     assertCallerId(id)
     const wanted = identityOf(options.directive, options.parentId)
     const deadline = Date.now() + 2 * this.deps.leaseTtlMs
@@ -86,7 +86,7 @@ export class CallerIds {
       }
       const found = this.existing(id, wanted, handleOf)
       if (found) return found
-      const making = this.make(id, options)
+      const making = this.make(id, options, handOff, handleOf)
       this.underWay.set(id, making)
       try {
         const made = await making
@@ -128,7 +128,7 @@ export class CallerIds {
    * spawn: a spawn of another process that registered it and let its lease go (its thread already
    * finished) is found, never made a second time. Resolves null when it was found made.
    */
-  private async make(id: string, options: SpawnOptions): Promise<ThreadHandle | null> {
+  private async make(id: string, options: SpawnOptions, handOff: boolean, handleOf: (id: string) => ThreadHandle): Promise<ThreadHandle | null> {
     const { leases, table, registry, spawner } = this.deps
     // THREAD_LEASED: another live process holds it, making it or running it.
     leases.take(id)
@@ -138,7 +138,8 @@ export class CallerIds {
       return null
     }
     try {
-      return await spawner.spawn(options, id)
+      const made = await spawner.spawn(options, id, undefined, handOff)
+      return handOff ? handleOf(id) : made
     } catch (error) {
       // Refused before the spawn took the lease itself (a bad option): the one taken here goes.
       if (!table.has(id) && !registry.get(id)) leases.release(id)

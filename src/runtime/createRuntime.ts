@@ -32,6 +32,7 @@ import { ThreadLoader } from './loadThread.js'
 import { ModelGate } from './modelGate.js'
 import { Models, modelsByName } from './models.js'
 import { openStores } from './openStores.js'
+import { databaseOptions, type DatabaseOptions } from './openPostgresStores.js'
 import { OutputSchemas } from './outputSchemas.js'
 import type { Stores } from './openStores.js'
 import type { Parts } from './parts.js'
@@ -54,12 +55,29 @@ import { loadOpenTelemetry, Tracing } from './tracing.js'
 import type { OpenTelemetry } from './tracing.js'
 import { Waiting } from './waiting.js'
 
+/** The database the runtime's stores are on: `database`, else SPINDLE_DATABASE_URL (not with `store: 'memory'`), else none (files). */
+function databaseOf(options: RuntimeOptions): DatabaseOptions | undefined {
+  if (options.database !== undefined) return databaseOptions(options.database, 'database')
+  const fromEnv = process.env.SPINDLE_DATABASE_URL
+  if (fromEnv && options.store !== 'memory') return databaseOptions(fromEnv, 'SPINDLE_DATABASE_URL')
+  return undefined
+}
+
 function validateOptions(options: RuntimeOptions): Durability {
-  if (!options || typeof options.dir !== 'string' || options.dir === '') {
-    throw new SpindleError('INVALID_OPTIONS', 'createRuntime needs `dir`, the data directory (e.g. ".spindle").', {
+  if (!options || ((typeof options.dir !== 'string' || options.dir === '') && options.database === undefined && !process.env.SPINDLE_DATABASE_URL)) {
+    throw new SpindleError('INVALID_OPTIONS', 'createRuntime needs `dir`, the data directory (e.g. ".spindle"), or `database`, a PostgreSQL URL.', {
       details: { field: 'dir' },
     })
   }
+  if (options.dir !== undefined && (typeof options.dir !== 'string' || options.dir === '')) {
+    throw new SpindleError('INVALID_OPTIONS', `dir must be a non-empty path (got ${JSON.stringify(options.dir)}).`, { details: { field: 'dir' } })
+  }
+  if (options.database !== undefined && options.store !== undefined) {
+    throw new SpindleError('INVALID_OPTIONS', "Give `database` or `store`, not both: `database` keeps every thread in PostgreSQL, `store: 'memory'` keeps none anywhere.", {
+      details: { field: 'store' },
+    })
+  }
+  databaseOf(options)
   // Checked before anything is opened; built again (cheaply) where the parts are wired.
   modelsByName(options)
   validShutdownSignals(options.shutdownSignals)
@@ -67,6 +85,12 @@ function validateOptions(options: RuntimeOptions): Durability {
   if (durability !== 'fsync' && durability !== 'process') {
     throw new SpindleError('INVALID_OPTIONS', `durability must be 'fsync' or 'process' (got ${JSON.stringify(durability)}).`, {
       details: { field: 'durability' },
+    })
+  }
+  const threads = options.maxThreads
+  if (threads !== undefined && (!Number.isInteger(threads) || threads < 0)) {
+    throw new SpindleError('INVALID_OPTIONS', `maxThreads must be a whole number of at least 0 (got ${JSON.stringify(threads)}); 0 runs no thread here and leaves every spawn to a worker.`, {
+      details: { field: 'maxThreads' },
     })
   }
   const max = options.maxOpenTranscripts
@@ -94,16 +118,21 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   let parts: Parts | undefined
   // Loaded once here, so that no step of a thread waits for an import (or pays for one it lacks).
   const otel = await loadOpenTelemetry(options.telemetry)
+  const database = databaseOf(options)
   const stores = openStores(
     {
-      dir: options.dir,
+      dir: options.dir ?? '',
       durability,
+      ...(database ? { database } : {}),
       ...(options.store ? { store: options.store } : {}),
       ...(options.maxOpenTranscripts !== undefined ? { maxOpenTranscripts: options.maxOpenTranscripts } : {}),
     },
     {
       problem: (error, threadId) => bus.report(error, threadId),
       folderInvalid: (threadId, error) => parts?.reactions.folderInvalid(threadId, error),
+      owner: () => (parts?.leases.held ? parts.leases.owner.id : null),
+      fenced: (threadId) => parts?.leases.fencedOff(threadId),
+      notified: (channel) => parts && notified(parts, channel),
     },
   )
   try {
@@ -148,6 +177,22 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   return runtime
 }
 
+/**
+ * What another process announced through the database: work to take (a new thread left for
+ * workers), a request left for a thread, events appended. Each only hastens what a poll does anyway.
+ */
+function notified(parts: Parts, channel: 'work' | 'requests' | 'events'): void {
+  if (!parts.life.opened || parts.life.closed) return
+  if (channel === 'work') {
+    if (parts.table.size < parts.maxThreads) parts.leases.takeOrphans(Date.now())
+  } else if (channel === 'requests') {
+    parts.inbox.check({ sweep: false }).catch((error: unknown) => parts.bus.report(error))
+  } else {
+    parts.events.wake()
+    parts.waiting.wakeAll()
+  }
+}
+
 function clockOf(options: RuntimeOptions) {
   return options.clock ?? systemClock
 }
@@ -156,7 +201,8 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const dir = stores.root
   const clock = clockOf(options)
   const life = new Lifecycle()
-  const { config, hooks } = resolveSettings(options, dir, bus)
+  // With a database, `dir` (if given) is only where the project's config.yaml is.
+  const { config, hooks } = resolveSettings(options, options.dir ?? dir, bus)
   const models = new Models(modelsByName(options))
   const { transcripts, checkpoints, registry } = stores
   const crashLoop = new CrashLoopGuard(registry, config.supervision.maxRecoveries, (error, threadId) => bus.report(error, threadId), {
@@ -236,6 +282,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const supervisor = new Supervisor({ table, clock, config, bus, inspect: options.inspect, stop: (id, reason, by) => decisions.cancelAs(id, reason, by) })
   const waiting: Waiting = new Waiting({
     dir,
+    holdOpen: stores.announce !== undefined,
     table,
     registry,
     leaseStore: stores.leases,
@@ -247,7 +294,26 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     cancel: (id, reason, by) => decisions.cancelAs(id, reason, by),
   })
   const policies = new PolicyDesk({ hooks, table, registry, budgets, clock, config, bus, cancel: (thread, reason, by) => parking.cancel(thread, reason, by) })
-  const starter = new ThreadStarter({ table, transcripts, commit, leases, policies, supervisor, clock, tracing, events })
+  const maxThreads = options.maxThreads ?? Number.POSITIVE_INFINITY
+  const starter = new ThreadStarter({
+    table,
+    transcripts,
+    commit,
+    leases,
+    policies,
+    supervisor,
+    clock,
+    tracing,
+    events,
+    handedOff: (id) => {
+      try {
+        stores.announce?.('work', id)
+      } catch (error) {
+        // Workers find it at their next look for orphans all the same.
+        bus.report(error, id)
+      }
+    },
+  })
   const builtin =
     options.builtinTools === false
       ? []
@@ -273,6 +339,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
   const reactions: Reactions = new Reactions({ table, registry, crashLoop, approvals, policies, taskRecovery, budgets, clock, bus, events })
   const loader = new ThreadLoader({ folders: stores.folders, checkpoints, transcripts, bus })
   const recovery: Recovery = new Recovery({
+    room: () => maxThreads - table.size,
     folders: stores.folders,
     table,
     registry,
@@ -346,9 +413,13 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
     }
     policies.forget(id)
   })
+  // A thread stopping here makes room for one a worker left (maxThreads).
+  if (Number.isFinite(maxThreads)) table.onForget(() => setImmediate(() => leases.takeOrphans(Date.now())))
   return {
     dir,
     durability,
+    maxThreads,
+    runsElsewhere: stores.announce !== undefined,
     config,
     clock,
     bus,

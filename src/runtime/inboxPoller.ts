@@ -82,8 +82,10 @@ export class InboxPoller {
       await this.takeOverAbandoned(report)
     }
     const rings = inbox.changed()
-    const everywhere = sweep || rings.missed || table.size + approvals.size <= config.requests.scanPerPoll
-    const look = everywhere ? null : this.lookIn(rings.ids)
+    // An inbox whose changes name every request left (a database's: nothing is written by hand)
+    // is looked in only where they say, however few threads there are.
+    const everywhere = !inbox.complete && (sweep || rings.missed || table.size + approvals.size <= config.requests.scanPerPoll)
+    const look = everywhere ? null : inbox.complete ? rings.ids : this.lookIn(rings.ids)
     const liveIds = look ? [...look].filter((id) => table.has(id)) : [...table.ids()]
     const suspendedIds = look ? [...look].filter((id) => approvals.isWatched(id)) : [...approvals.ids()]
     // Threads recovery just took on: the read-ahead worker already looked for their cancel files

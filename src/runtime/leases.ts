@@ -218,14 +218,26 @@ export class Leases {
       this.renewFailure = error
       return
     }
-    for (const id of lost) {
-      const thread = table.get(id)
-      if (!thread) continue
-      bus.report(new SpindleError('LEASE_LOST', `Thread ${id} was taken over by another runtime process; this one stops running it.`, { details: { threadId: id } }), id)
-      thread.detach(new SpindleError('LEASE_LOST', `Thread ${id} is now run by another runtime process.`, { details: { threadId: id } }))
-    }
+    for (const id of lost) this.lose(id)
     // Orphans: unfinished threads no live process holds. Detection runs all the time, not only at start-up.
     this.takeOrphans(now)
+  }
+
+  /**
+   * A store refused a write of the thread because another process holds its lease now (a database
+   * checks that in the write's own transaction): this one stops running it, as when a renewal
+   * finds the lease gone.
+   */
+  fencedOff(id: string): void {
+    this.tokens.delete(id)
+    this.lose(id)
+  }
+
+  private lose(id: string): void {
+    const thread = this.deps.table.get(id)
+    if (!thread) return
+    this.deps.bus.report(new SpindleError('LEASE_LOST', `Thread ${id} was taken over by another runtime process; this one stops running it.`, { details: { threadId: id } }), id)
+    thread.detach(new SpindleError('LEASE_LOST', `Thread ${id} is now run by another runtime process.`, { details: { threadId: id } }))
   }
 
   /** Takes over the unfinished threads no live process holds, if `orphans.autoTakeover`. */
@@ -245,9 +257,12 @@ export class Leases {
   /** Created or running threads not run here whose lease is missing, expired, or held by a dead process. */
   private orphans(now: number): string[] {
     const found: string[] = []
-    for (const record of this.deps.registry.activeStatuses()) {
-      if (this.deps.table.has(record.id)) continue
-      const lease = this.deps.store.get(record.id)
+    const active = this.deps.registry.activeStatuses().filter((record) => !this.deps.table.has(record.id))
+    if (active.length === 0) return found
+    // Many: one read of every lease, not one per thread (on a database each read is a round trip).
+    const leases = active.length > 32 ? new Map(this.deps.store.list().map((lease) => [lease.threadId, lease])) : null
+    for (const record of active) {
+      const lease = leases ? leases.get(record.id) : this.deps.store.get(record.id)
       if (!lease || this.isStale(lease, now)) found.push(record.id)
     }
     return found

@@ -23,6 +23,7 @@ import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { openSqliteRecovery } from '../../persistence/sqliteRecovery.js'
 import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
+import { openPostgresStores, type DatabaseOptions } from './openPostgresStores.js'
 import type { CheckpointStore, Durability, LeaseStore, Ledger, RecoveryStore, Registry, RequestInbox, ThreadFolders, TranscriptStore } from '../../persistence/types.js'
 
 export interface Stores {
@@ -42,6 +43,8 @@ export interface Stores {
   recovery: RecoveryStore
   folders: ThreadFolders
   inbox: RequestInbox
+  /** Tells every process on the stores at once (a database's NOTIFY); absent where nothing can. */
+  announce?(channel: 'work' | 'requests' | 'events', payload: string): void
   close(): void
 }
 
@@ -51,9 +54,22 @@ export interface StorePorts {
   problem(error: unknown, threadId?: string): void
   /** A thread's folder was no real directory when its checkpoint was due: nothing was written through it. */
   folderInvalid(threadId: string, error: SpindleError): void
+  /**
+   * The lease owner this process writes as (null before it holds any lease): a database backend
+   * writes a thread's lines only while no other owner holds its lease.
+   */
+  owner?(): string | null
+  /** A write of the thread was refused because another process holds its lease now. */
+  fenced?(threadId: string): void
+  /** Another process announced something on a channel (see `Stores.announce`). */
+  notified?(channel: 'work' | 'requests' | 'events', payload: string): void
 }
 
-export function openStores(options: { dir: string; durability: Durability; store?: 'file' | 'memory'; maxOpenTranscripts?: number }, ports: StorePorts): Stores {
+export function openStores(
+  options: { dir: string; durability: Durability; store?: 'file' | 'memory'; maxOpenTranscripts?: number; database?: DatabaseOptions },
+  ports: StorePorts,
+): Stores {
+  if (options.database) return openPostgresStores(options.database, ports)
   const { durability } = options
   const paths = dataPaths(options.dir)
   const close = (stores: Omit<Stores, 'close' | 'root' | 'shared' | 'folders' | 'inbox'>) => (): void => {

@@ -37,6 +37,10 @@ import type { Waiting } from './waiting.js'
 export interface Parts {
   dir: string
   durability: Durability
+  /** The most threads this process runs at once (Infinity: no limit); beyond it spawns are left to workers. */
+  maxThreads: number
+  /** Whether other processes may run this runtime's threads wherever they are (a database): handles of those wait for them. */
+  runsElsewhere: boolean
   config: Config
   clock: Clock
   bus: EventBus

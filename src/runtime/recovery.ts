@@ -35,6 +35,8 @@ const RECOVERY_PROGRESS_EVERY_MS = 100
 const PREFETCH_FROM = 256
 
 export interface RecoveryDeps {
+  /** How many more threads this process may run (maxThreads); without it, no limit. */
+  room?: () => number
   folders: ThreadFolders
   table: ThreadTable
   registry: Registry
@@ -70,6 +72,23 @@ export class Recovery {
     return seen
   }
 
+  /**
+   * Takes the leases of as many of `ids` as this process has room for (`maxThreads`), in order;
+   * the rest are left to other workers (a lease held elsewhere takes no room).
+   */
+  private takeWithinRoom(ids: string[]): Set<string> {
+    const room = this.deps.room?.() ?? Number.POSITIVE_INFINITY
+    if (!Number.isFinite(room)) return this.deps.leases.takeMany(ids)
+    const taken = new Set<string>()
+    let next = 0
+    while (taken.size < room && next < ids.length) {
+      const batch = ids.slice(next, next + (room - taken.size))
+      next += batch.length
+      for (const id of this.deps.leases.takeMany(batch)) taken.add(id)
+    }
+    return taken
+  }
+
   async recover(): Promise<RecoveryReport> {
     const { table, registry, leases, crashLoop, commit, transcripts, bus, clock } = this.deps
     this.deps.life.assertOpen()
@@ -79,7 +98,7 @@ export class Recovery {
     // The worker boots while the leases are taken, and reads only once they are ours: until then
     // another process may still be appending to them.
     const reader = candidates.length >= PREFETCH_FROM ? this.bootReader() : null
-    const leased = leases.takeMany(candidates.map((r) => r.id))
+    const leased = this.takeWithinRoom(candidates.map((r) => r.id))
     const ours = candidates.filter((r) => leased.has(r.id)).map((r) => r.id)
     const prefetch = reader && ours.length >= PREFETCH_FROM ? reader.read(ours) : null
     if (reader && !prefetch) void reader.cancel() // it exits on its own; nothing waits for that

@@ -51,11 +51,20 @@ export class SpindleRuntime implements Runtime {
     this.parts.life.assertOpen()
     validateSpawn(options)
     // The outcome's `output` is the schema's parse (outputSchemas.ts): the type follows the schema.
-    if (options.id !== undefined) return (await this.parts.callerIds.spawn(options, options.id, (id) => this.get(id))) as ThreadHandle<OutputOf<Output>>
-    return (await this.parts.spawner.spawn(options)) as ThreadHandle<OutputOf<Output>>
+    // A runtime that runs no more threads (maxThreads) leaves the new one to a worker.
+    const handOff = this.parts.table.size >= this.parts.maxThreads
+    const handleOf = (id: string): ThreadHandle => this.handle(id, handOff || this.parts.runsElsewhere)
+    if (options.id !== undefined) return (await this.parts.callerIds.spawn(options, options.id, handleOf, handOff)) as ThreadHandle<OutputOf<Output>>
+    const thread = await this.parts.spawner.spawn(options, undefined, undefined, handOff)
+    return (handOff ? handleOf(thread.id) : thread) as ThreadHandle<OutputOf<Output>>
   }
 
   get(id: string): ThreadHandle {
+    return this.handle(id, this.parts.runsElsewhere)
+  }
+
+  /** The thread's handle; `waitElsewhere`: one another process runs settles when it ends there, rather than rejecting. */
+  private handle(id: string, waitElsewhere: boolean): ThreadHandle {
     const { table, stores, dir, bus, life } = this.parts
     life.assertOpen()
     assertThreadId(id)
@@ -80,7 +89,9 @@ export class SpindleRuntime implements Runtime {
     let outcome: ThreadOutcome | null = null
     if (stopped && context) outcome = outcomeOf(record.status as ThreadOutcome['status'], context)
     else if (stopped) outcome = storedOutcome(record, null)
-    return new StoredThread(id, record.status, view, outcome)
+    // On a database, threads run on every worker: one that runs elsewhere settles when it ends there.
+    const elsewhere = !stopped && waitElsewhere ? this.parts.waiting.settled(id).promise : undefined
+    return new StoredThread(id, record.status, view, outcome, elsewhere)
   }
 
   list(filter?: { status?: ThreadStatus | ThreadStatus[]; limit?: number }): ThreadRecord[] {

@@ -67,7 +67,7 @@ export class Spawner {
   constructor(private readonly deps: SpawnerDeps) {}
 
   /** Resolves, reserves and starts a thread; `id` and `task` are set by spawn_thread and recovery attempts. */
-  async spawn(options: SpawnOptions, id?: string, task?: TaskInfo): Promise<LiveThread> {
+  async spawn(options: SpawnOptions, id?: string, task?: TaskInfo, handOff = false): Promise<LiveThread> {
     const { toolNames, table, leases, budgets } = this.deps
     const { name, prompt, instructions, model: directiveModel, tools: allowedTools, permissions: ownPermissions, output, ...directiveLayer } = options.directive
     // Turned into JSON Schema and checked before anything is written: a thread keeps data, not code.
@@ -159,7 +159,7 @@ export class Spawner {
     const zod = zodOutputSchema(output)
     if (zod) this.deps.outputSchemas.remember(threadId, zod)
     try {
-      return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null })
+      return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null, ...(handOff ? { handOff } : {}) })
     } catch (error) {
       // Its budget and slot go back once, and only if this spawn took them: an account it found
       // is another spawn's.

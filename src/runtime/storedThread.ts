@@ -34,10 +34,12 @@ export class StoredThread implements ThreadHandle {
     readonly status: ThreadStatus,
     private readonly view: ThreadView | null,
     outcome: ThreadOutcome | null,
+    /** How it settles where another worker runs it (a database's threads); without it, `done` rejects. */
+    elsewhere?: Promise<ThreadOutcome>,
   ) {
     this.done = outcome
       ? Promise.resolve(outcome)
-      : Promise.reject(
+      : elsewhere ?? Promise.reject(
           new SpindleError(
             'THREAD_NOT_ACTIVE',
             `Thread ${id} is ${status} but no actor runs it in this process. Call rt.recover() to carry it on here.`,

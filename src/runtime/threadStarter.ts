@@ -52,6 +52,8 @@ export interface StarterDeps {
   tracing?: Pick<Tracing, 'spawned' | 'forgotten'> | null
   /** The thread event stream, told of the spawn with the registration. */
   events?: Pick<EventStream, 'spawned'>
+  /** A new thread was left durable for a worker (`ThreadStart.handOff`): workers are told. */
+  handedOff?(id: string): void
 }
 
 export interface ThreadStart {
@@ -61,6 +63,8 @@ export interface ThreadStart {
   previousThreadId: string | null
   /** A continuation's rebuilt history (recorded in its spawn entry); null: the directive prompt. */
   messages: Message[] | null
+  /** Written durably and left for a worker to run rather than started here (this process is full). */
+  handOff?: boolean
 }
 
 export class ThreadStarter {
@@ -124,6 +128,13 @@ export class ThreadStarter {
       commit.discard(id)
       thread.detach(isSpindleError(error) ? error : notCreated(id, error))
       throw error
+    }
+    if (init.handOff) {
+      // Durable as `created`, and left for a worker: this process runs no more threads. Letting
+      // go gives its lease up, so the thread is an orphan every worker sees, and told of at once.
+      thread.detach(new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} was handed to a worker: this runtime runs no more threads (maxThreads).`, { details: { threadId: id } }))
+      this.deps.handedOff?.(id)
+      return thread
     }
     // START comes on the next turn of the event loop, after the caller's `await spawn(...)`
     // continuation has run: a subscriber attached right away sees every transition. A crash before

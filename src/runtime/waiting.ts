@@ -20,6 +20,8 @@ import type { ThreadTable } from './threadTable.js'
 
 export interface WaitingDeps {
   dir: string
+  /** Whether a wait for threads another process runs keeps this process up (they run on other workers). */
+  holdOpen?: boolean
   table: ThreadTable
   registry: Registry
   /** Where waits are recorded for every process sharing the directory. */
@@ -265,13 +267,20 @@ export class Waiting {
       }
       if (this.remoteWatches.size > 0) this.scheduleRemotePoll()
     }, this.deps.config.waits.remotePollMs)
-    ;(this.remoteTimer as { unref?: () => void })?.unref?.()
+    // Where threads run on other workers (a database), a host awaiting one is waiting on this poll
+    // alone: it must keep the process up, as a thread running here would.
+    if (!this.deps.holdOpen) (this.remoteTimer as { unref?: () => void })?.unref?.()
   }
 
   /** Wakes waiters on a thread that has just become live here (approved, resumed, cancelled) or settled by recovery. */
   wake(id: string): void {
     const listeners = this.remoteWatches.get(id)
     if (listeners) queueMicrotask(() => { for (const listener of [...listeners]) listener() })
+  }
+
+  /** Looks at every thread waited on that another process runs now, rather than at the next poll (something changed). */
+  wakeAll(): void {
+    for (const id of this.remoteWatches.keys()) this.wake(id)
   }
 
   /** Stops the poll. Detaching every thread aborted every wait: none may outlive the runtime in its graph. */

