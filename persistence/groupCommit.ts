@@ -355,7 +355,18 @@ export class GroupCommit {
     }
   }
 
-  private applyRegistry(registrations: RegisterThread[], patches: Map<string, RegistryPatch>): void {
+  /** The claimed tokens of the patched threads that carry a token, read at once; null when the read failed (each is read alone). */
+  private tokensOf(patches: Map<string, RegistryPatch>): Map<string, number | null> | null {
+    const ids = [...patches].filter(([, patch]) => patch.token !== undefined).map(([id]) => id)
+    if (ids.length === 0) return null
+    try {
+      return this.parts.registry.leaseTokens!(ids)
+    } catch {
+      return null
+    }
+  }
+
+    private applyRegistry(registrations: RegisterThread[], patches: Map<string, RegistryPatch>): void {
     const { registry } = this.parts
     let appended = false
     registry.transaction(() => {
@@ -366,10 +377,12 @@ export class GroupCommit {
           this.onRegistryError(thread.id, error)
         }
       }
+      // One read for every patched thread's claim where the registry offers it (a database).
+      const tokens = registry.leaseTokens && patches.size > 1 ? this.tokensOf(patches) : null
       for (const [id, patch] of patches) {
         try {
           const token = patch.token
-          const claimed = token === undefined ? null : registry.leaseToken(id)
+          const claimed = token === undefined ? null : tokens?.has(id) ? tokens.get(id)! : registry.leaseToken(id)
           if (claimed !== null && claimed > token!) {
             this.onRegistryError(
               id,

@@ -255,6 +255,11 @@ export interface Registry {
   claim(tokens: ReadonlyArray<{ id: string; token: number }>): Array<{ id: string; token: number }>
   /** The largest lease token the thread was claimed with, or null if it never was. */
   leaseToken(id: string): number | null
+  /**
+   * `leaseToken` of many threads in one read (a backend where each read is a round trip offers
+   * it; inside a transaction, like `leaseToken`, the rows stay locked to its end).
+   */
+  leaseTokens?(ids: readonly string[]): Map<string, number | null>
   /** Run `fn` in one write transaction, begun IMMEDIATE (better-sqlite3 transactions are synchronous). */
   transaction<T>(fn: () => T): T
   /** The event log of the directory's threads (rt.events), appended in this registry's transactions. */

@@ -132,6 +132,7 @@ class PgRegistry implements Registry {
       ),
     )
     if (rows.length === 0) throw this.refuse(`Thread ${thread.id} is already registered in ${this.where()}; register each thread id once.`, thread.id)
+    this.known.add(thread.id)
   }
 
   updateStatus(id: string, status: ThreadStatus, at: number, suspendReason: SuspendReason | null = null): void {
@@ -264,6 +265,22 @@ class PgRegistry implements Registry {
     )
   }
 
+  /** Threads a deferred update found no row of (see `change`): a registry damaged by hand, which `spindle doctor` names. */
+  readonly unmatched: string[] = []
+  /**
+   * Threads this registry has seen a row of (registered or updated here): rows are never deleted,
+   * so an update of one inside a transaction is deferred without asking first whether it exists.
+   */
+  private readonly known = new Set<string>()
+
+  leaseTokens(ids: readonly string[]): Map<string, number | null> {
+    const lock = this.depth > 0 ? ' FOR SHARE' : ''
+    const rows = this.read(`read the lease tokens of ${ids.length} threads`, `SELECT thread_id, token FROM lease_claims WHERE thread_id = ANY($1) ORDER BY thread_id${lock}`, [ids])
+    const tokens = new Map<string, number | null>(ids.map((id) => [id, null]))
+    for (const row of rows) tokens.set(row.thread_id as string, row.token === 0 ? null : (row.token as number))
+    return tokens
+  }
+
   leaseToken(id: string): number | null {
     // Inside a transaction the row stays locked to its end: no claim can land between this read and the writes it guards.
     const lock = this.depth > 0 ? ' FOR SHARE' : ''
@@ -309,9 +326,22 @@ class PgRegistry implements Registry {
     return this.guard(action, () => this.db.querySync(sql, params))
   }
 
-  /** An UPDATE of one thread's row: THREAD_NOT_FOUND when there is none. */
+  /**
+   * An UPDATE of one thread's row: THREAD_NOT_FOUND when there is none. Inside a transaction, one
+   * of a thread whose row this registry has seen is sent with the next read or the commit (a
+   * group-commit round updates hundreds of rows: one round trip each would hold the event loop);
+   * a row found missing then (deleted by hand) is only counted in `unmatched`.
+   */
   private change(action: string, id: string, sql: string, params: readonly unknown[]): void {
-    if (this.guard(action, () => this.db.changeSync(sql, params)) === 0) {
+    if (this.depth > 0 && this.known.has(id)) {
+      this.guard(action, () => this.db.execSync(sql, params, (count) => {
+        if (count === 0) this.unmatched.push(id)
+      }))
+      return
+    }
+    const changed = this.guard(action, () => this.db.changeSync(sql, params))
+    if (changed > 0) this.known.add(id)
+    if (changed === 0) {
       throw new SpindleError('THREAD_NOT_FOUND', `Thread ${id} is not in the registry (${this.where()}); check the id and the database.`, {
         details: { threadId: id, schema: this.db.schema ?? 'public' },
       })

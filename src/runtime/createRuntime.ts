@@ -4,10 +4,8 @@
  * host code the `Runtime` facade. `close()` stops the parts in reverse.
  */
 import { systemClock } from '../base/clock.js'
-import { SpindleError } from '../base/errors.js'
 import type { ThreadEffects } from '../../actors/threadEffects.js'
 import { createThreadEffects } from '../../actors/threadEffects.js'
-import type { Config } from '../../config/schema.js'
 import { FAILED_ROUND_BACKOFF_MAX_MS, GroupCommit } from '../../persistence/groupCommit.js'
 import { checkpointsFailing, isStorageFailure } from '../../persistence/storageFailure.js'
 import type { Durability } from '../../persistence/types.js'
@@ -32,7 +30,8 @@ import { ThreadLoader } from './loadThread.js'
 import { ModelGate } from './modelGate.js'
 import { Models, modelsByName } from './models.js'
 import { openStores } from './openStores.js'
-import { databaseOptions, type DatabaseOptions } from './openPostgresStores.js'
+import { databaseOf, validateOptions } from './runtimeOptions.js'
+import { notified } from './announcements.js'
 import { OutputSchemas } from './outputSchemas.js'
 import type { Stores } from './openStores.js'
 import type { Parts } from './parts.js'
@@ -54,53 +53,6 @@ import { ToolGate } from './toolGate.js'
 import { loadOpenTelemetry, Tracing } from './tracing.js'
 import type { OpenTelemetry } from './tracing.js'
 import { Waiting } from './waiting.js'
-
-/** The database the runtime's stores are on: `database`, else SPINDLE_DATABASE_URL (not with `store: 'memory'`), else none (files). */
-function databaseOf(options: RuntimeOptions): DatabaseOptions | undefined {
-  if (options.database !== undefined) return databaseOptions(options.database, 'database')
-  const fromEnv = process.env.SPINDLE_DATABASE_URL
-  if (fromEnv && options.store !== 'memory') return databaseOptions(fromEnv, 'SPINDLE_DATABASE_URL')
-  return undefined
-}
-
-function validateOptions(options: RuntimeOptions): Durability {
-  if (!options || ((typeof options.dir !== 'string' || options.dir === '') && options.database === undefined && !process.env.SPINDLE_DATABASE_URL)) {
-    throw new SpindleError('INVALID_OPTIONS', 'createRuntime needs `dir`, the data directory (e.g. ".spindle"), or `database`, a PostgreSQL URL.', {
-      details: { field: 'dir' },
-    })
-  }
-  if (options.dir !== undefined && (typeof options.dir !== 'string' || options.dir === '')) {
-    throw new SpindleError('INVALID_OPTIONS', `dir must be a non-empty path (got ${JSON.stringify(options.dir)}).`, { details: { field: 'dir' } })
-  }
-  if (options.database !== undefined && options.store !== undefined) {
-    throw new SpindleError('INVALID_OPTIONS', "Give `database` or `store`, not both: `database` keeps every thread in PostgreSQL, `store: 'memory'` keeps none anywhere.", {
-      details: { field: 'store' },
-    })
-  }
-  databaseOf(options)
-  // Checked before anything is opened; built again (cheaply) where the parts are wired.
-  modelsByName(options)
-  validShutdownSignals(options.shutdownSignals)
-  const durability: Durability = options.durability ?? 'fsync'
-  if (durability !== 'fsync' && durability !== 'process') {
-    throw new SpindleError('INVALID_OPTIONS', `durability must be 'fsync' or 'process' (got ${JSON.stringify(durability)}).`, {
-      details: { field: 'durability' },
-    })
-  }
-  const threads = options.maxThreads
-  if (threads !== undefined && (!Number.isInteger(threads) || threads < 0)) {
-    throw new SpindleError('INVALID_OPTIONS', `maxThreads must be a whole number of at least 0 (got ${JSON.stringify(threads)}); 0 runs no thread here and leaves every spawn to a worker.`, {
-      details: { field: 'maxThreads' },
-    })
-  }
-  const max = options.maxOpenTranscripts
-  if (max !== undefined && (!Number.isInteger(max) || max < 1)) {
-    throw new SpindleError('INVALID_OPTIONS', `maxOpenTranscripts must be a whole number of at least 1 (got ${JSON.stringify(max)}).`, {
-      details: { field: 'maxOpenTranscripts' },
-    })
-  }
-  return durability
-}
 
 /**
  * Opens a runtime on a data directory and, unless `recover: false`, carries on every thread that
@@ -175,22 +127,6 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
   parts.supervisor.ready()
   bus.emit({ type: 'runtime_ready', at: parts.clock.now(), recovery: parts.recovery.last })
   return runtime
-}
-
-/**
- * What another process announced through the database: work to take (a new thread left for
- * workers), a request left for a thread, events appended. Each only hastens what a poll does anyway.
- */
-function notified(parts: Parts, channel: 'work' | 'requests' | 'events'): void {
-  if (!parts.life.opened || parts.life.closed) return
-  if (channel === 'work') {
-    if (parts.table.size < parts.maxThreads) parts.leases.takeOrphans(Date.now())
-  } else if (channel === 'requests') {
-    parts.inbox.check({ sweep: false }).catch((error: unknown) => parts.bus.report(error))
-  } else {
-    parts.events.wake()
-    parts.waiting.wakeAll()
-  }
 }
 
 function clockOf(options: RuntimeOptions) {

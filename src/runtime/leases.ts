@@ -91,6 +91,9 @@ export class Leases {
 
   /** Takes a thread's lease, or throws THREAD_LEASED naming the live process that holds it. */
   take(id: string): void {
+    // Taken a moment ago by this process (a spawn takes it, then starts the thread) and not lapsed
+    // since: taking it again would only renew it, one more transaction on a database.
+    if (this.tokens.has(id) && Date.now() < this.validUntil) return
     if (this.tryTake(id)) return
     const lease = this.deps.store.get(id)
     throw new SpindleError(

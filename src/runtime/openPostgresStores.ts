@@ -14,7 +14,7 @@ import { createPgRequestInbox } from '../../persistence/postgres/pgRequestInbox.
 import { createPgThreadFolders } from '../../persistence/postgres/pgThreadFolders.js'
 import { createPgTranscriptStore } from '../../persistence/postgres/pgTranscript.js'
 import { migrate } from '../../persistence/postgres/schema.js'
-import type { Stores, StorePorts } from './openStores.js'
+import type { Stores, StorePorts } from './stores.js'
 
 export interface DatabaseOptions {
   /** `postgres://user:password@host:port/database`. */
