@@ -35,6 +35,12 @@ export interface PgBridgeOptions {
   timeoutMs?: number
   /** How long connecting may take before a call fails (ms). */
   connectTimeoutMs?: number
+  /**
+   * How long the server lets this connection sit in an open transaction without a statement before
+   * it ends the session (ms). A process frozen mid-transaction (SIGSTOP, a stopped VM) holds row
+   * locks that a worker taking its threads over waits on: the server lets them go after this.
+   */
+  idleInTransactionMs?: number
   /** Told of each NOTIFY on the channels `listen` named (asynchronously, between calls). */
   onNotify?: (channel: string, payload: string) => void
 }
@@ -52,7 +58,7 @@ interface Reply {
 const WORKER = `
 (async () => {
 const { workerData } = await import('node:worker_threads')
-const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs } = workerData
+const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs, idleInTransactionMs } = workerData
 let schema = workerData.schema
 let pg
 try { pg = (await import(pgUrl)).default } catch (e) {
@@ -72,7 +78,7 @@ async function connected() {
   if (client) return client
   if (connecting) return connecting
   connecting = (async () => {
-    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, application_name: 'spindle' })
+    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, idle_in_transaction_session_timeout: idleInTransactionMs, application_name: 'spindle' })
     c.on('error', () => { if (client === c) { client = null; if (inTx) txLost = true } })
     c.on('end', () => { if (client === c) { client = null; if (inTx) txLost = true } })
     c.on('notification', (n) => port.postMessage({ id: 0, notify: { channel: n.channel, payload: n.payload ?? '' } }))
@@ -169,7 +175,7 @@ export class PgBridge {
     const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href
     this.worker = new Worker(WORKER, {
       eval: true,
-      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs },
+      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs, idleInTransactionMs: options.idleInTransactionMs ?? 5_000 },
       transferList: [port2],
     })
     this.worker.on('error', () => {})
