@@ -43,8 +43,11 @@ function approvalsDir(rt: TestRuntime, id: string): string {
   return path.join(rt.dir, 'threads', id, 'approvals')
 }
 
-function requestFileOf(rt: TestRuntime, id: string): Record<string, any> {
-  const names = fs.readdirSync(approvalsDir(rt, id)).filter((n) => n.endsWith('.request.json'))
+/** The thread's one approval request file, waited for: it is written just after the suspension is durable. */
+async function requestFileOf(rt: TestRuntime, id: string): Promise<Record<string, any>> {
+  const listed = () => (fs.existsSync(approvalsDir(rt, id)) ? fs.readdirSync(approvalsDir(rt, id)).filter((n) => n.endsWith('.request.json')) : [])
+  for (let tries = 0; tries < 200 && listed().length === 0; tries++) await new Promise((r) => setTimeout(r, 10))
+  const names = listed()
   expect(names).toHaveLength(1)
   return JSON.parse(fs.readFileSync(path.join(approvalsDir(rt, id), names[0]!), 'utf8'))
 }
@@ -136,7 +139,7 @@ describe('max_spend hit → suspend → escalation → approve → bump and resu
     const thread = await suspendedAtLimit(rt, { spend: 1 })
     expect(thread.getSnapshot().limitHit).toMatchObject({ limit: 'spend', used: 1, max: 1, proposed: 2 })
 
-    const request = requestFileOf(rt, thread.id)
+    const request = await requestFileOf(rt, thread.id)
     expect(request).toMatchObject({ threadId: thread.id, kind: 'limit_escalation', limit: 'spend', used: 1, max: 1, proposed: 2 })
     expect(request.message).toContain("Thread 'research' has reached its spend limit.")
     expect(request.message).toContain('Approve to raise the spend limit to $2.00000?')
@@ -165,7 +168,7 @@ describe('max_turns hit → the operator answers with a response file', () => {
     const model = scriptedModel((r) => (r.turn <= 3 ? { text: `t${r.turn}`, toolCalls: [{ name: 'noop', input: {} }] } : { text: 'done at last' }))
     const rt = await runtime({ model, tools: [noop] })
     const thread = await suspendedAtLimit(rt, { turns: 2 })
-    const request = requestFileOf(rt, thread.id)
+    const request = await requestFileOf(rt, thread.id)
     expect(request.respond.file).toBe(path.join('threads', thread.id, 'approvals', `${request.id}.response.json`))
 
     // Another process answers: the same file any script could write.
@@ -183,7 +186,7 @@ describe('max_turns hit → the operator answers with a response file', () => {
     const problems: Array<{ code: string; message: string }> = []
     const rt = await runtime({ model: looping, tools: [noop], onProblem: (p) => problems.push(p) })
     const thread = await suspendedAtLimit(rt, { turns: 1 })
-    const open = requestFileOf(rt, thread.id)
+    const open = await requestFileOf(rt, thread.id)
     const typo = path.join(approvalsDir(rt, thread.id), 'turns-9-typo.response.json')
     fs.writeFileSync(typo, JSON.stringify({ approved: true }))
     const report = await rt.checkRequests({ sweep: true })
@@ -204,7 +207,7 @@ describe('max_turns hit → the operator answers with a response file', () => {
   it('should reject an invalid response file, keep the request open and lose nothing', async () => {
     const rt = await runtime({ model: looping, tools: [noop] })
     const thread = await suspendedAtLimit(rt, { turns: 1 })
-    const request = requestFileOf(rt, thread.id)
+    const request = await requestFileOf(rt, thread.id)
     const response = path.join(approvalsDir(rt, thread.id), `${request.id}.response.json`)
     fs.writeFileSync(response, '{"approved": "yes please"}')
     const report = await rt.checkRequests()
@@ -267,11 +270,11 @@ describe('process crash between a suspension and its approval request', () => {
   it('should write the missing request file when a runtime next opens the directory', async () => {
     const rt = await runtime({ model: looping, tools: [noop] })
     const thread = await suspendedAtLimit(rt, { turns: 1 })
-    const request = requestFileOf(rt, thread.id)
+    const request = await requestFileOf(rt, thread.id)
     await rt.close()
     fs.rmSync(path.join(approvalsDir(rt, thread.id), `${request.id}.request.json`))
     const later = await runtime({ model: looping, tools: [noop], dir: rt.dir })
-    expect(requestFileOf(later, thread.id)).toMatchObject({ id: request.id, limit: 'turns', proposed: 2 })
+    expect(await requestFileOf(later, thread.id)).toMatchObject({ id: request.id, limit: 'turns', proposed: 2 })
   })
 })
 
