@@ -9,7 +9,7 @@
  * `spindle doctor` and a runtime there carries on. Refused, with nothing written: a source with a
  * damaged transcript, a source a live runtime holds, a target with other threads. Lines outside a
  * chain (a fenced-off writer's, a torn last one) are left out, the checkpoint still pointing at its
- * entry.
+ * entry; a cancel left while no runtime ran reaches the database's runtime.
  */
 import { spawnSync } from 'node:child_process'
 import fs from 'node:fs'
@@ -19,6 +19,7 @@ import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { ThreadHandle } from '../../src/index.js'
 import { verifyReplay } from '../../src/operator/inspectThread.js'
+import { cancelThread } from '../../src/operator/operatorActions.js'
 import { openPostgresStores } from '../../src/runtime/openPostgresStores.js'
 import { openStores } from '../../src/runtime/openStores.js'
 import type { Stores } from '../../src/runtime/openStores.js'
@@ -368,5 +369,26 @@ describe('spindle migrate, transcripts holding lines outside their chain', () =>
     const summary = await migrateBackend({ from: dir, to: testDatabaseUrl(), schema: target })
     expect(summary.notes).toEqual([expect.stringContaining(`${id}: a torn last line (21 bytes`)])
     expect(withStores(onDatabase(target), (stores) => stores.folders.transcriptBytes(id!))).toBe(Buffer.byteLength(whole))
+  })
+})
+
+describe('spindle migrate, requests no runtime has acted on yet', () => {
+  it('should carry a cancel left for a thread while no runtime ran to the database, where the next runtime acts on it', async () => {
+    const dir = tempDir('spindle-migrate-cancel')
+    const first = await createRuntime({ dir, model: scriptedModel([hang]), userConfig: null, shutdownSignals: [] })
+    const thread = await first.spawn({ directive: { name: 'unwanted', prompt: 'p' } })
+    await until(thread, (v) => v.status === 'running')
+    await first.close()
+    cancelThread(dir, thread.id, 'no longer needed', 'ops')
+
+    const target = schema()
+    const summary = await migrateBackend({ from: dir, to: testDatabaseUrl(), schema: target })
+    expect(summary).toMatchObject({ outcome: 'copied', requests: 1 })
+    const rt = await createRuntime({ database: { url: testDatabaseUrl(), schema: target }, model: scriptedModel([hang]), userConfig: null, shutdownSignals: [] })
+    try {
+      expect(await rt.get(thread.id).done).toMatchObject({ status: 'cancelled', error: { message: expect.stringContaining('no longer needed') } })
+    } finally {
+      await rt.close()
+    }
   })
 })
