@@ -3,6 +3,7 @@
  * beside the registry rows it describes (each backend's log shares its registry's transactions).
  * Knows nothing of what an event means: a type name, a thread, a time and a JSON payload.
  */
+import { SpindleError } from '../src/base/errors.js'
 
 /** An event as it is appended: the registry backend numbers it. */
 export interface NewEvent {
@@ -36,4 +37,26 @@ export interface EventLog {
    * how many went. Ids are not reused: a reader's position stays valid.
    */
   prune(options: { before: number; keep: number }): number
+  /**
+   * Writes another log's events with their own ids (a copy to another backend: `spindle migrate`),
+   * in one transaction, and raises the last id handed out to `lastId` if it is below: a reader's
+   * cursor from the other log stays valid here, and new events go on past it. Every id must be
+   * larger than this log's `lastId()`; otherwise REGISTRY_FAILED, and nothing is written.
+   */
+  restore(events: readonly StoredEvent[], lastId: number): void
+}
+
+/** Refuses a restore whose ids this log handed out already. */
+export function assertRestorable(events: readonly StoredEvent[], lastId: number, where: string): void {
+  let previous = lastId
+  for (const event of events) {
+    if (!Number.isSafeInteger(event.id) || event.id <= previous) {
+      throw new SpindleError(
+        'REGISTRY_FAILED',
+        `Cannot restore event ${event.id} into the event log of ${where}: its ids must be whole numbers, increasing, and past the last id it handed out (${previous}). Nothing was written.`,
+        { details: { id: event.id, lastId: previous } },
+      )
+    }
+    previous = event.id
+  }
 }

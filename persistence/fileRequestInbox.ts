@@ -44,6 +44,16 @@ export interface FileRequestInboxOptions {
   onProblem(error: unknown, threadId?: string): void
 }
 
+/** A document the runtime wrote (an approval request, a decision), or null when there is none. */
+function storedDocument(file: string, threadId: string): unknown {
+  if (!fs.existsSync(file)) return null
+  const read = readRequestJson(file)
+  if (read.ok) return read.value
+  throw new SpindleError('STATE_CORRUPT', `${read.problem}: the runtime wrote it, so it was damaged since. Restore it from a backup, or move it aside (spindle writes a missing request again).`, {
+    details: { path: file, threadId },
+  })
+}
+
 export function createFileRequestInbox(options: FileRequestInboxOptions): RequestInbox {
   const { paths } = options
   const root = paths.root
@@ -294,6 +304,29 @@ export function createFileRequestInbox(options: FileRequestInboxOptions): Reques
 
     log(line) {
       return logRequest(root, line)
+    },
+
+    approvals(threadId) {
+      const listing = listApprovals(paths, threadId)
+      const ids = [...new Set([...listing.requests, ...listing.decided])].sort()
+      if (ids.length === 0 || !folderIsReal(path.join(threadDir(paths, threadId), APPROVALS_DIR), threadId)) return []
+      return ids.map((requestId) => {
+        const files = approvalFiles(paths, threadId, requestId)
+        return { requestId, request: storedDocument(files.request, threadId), decision: storedDocument(files.decision, threadId) }
+      })
+    },
+
+    unclaimed(threadId) {
+      const found: Array<InboxRequest & { body: ClaimedRequest['body'] }> = []
+      const waitingAt = (kind: RequestKind, requestId?: string): void => {
+        const file = fileOf(threadId, kind, requestId)
+        if (!fs.existsSync(file) || !folderIsReal(path.dirname(file), threadId)) return
+        found.push({ kind, threadId, ...(requestId !== undefined ? { requestId } : {}), ref: file, body: readRequestJson(file) })
+      }
+      waitingAt('cancel')
+      waitingAt('resume')
+      for (const requestId of listApprovals(paths, threadId).waiting) waitingAt('approval', requestId)
+      return found
     },
   }
 }

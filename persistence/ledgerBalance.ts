@@ -4,7 +4,7 @@
  * Pure: takes account rows, returns numbers, accounts and errors. No I/O.
  */
 import { SpindleError } from '../src/base/errors.js'
-import type { BudgetAmounts, BudgetUsage, LedgerAccount, LedgerProblem, SpawnSlot } from './types.js'
+import type { BudgetAmounts, BudgetUsage, LedgerAccount, LedgerProblem, SpawnSlot, StoredAccount } from './types.js'
 
 /** One account as ledger.db stores it (a row of `accounts`); the memory ledger keeps the same shape. */
 export interface AccountRow {
@@ -88,6 +88,37 @@ export function toAccount(row: AccountRow, reserved: BudgetUsage): LedgerAccount
     released: row.released === 1,
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+  }
+}
+
+/** A row as `Ledger.accounts()` gives it. */
+export function storedAccount(row: AccountRow): StoredAccount {
+  return {
+    threadId: row.thread_id,
+    parentId: row.parent_id,
+    limit: { spend: row.limit_spend, tokens: row.limit_tokens },
+    ownSpent: { spend: row.own_spend, tokens: row.own_tokens },
+    spent: { spend: row.spent_spend, tokens: row.spent_tokens },
+    released: row.released === 1,
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  }
+}
+
+/** The row a restored account is stored as. */
+export function accountRow(account: StoredAccount): AccountRow {
+  return {
+    thread_id: account.threadId,
+    parent_id: account.parentId,
+    limit_spend: account.limit.spend,
+    limit_tokens: account.limit.tokens,
+    own_spend: account.ownSpent.spend,
+    own_tokens: account.ownSpent.tokens,
+    spent_spend: account.spent.spend,
+    spent_tokens: account.spent.tokens,
+    released: account.released ? 1 : 0,
+    created_at: account.createdAt,
+    updated_at: account.updatedAt,
   }
 }
 

@@ -43,6 +43,23 @@ export interface LedgerAccount {
 }
 
 /**
+ * One account as the ledger stores it, before any balance is worked out from it: what `accounts`
+ * reads and `restore` writes (a copy of a ledger on another backend, `spindle migrate`).
+ */
+export interface StoredAccount {
+  threadId: string
+  parentId: string | null
+  limit: BudgetAmounts
+  /** Usage of this thread alone. */
+  ownSpent: BudgetUsage
+  /** Usage of this thread and all its descendants. */
+  spent: BudgetUsage
+  released: boolean
+  createdAt: number
+  updatedAt: number
+}
+
+/**
  * A spawn slot asked for with a child's reservation: the parent's `spawns` limit, and the children
  * it started that the ledger may hold no account of (registered before the ledger kept them, or
  * after ledger.db was lost). A child's account is its slot: it counts from the reservation until
@@ -106,5 +123,16 @@ export interface Ledger {
    * that is not released, has nothing spent and no children is deleted; returns whether it was.
    */
   dropUnborn(threadId: string): boolean
+  /**
+   * Every account as stored, in the order the accounts were opened (the order reservations are
+   * summed in, so a copy restored in it adds the same floats).
+   */
+  accounts(): StoredAccount[]
+  /**
+   * Writes accounts as another ledger's `accounts()` read them, in their order, in one transaction,
+   * without checking a balance: a copy, not a reservation. An account of a thread that has one
+   * already is left as it is.
+   */
+  restore(accounts: readonly StoredAccount[]): void
   close(): void
 }

@@ -2,6 +2,7 @@
  * The event log in an array, for the memory registry (persistence/memoryRegistry.ts): the same
  * numbering and pruning as the SQLite one, within one process.
  */
+import { assertRestorable } from './eventLog.js'
 import type { EventLog, NewEvent, StoredEvent } from './eventLog.js'
 
 export class MemoryEventLog implements EventLog {
@@ -49,6 +50,19 @@ export class MemoryEventLog implements EventLog {
     this.assertOpen()
     // Not the last row's: a log pruned to nothing still says how far it had got.
     return this.nextId - 1
+  }
+
+  restore(events: readonly StoredEvent[], lastId: number): void {
+    this.assertOpen()
+    assertRestorable(events, this.nextId - 1, 'this process (memory)')
+    const count = this.rows.length
+    const nextId = this.nextId
+    for (const event of events) this.rows.push({ id: event.id, threadId: event.threadId, type: event.type, at: event.at, data: JSON.parse(JSON.stringify(event.data)) as Record<string, unknown> })
+    this.nextId = Math.max(this.nextId, (events.at(-1)?.id ?? 0) + 1, lastId + 1)
+    this.remember(() => {
+      this.rows.length = count
+      this.nextId = nextId
+    })
   }
 
   prune(options: { before: number; keep: number }): number {

@@ -5,7 +5,7 @@
  */
 import { SpindleError } from '../src/base/errors.js'
 import { compareBinary } from './binaryOrder.js'
-import { accountNotFound, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, toAccount } from './ledgerBalance.js'
+import { accountNotFound, accountRow, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, storedAccount, toAccount } from './ledgerBalance.js'
 import type { AccountRow } from './ledgerBalance.js'
 import type { BudgetAmounts, BudgetUsage, Ledger, LedgerAccount } from './types.js'
 
@@ -213,6 +213,19 @@ export function createMemoryLedger(): Ledger {
       rows.delete(threadId)
       if (row.parent_id !== null) childrenOf.get(row.parent_id)?.delete(threadId)
       return true
+    },
+
+    accounts() {
+      assertOpen()
+      return [...rows.values()].map(storedAccount)
+    },
+
+    restore(accounts) {
+      assertOpen()
+      // Every row checked before any is stored, as one SQLite transaction would refuse them all.
+      const fresh = accounts.map(accountRow).filter((row) => !rows.has(row.thread_id))
+      for (const row of fresh) assertStorable(row, `restore the account of ${row.thread_id}`)
+      for (const row of fresh) if (!rows.has(row.thread_id)) insert(row, `restore the account of ${row.thread_id}`)
     },
 
     close() {

@@ -82,6 +82,16 @@ export function createMemoryRecovery(): RecoveryStore {
       return step
     },
 
+    decisions() {
+      open()
+      return [...decisions.values()].map((record) => ({ ...record }))
+    },
+
+    degradeSteps() {
+      open()
+      return [...steps].map(([taskKey, { step, updatedAt }]) => ({ taskKey, step, updatedAt }))
+    },
+
     close() {
       closed = true
       decisions.clear()

@@ -160,5 +160,23 @@ export function createMemoryRequestInbox(): MemoryRequestInbox {
       logged.push({ ...line })
       return null
     },
+
+    approvals(threadId) {
+      const prefix = `${threadId}/approvals/`
+      return [...requests.keys()]
+        .filter((key) => key.startsWith(prefix))
+        .map((key) => key.slice(prefix.length))
+        .sort()
+        .map((requestId) => {
+          const key = keyOf(threadId, 'approval', requestId)
+          return { requestId, request: copy(requests.get(key)), decision: decisions.has(key) ? copy(decisions.get(key)) : null }
+        })
+    },
+
+    unclaimed(threadId) {
+      const found: Array<InboxRequest & { body: ClaimedRequest['body'] }> = []
+      for (const { request, body } of waiting.values()) if (request.threadId === threadId) found.push({ ...request, body: { ok: true, value: copy(body) } })
+      return found
+    },
   }
 }

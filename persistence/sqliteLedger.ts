@@ -4,7 +4,7 @@
  * number of processes on one data directory are serialized and never oversubscribe a parent.
  * Side effects. Knows nothing about machines.
  */
-import { accountNotFound, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, toAccount as accountOf } from './ledgerBalance.js'
+import { accountNotFound, accountRow, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, storedAccount, toAccount as accountOf } from './ledgerBalance.js'
 import type { AccountRow } from './ledgerBalance.js'
 import { openSqliteFile, sqliteGuard } from './sqliteFile.js'
 import type { SqliteStore } from './sqliteFile.js'
@@ -36,6 +36,12 @@ export function openSqliteLedger(options: { path: string; durability: Durability
   const children = db.prepare<[string], Row>('SELECT * FROM accounts WHERE parent_id = ? ORDER BY created_at, thread_id')
   const childIds = db.prepare<[string], { thread_id: string }>('SELECT thread_id FROM accounts WHERE parent_id = ?')
   const all = db.prepare<[], Row>('SELECT * FROM accounts')
+  const inOrder = db.prepare<[], Row>('SELECT * FROM accounts ORDER BY rowid')
+  const restoreRow = db.prepare<[Row]>(
+    `INSERT INTO accounts (thread_id, parent_id, limit_spend, limit_tokens, own_spend, own_tokens, spent_spend, spent_tokens, released, created_at, updated_at)
+     VALUES (@thread_id, @parent_id, @limit_spend, @limit_tokens, @own_spend, @own_tokens, @spent_spend, @spent_tokens, @released, @created_at, @updated_at)
+     ON CONFLICT(thread_id) DO NOTHING`,
+  )
   const insert = db.prepare(
     `INSERT INTO accounts (thread_id, parent_id, limit_spend, limit_tokens, created_at, updated_at)
      VALUES (@threadId, @parentId, @spend, @tokens, @at, @at)`,
@@ -124,6 +130,10 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     return toAccount(get.get(threadId)!)
   })
 
+  const restoreTx = db.transaction((accounts: readonly Row[]): void => {
+    for (const row of accounts) restoreRow.run(row)
+  })
+
   const guard = sqliteGuard(store)
 
   return {
@@ -142,6 +152,8 @@ export function openSqliteLedger(options: { path: string; durability: Durability
     untouched: () => guard('list untouched accounts', () => untouched.all().map((r) => r.thread_id)),
     dropUnborn: (threadId) =>
       guard(`drop the account of ${threadId}, which was never spawned`, () => db.transaction(() => dropUnborn.run(threadId, threadId).changes > 0).immediate()),
+    accounts: () => guard('read every account', () => inOrder.all().map(storedAccount)),
+    restore: (accounts) => guard(`restore ${accounts.length} accounts`, () => restoreTx.immediate(accounts.map(accountRow))),
     close: () => db.close(),
   }
 }

@@ -66,6 +66,8 @@ export function openSqliteRecovery(options: { path: string; durability: Durabili
   const bump = db.prepare<[string, number]>(
     'INSERT INTO degrade (task_key, step, updated_at) VALUES (?, 1, ?) ON CONFLICT(task_key) DO UPDATE SET step = step + 1, updated_at = excluded.updated_at',
   )
+  const all = db.prepare<[], Row>('SELECT * FROM decisions ORDER BY rowid')
+  const steps = db.prepare<[], { taskKey: string; step: number; updatedAt: number }>('SELECT task_key AS taskKey, step, updated_at AS updatedAt FROM degrade ORDER BY rowid')
   const guard = sqliteGuard(store)
   return {
     get: (taskKey, reasonCode) => guard('read a decision', () => {
@@ -84,6 +86,8 @@ export function openSqliteRecovery(options: { path: string; durability: Durabili
           return step.get(taskKey)!.step
         }).immediate(),
       ),
+    decisions: () => guard('list every decision', () => all.all().map(toRecord)),
+    degradeSteps: () => guard('list the degrade steps', () => steps.all()),
     close: () => db.close(),
   }
 }

@@ -269,7 +269,7 @@ export interface Registry {
 
 export type Durability = 'fsync' | 'process'
 
-export type { BudgetAmounts, BudgetUsage, Ledger, LedgerAccount, LedgerProblem, SpawnSlot } from './ledgerTypes.js'
+export type { BudgetAmounts, BudgetUsage, Ledger, LedgerAccount, LedgerProblem, SpawnSlot, StoredAccount } from './ledgerTypes.js'
 
 /** Who runs a thread: one runtime process holds its lease until it expires or is released. */
 export interface Lease {
@@ -390,6 +390,10 @@ export interface RecoveryStore {
   degradeStep(taskKey: string): number
   /** Counts one more governance action on a task; returns the new step. */
   bumpDegradeStep(taskKey: string, at: number): number
+  /** Every decision stored, pending or not (a copy to another backend: `spindle migrate`). */
+  decisions(): RecoveryRecord[]
+  /** Every task's degrade step, with when it was last counted. */
+  degradeSteps(): Array<{ taskKey: string; step: number; updatedAt: number }>
   close(): void
 }
 
@@ -525,4 +529,16 @@ export interface RequestInbox {
   strayAnswers(threadId: string, openRequest: string | null): Array<InboxRequest & { decided: boolean }>
   /** Appends to the request log; returns why a line could not be written (the request stands all the same). */
   log(line: RequestLogLine): Error | null
+  /**
+   * The approval requests stored for the thread, each with its decision (null while undecided; a
+   * request null when only its decision is stored), in request id order: a copy to another
+   * backend (`spindle migrate`). Throws STATE_CORRUPT naming a document that cannot be read.
+   */
+  approvals(threadId: string): Array<{ requestId: string; request: unknown; decision: unknown }>
+  /**
+   * The requests waiting for the thread (left, not claimed), with what was written: read, not
+   * claimed, so that a copy to another backend can leave them there. A request behind a link is
+   * left out (reported as `claim` reports it).
+   */
+  unclaimed(threadId: string): Array<InboxRequest & { body: ClaimedRequest['body'] }>
 }

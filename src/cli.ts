@@ -17,6 +17,7 @@ import fs from 'node:fs'
 import os from 'node:os'
 import { scanOrphans, threadTree } from './operator/operatorActions.js'
 import { addDecisionCommands } from './operator/decisionCommands.js'
+import { addMigrateCommand } from './operator/migrateCommand.js'
 import { createRuntime } from './runtime/createRuntime.js'
 import { scriptedModel } from '../actors/scriptedModel.js'
 import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
@@ -57,6 +58,8 @@ const EXIT: Partial<Record<SpindleErrorCode, number>> = {
   DATA_DIR_NOT_FOUND: 4,
   DATABASE_SCHEMA_NEWER: 5,
   DATABASE_UNAVAILABLE: 9,
+  MIGRATION_TARGET_NOT_EMPTY: 6,
+  MIGRATION_MISMATCH: 5,
 }
 
 const STATUSES: readonly ThreadStatus[] = ['created', 'running', 'suspended', 'completed', 'error', 'cancelled', 'continued']
@@ -323,6 +326,7 @@ function program(setExit: (code: number) => void): Command {
     out(`${result.action}: wrote ${result.file}\n${result.next}`)
   }
   addDecisionCommands(cli, { dirOption, written, operator })
+  addMigrateCommand(cli, { out, json })
 
   cli
     .command('tree [id]')

@@ -25,6 +25,7 @@
  * its name keeps installations in two schemas of one database from waking each other.
  */
 import type { PgBridge } from './bridge.js'
+import { assertRestorable } from '../eventLog.js'
 import type { EventLog, NewEvent, StoredEvent } from '../eventLog.js'
 
 /** The channel every append notifies. */
@@ -109,6 +110,30 @@ export class PgEventLog implements EventLog {
       this.flush()
       // One statement: the newest `keep` are counted from the largest id, as ids have no gaps.
       return this.db.changeSync('DELETE FROM events WHERE at < $1 OR id <= (SELECT max(id) FROM events) - $2', [options.before, options.keep])
+    })
+  }
+
+  restore(events: readonly StoredEvent[], lastId: number): void {
+    this.hooks.assertOpen()
+    this.hooks.guard('restore events', () => {
+      this.flush()
+      for (const event of events) this.hooks.check(event)
+      // The counter row locked first, as every append locks it: no append numbers an event between
+      // the check and the insert, and the ids commit with the counter past them.
+      const run = () => {
+        const last = (this.db.querySync('SELECT last_id FROM event_counter FOR UPDATE')[0]?.last_id as number | undefined) ?? 0
+        assertRestorable(events, last, `schema ${this.db.schema ?? 'public'}`)
+        this.db.execSync(
+          `WITH inserted AS (
+             INSERT INTO events (id, thread_id, type, at, data)
+             SELECT e.id, e.thread_id, e.type, e.at, e.data::json FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[], $5::text[]) AS e(id, thread_id, type, at, data)
+           )
+           UPDATE event_counter SET last_id = GREATEST(last_id, $6::bigint, (SELECT coalesce(max(id), 0) FROM unnest($1::bigint[]) AS i(id)))`,
+          [events.map((e) => e.id), events.map((e) => e.threadId), events.map((e) => e.type), events.map((e) => e.at), events.map((e) => JSON.stringify(e.data) ?? '{}'), lastId],
+        )
+      }
+      if (this.hooks.inTransaction()) run()
+      else this.db.transactionSync(run)
     })
   }
 

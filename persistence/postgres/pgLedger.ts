@@ -12,7 +12,7 @@
  * first, then the usage or the release).
  */
 import { SpindleError } from '../../src/base/errors.js'
-import { accountNotFound, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, toAccount } from '../ledgerBalance.js'
+import { accountNotFound, assertSpawnSlot, checkRows, grantFrom, raisedLimit, reservedBy, storedAccount, toAccount } from '../ledgerBalance.js'
 import type { AccountRow } from '../ledgerBalance.js'
 import type { BudgetAmounts, Ledger, LedgerAccount } from '../types.js'
 import type { PgBridge, Row } from './bridge.js'
@@ -238,6 +238,38 @@ export function openPgLedger(options: { db: PgBridge }): Ledger {
           return dropped!.length > 0
         }),
       ),
+
+    accounts: () => guard('read every account', () => (db.querySync(`SELECT ${COLUMNS} FROM ledger_accounts ORDER BY seq`) as unknown as AccountRow[]).map(storedAccount)),
+
+    restore: (accounts) =>
+      guard(`restore ${accounts.length} accounts`, () => {
+        if (accounts.length === 0) return
+        for (const a of accounts) {
+          assertStorable(`restore the account of ${a.threadId}`, a.threadId, { ownSpend: a.ownSpent.spend, ownTokens: a.ownSpent.tokens, spentSpend: a.spent.spend, spentTokens: a.spent.tokens, createdAt: a.createdAt, updatedAt: a.updatedAt })
+        }
+        // One statement: WITH ORDINALITY keeps the given order, so `seq` (the order sums follow) is the source's.
+        db.changeSync(
+          `INSERT INTO ledger_accounts (thread_id, parent_id, limit_spend, limit_tokens, own_spend, own_tokens, spent_spend, spent_tokens, released, created_at, updated_at)
+           SELECT r.thread_id, r.parent_id, r.limit_spend, r.limit_tokens, r.own_spend, r.own_tokens, r.spent_spend, r.spent_tokens, r.released, r.created_at, r.updated_at
+           FROM unnest($1::text[], $2::text[], $3::float8[], $4::float8[], $5::float8[], $6::float8[], $7::float8[], $8::float8[], $9::boolean[], $10::bigint[], $11::bigint[])
+             WITH ORDINALITY AS r(thread_id, parent_id, limit_spend, limit_tokens, own_spend, own_tokens, spent_spend, spent_tokens, released, created_at, updated_at, n)
+           ORDER BY r.n
+           ON CONFLICT (thread_id) DO NOTHING`,
+          [
+            accounts.map((a) => a.threadId),
+            accounts.map((a) => a.parentId),
+            accounts.map((a) => storedLimit(a.limit.spend)),
+            accounts.map((a) => storedLimit(a.limit.tokens)),
+            accounts.map((a) => a.ownSpent.spend),
+            accounts.map((a) => a.ownSpent.tokens),
+            accounts.map((a) => a.spent.spend),
+            accounts.map((a) => a.spent.tokens),
+            accounts.map((a) => a.released),
+            accounts.map((a) => a.createdAt),
+            accounts.map((a) => a.updatedAt),
+          ],
+        )
+      }),
 
     close: () => guard.close(),
   }

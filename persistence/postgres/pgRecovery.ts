@@ -77,6 +77,11 @@ export function openPgRecovery(options: { db: PgBridge }): RecoveryStore {
           [taskKey, at],
         )[0]!.step as number,
       ),
+    decisions: () => run('list every decision', () => db.querySync(`SELECT ${COLUMNS} FROM recovery_decisions ORDER BY task_key, reason_code`).map(toRecord)),
+    degradeSteps: () =>
+      run('list the degrade steps', () =>
+        db.querySync('SELECT task_key, step, updated_at FROM recovery_degrade ORDER BY task_key').map((row) => ({ taskKey: row.task_key as string, step: row.step as number, updatedAt: row.updated_at as number })),
+      ),
     close: () => {
       open = false
     },

@@ -336,5 +336,21 @@ export function createPgRequestInbox(options: PgRequestInboxOptions): RequestInb
         })
       }
     },
+
+    approvals(threadId) {
+      return db
+        .querySync(`SELECT request_id, request, decision FROM approvals WHERE thread_id = $1 ORDER BY request_id`, [threadId])
+        .map((row) => ({ requestId: String(row.request_id), request: row.request ?? null, decision: row.decision ?? null }))
+    },
+
+    unclaimed(threadId) {
+      return db
+        .querySync(`SELECT kind, request_id, body FROM inbox_requests WHERE thread_id = $1 AND claimed_by IS NULL AND refused_at IS NULL ORDER BY id`, [threadId])
+        .map((row) => {
+          const kind = row.kind as RequestKind
+          const requestId = String(row.request_id)
+          return { kind, threadId, ...(kind === 'approval' ? { requestId } : {}), ref: refOf(threadId, kind, requestId), body: { ok: true as const, value: row.body } }
+        })
+    },
   }
 }

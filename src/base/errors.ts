@@ -68,6 +68,8 @@ export const SPINDLE_ERROR_CODES = [
   'OUTPUT_INVALID',
   'DATABASE_UNAVAILABLE',
   'DATABASE_SCHEMA_NEWER',
+  'MIGRATION_TARGET_NOT_EMPTY',
+  'MIGRATION_MISMATCH',
 ] as const
 
 export type SpindleErrorCode = (typeof SPINDLE_ERROR_CODES)[number]

@@ -92,6 +92,35 @@ export function eventLogContract(name: string, create: () => RegistryBackend): v
       expect(registry.events.after(0, 10)[0]!.id).toBeGreaterThan(last)
     }))
 
+    it('should restore another log\'s events with their own ids, and number new events past the last id it gives', withLog(({ registry }) => {
+      registry.events.restore(
+        [
+          { id: 7, threadId: 't-1', type: 'thread.spawned', at: 5, data: { directive: 'ship' } },
+          { id: 9, threadId: 't-2', type: 'thread.started', at: 6, data: {} },
+        ],
+        9,
+      )
+      // The other log had handed out ids up to 12 and pruned the last ones: a cursor at 12 stays valid.
+      registry.events.restore([], 12)
+      expect(registry.events.after(0, 10)).toEqual([
+        { id: 7, threadId: 't-1', type: 'thread.spawned', at: 5, data: { directive: 'ship' } },
+        { id: 9, threadId: 't-2', type: 'thread.started', at: 6, data: {} },
+      ])
+      expect(registry.events.lastId()).toBe(12)
+      registry.events.append([event('t-1', 'thread.completed', 8)])
+      expect(registry.events.after(12, 10)).toEqual([{ id: 13, threadId: 't-1', type: 'thread.completed', at: 8, data: {} }])
+    }))
+
+    it('should refuse to restore an id it handed out already, writing none of the events', withLog(({ registry }) => {
+      registry.events.append([event('t-1', 'thread.started', 1), event('t-1', 'thread.completed', 2)])
+      const last = registry.events.lastId()
+      expect(() => registry.events.restore([{ id: last + 1, threadId: 't-2', type: 'thread.started', at: 3, data: {} }, { id: last, threadId: 't-2', type: 'thread.completed', at: 4, data: {} }], last + 1)).toThrow(
+        expect.objectContaining({ code: 'REGISTRY_FAILED' }),
+      )
+      expect(registry.events.after(0, 10).map((e) => e.threadId)).toEqual(['t-1', 't-1'])
+      expect(registry.events.lastId()).toBe(last)
+    }))
+
     it('should refuse reads and appends once closed', () => {
       const backend = create()
       try {

@@ -467,6 +467,59 @@ export function ledgerContract(name: string, create: () => LedgerBackend): void 
       }))
     })
 
+    describe('accounts and restore (a copy to another backend)', () => {
+      /** A root, an open child that spent, a released child, and a grandchild under the released one. */
+      const copied = (l: Ledger) => {
+        l.openRoot('root', { spend: 1, tokens: 1000 }, 1)
+        l.reserve('open', 'root', { spend: 0.3, tokens: 100 }, 2)
+        l.reserve('ended', 'root', { spend: 0.2, tokens: null }, 3)
+        l.reserve('below', 'ended', { spend: 0.1, tokens: 10 }, 4)
+        l.record('open', { spend: 0.05, tokens: 7 }, 5)
+        l.record('below', { spend: 0.01, tokens: 2 }, 6)
+        l.release('ended', 7)
+      }
+
+      it('should read every account as stored, in the order the accounts were opened', withLedger((l) => {
+        copied(l)
+        expect(l.accounts()).toEqual([
+          { threadId: 'root', parentId: null, limit: { spend: 1, tokens: 1000 }, ownSpent: { spend: 0, tokens: 0 }, spent: { spend: 0.060000000000000005, tokens: 9 }, released: false, createdAt: 1, updatedAt: 6 },
+          { threadId: 'open', parentId: 'root', limit: { spend: 0.3, tokens: 100 }, ownSpent: { spend: 0.05, tokens: 7 }, spent: { spend: 0.05, tokens: 7 }, released: false, createdAt: 2, updatedAt: 5 },
+          { threadId: 'ended', parentId: 'root', limit: { spend: 0.2, tokens: 900 }, ownSpent: { spend: 0, tokens: 0 }, spent: { spend: 0.01, tokens: 2 }, released: true, createdAt: 3, updatedAt: 7 },
+          { threadId: 'below', parentId: 'ended', limit: { spend: 0.1, tokens: 10 }, ownSpent: { spend: 0.01, tokens: 2 }, spent: { spend: 0.01, tokens: 2 }, released: false, createdAt: 4, updatedAt: 6 },
+        ])
+      }))
+
+      it('should restore another ledger\'s accounts so that every balance and every account reads as it did there', () => {
+        const from = create()
+        const to = create()
+        try {
+          copied(from.ledger)
+          to.ledger.restore(from.ledger.accounts())
+          expect(to.ledger.accounts()).toEqual(from.ledger.accounts())
+          for (const id of ['root', 'open', 'ended', 'below']) expect(to.ledger.get(id)).toEqual(from.ledger.get(id))
+          expect(to.ledger.children('root')).toEqual(from.ledger.children('root'))
+          expect(to.ledger.check()).toEqual([])
+          // A reservation after the copy is held to what the copy holds.
+          expect(() => to.ledger.reserve('more', 'root', { spend: 0.7, tokens: null }, 8)).toThrow(expect.objectContaining({ code: 'BUDGET_EXCEEDED' }))
+        } finally {
+          from.ledger.close()
+          to.ledger.close()
+          from.destroy?.()
+          to.destroy?.()
+        }
+      })
+
+      it('should leave an account that exists as it is, and restore the others', withLedger((l) => {
+        l.openRoot('root', { spend: 5, tokens: null }, 1)
+        l.restore([
+          { threadId: 'root', parentId: null, limit: { spend: 1, tokens: null }, ownSpent: { spend: 0, tokens: 0 }, spent: { spend: 0, tokens: 0 }, released: true, createdAt: 9, updatedAt: 9 },
+          { threadId: 'child', parentId: 'root', limit: { spend: 2, tokens: null }, ownSpent: { spend: 0.5, tokens: 3 }, spent: { spend: 0.5, tokens: 3 }, released: false, createdAt: 9, updatedAt: 9 },
+        ])
+        expect(l.get('root')).toMatchObject({ limit: { spend: 5, tokens: null }, released: false, createdAt: 1, reserved: { spend: 1.5, tokens: 0 } })
+        expect(l.get('child')).toMatchObject({ limit: { spend: 2, tokens: null }, ownSpent: { spend: 0.5, tokens: 3 } })
+      }))
+    })
+
     it('should refuse reads and writes once closed', () => {
       const backend = create()
       try {

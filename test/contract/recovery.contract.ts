@@ -174,5 +174,45 @@ export function recoveryContract(name: string, create: () => RecoveryBackend): v
         }
       })
     })
+
+    describe('decisions and degradeSteps (a copy to another backend)', () => {
+      it('should list every decision stored, pending or not, each as last put', () => {
+        const backend = create()
+        try {
+          const { recovery } = backend
+          recovery.put(decision(TASK, 'MODEL_FAILED'))
+          recovery.put(decision(TASK, 'TOOL_FAILED', { action: 'human', recoveryState: 'escalated_to_human' }))
+          recovery.put(decision(OTHER_TASK, 'MODEL_FAILED', { nextThreadId: 'next-aaaaaaaaaaaa' }))
+          recovery.put(decision(TASK, 'MODEL_FAILED', { attempt: 2 }))
+          const listed = recovery.decisions().sort((a, b) => keys([a])[0]!.localeCompare(keys([b])[0]!))
+          expect(listed).toEqual([
+            decision(TASK, 'MODEL_FAILED', { attempt: 2 }),
+            decision(TASK, 'TOOL_FAILED', { action: 'human', recoveryState: 'escalated_to_human' }),
+            decision(OTHER_TASK, 'MODEL_FAILED', { nextThreadId: 'next-aaaaaaaaaaaa' }),
+          ])
+        } finally {
+          backend.recovery.close()
+          backend.destroy?.()
+        }
+      })
+
+      it('should list every task\'s degrade step with when it was last counted', () => {
+        const backend = create()
+        try {
+          const { recovery } = backend
+          expect(recovery.degradeSteps()).toEqual([])
+          recovery.bumpDegradeStep(TASK, 10)
+          recovery.bumpDegradeStep(OTHER_TASK, 11)
+          recovery.bumpDegradeStep(TASK, 12)
+          expect(recovery.degradeSteps().sort((a, b) => a.taskKey.localeCompare(b.taskKey))).toEqual([
+            { taskKey: TASK, step: 2, updatedAt: 12 },
+            { taskKey: OTHER_TASK, step: 1, updatedAt: 11 },
+          ])
+        } finally {
+          backend.recovery.close()
+          backend.destroy?.()
+        }
+      })
+    })
   })
 }

@@ -205,5 +205,38 @@ export function requestInboxContract(name: string, create: () => RequestInboxBac
         expect(inbox.log({ at: new Date(0).toISOString(), kind: 'cancel', threadId: A, file: 'x', outcome: 'refused', reason: 'no' })).toBeNull()
       }))
     })
+
+    describe('approvals and unclaimed (a copy to another backend)', () => {
+      it('should read every approval request of a thread with its decision, in request id order', withInbox(({ inbox, addThread }) => {
+        addThread(A)
+        addThread(B)
+        expect(inbox.approvals(A)).toEqual([])
+        inbox.putApprovalRequest(A, 'turns-6-y', { id: 'turns-6-y', limit: 'turns' })
+        inbox.putApprovalRequest(A, 'turns-3-x', { id: 'turns-3-x', limit: 'turns' })
+        inbox.putApprovalRequest(B, 'turns-3-z', { id: 'turns-3-z' })
+        inbox.putDecision(A, 'turns-3-x', { decision: 'approved', by: 'ops' })
+        expect(inbox.approvals(A)).toEqual([
+          { requestId: 'turns-3-x', request: { id: 'turns-3-x', limit: 'turns' }, decision: { decision: 'approved', by: 'ops' } },
+          { requestId: 'turns-6-y', request: { id: 'turns-6-y', limit: 'turns' }, decision: null },
+        ])
+      }))
+
+      it('should read the requests left for a thread without claiming them', withInbox(({ inbox, addThread, leave }) => {
+        addThread(A)
+        addThread(B)
+        expect(inbox.unclaimed(A)).toEqual([])
+        leave(A, 'cancel', { nonce: 'n-1', reason: 'enough' })
+        leave(A, 'approval', { approved: true, by: 'ops' }, 'turns-3-x')
+        leave(B, 'resume', { nonce: 'n-2' })
+        const found = inbox.unclaimed(A).sort((a, b) => a.kind.localeCompare(b.kind))
+        expect(found).toEqual([
+          expect.objectContaining({ kind: 'approval', threadId: A, requestId: 'turns-3-x', body: { ok: true, value: { approved: true, by: 'ops' } } }),
+          expect.objectContaining({ kind: 'cancel', threadId: A, body: { ok: true, value: { nonce: 'n-1', reason: 'enough' } } }),
+        ])
+        expect(inbox.waiting(A, 'cancel')).toBe(true)
+        expect(inbox.claim(A, 'cancel')?.body).toEqual({ ok: true, value: { nonce: 'n-1', reason: 'enough' } })
+        expect(inbox.unclaimed(A).map((r) => r.kind)).toEqual(['approval'])
+      }))
+    })
   })
 }
