@@ -4,7 +4,7 @@
  */
 import './threadpool.js'
 import { Command, CommanderError, Option } from 'commander'
-import type { ThreadStatus } from '../persistence/types.js'
+import type { ThreadStatus, TranscriptEntry } from '../persistence/types.js'
 import { runDemo } from './operator/demo.js'
 import { runDirective } from './operator/runCommand.js'
 import { SPINDLE_ERROR_CODES, SpindleError, isSpindleError } from './base/errors.js'
@@ -27,7 +27,10 @@ import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
 import { inspectRenamed, statelyInspector } from './operator/statelyInspector.js'
 import { showLines } from './operator/showText.js'
-import { CLI_COLOURS, dirArgument, plural, terminalSafe } from './operator/terminalText.js'
+import { CLI_COLOURS, plural, terminalSafe } from './operator/terminalText.js'
+import { dbOption, placeOf, runtimePlace, schemaOption } from './operator/databaseStores.js'
+import { databaseLocks, databaseThreads, databaseTree, readDatabaseLog, showDatabaseThread } from './operator/databaseOperator.js'
+import { databaseDoctor } from './operator/databaseDoctor.js'
 
 /** Exit statuses, documented in `spindle --help` and docs/cli.md. */
 const EXIT: Partial<Record<SpindleErrorCode, number>> = {
@@ -145,17 +148,21 @@ function program(setExit: (code: number) => void): Command {
     .command('demo')
     .description('run several threads on the scripted model with live progress; run again after a kill to resume')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .addOption(new Option('--durability <mode>', 'fsync or process').choices(['fsync', 'process']).default('fsync'))
     .option('--latency <ms>', 'simulated model latency in ms', wholeNumber('latency'))
     .option('--inspect-stately', 'send every snapshot of every thread (prompts, tool results …) to the Stately inspector on stately.ai to watch it there; `spindle inspect` is the local way')
     .addOption(new Option('--inspect').hideHelp())
-    .action(async (o: { dir: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean; inspectStately?: boolean }) => {
+    .action(async (o: { dir: string; db?: string; schema?: string; durability: 'fsync' | 'process'; latency?: number; inspect?: boolean; inspectStately?: boolean }, command: Command) => {
       if (o.inspect) throw inspectRenamed('demo')
+      const place = placeOf(o, command, { dirBeside: true })
       const inspector = o.inspectStately ? await stately() : null
       try {
         setExit(
           await runDemo({
-            dir: o.dir,
+            ...runtimePlace(place),
+            ...(place.database ? { at: place.argument } : {}),
             durability: o.durability,
             out: process.stdout,
             ...(o.latency !== undefined ? { latencyMs: o.latency } : {}),
@@ -171,16 +178,19 @@ function program(setExit: (code: number) => void): Command {
     .command('run <directive>')
     .description('run a directive (a file, or a name found in <dir>/directives, the user and the system directories) on the built-in scripted model')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--input <name=value>', 'an input of the directive (repeatable)', (value: string, all: string[]) => [...all, value], [] as string[])
     .option('--json', 'print the outcome as JSON')
     .option('--inspect-stately', 'send every snapshot of the thread (prompts, tool results …) to the Stately inspector on stately.ai to watch it there; `spindle inspect` is the local way')
     .addOption(new Option('--inspect').hideHelp())
-    .action(async (name: string, o: { dir: string; input: string[]; json?: boolean; inspect?: boolean; inspectStately?: boolean }) => {
+    .action(async (name: string, o: { dir: string; db?: string; schema?: string; input: string[]; json?: boolean; inspect?: boolean; inspectStately?: boolean }, command: Command) => {
       if (o.inspect) throw inspectRenamed('run')
+      const place = placeOf(o, command, { dirBeside: true })
       const inspector = o.inspectStately ? await stately() : null
       try {
         setExit(
-          await runDirective({ dir: o.dir, directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty, ...(inspector ? { inspect: inspector.inspect } : {}) }),
+          await runDirective({ ...runtimePlace(place), directive: name, inputs: o.input, json: o.json === true, out: process.stdout, tty, ...(inspector ? { inspect: inspector.inspect } : {}) }),
         )
       } finally {
         inspector?.stop()
@@ -191,11 +201,14 @@ function program(setExit: (code: number) => void): Command {
     .command('ls')
     .description('list threads')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--status <statuses>', 'only these statuses, comma-separated')
     .option('--json', 'print JSON')
-    .action((o: { dir: string; status?: string; json?: boolean }) => {
+    .action((o: { dir: string; db?: string; schema?: string; status?: string; json?: boolean }, command: Command) => {
       const status = parseStatuses(o.status)
-      const threads = listThreads(o.dir, status ? { status } : {})
+      const { database } = placeOf(o, command)
+      const threads = database ? databaseThreads(database, status ? { status } : {}) : listThreads(o.dir, status ? { status } : {})
       if (o.json) return json(threads)
       if (threads.length === 0) return out('no threads')
       table([
@@ -215,14 +228,17 @@ function program(setExit: (code: number) => void): Command {
     .command('show <id>')
     .description('one thread: registry row, checkpointed state, transcript health')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; json?: boolean }) => {
-      const report = showThread(o.dir, id)
+    .action((id: string, o: { dir: string; db?: string; schema?: string; json?: boolean }, command: Command) => {
+      const place = placeOf(o, command)
+      const report = place.database ? showDatabaseThread(place.database, id) : showThread(o.dir, id)
       if (o.json) return json(report)
       // The checkpoint is ahead of the registry row after a crash: say what each holds.
       const status = report.state?.status ?? report.record.status
       out(`${report.record.id}  ${colour(status)}${status !== report.record.status ? ` (the registry row still says ${report.record.status})` : ''}`)
-      const lines = showLines(report, o.dir)
+      const lines = showLines(report, place.argument)
       const width = Math.max(11, ...lines.map(([label]) => label.length))
       for (const [label, text] of lines) out(`${label.padEnd(width)} ${text}`)
       if (report.problems.length > 0) setExit(5)
@@ -232,39 +248,48 @@ function program(setExit: (code: number) => void): Command {
     .command('logs <id>')
     .description("print a thread's transcript, verified")
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--after <seq>', 'only entries after this seq', wholeNumber('after'))
     .option('--follow', 'keep printing new entries until the thread stops')
     .option('--json', 'print JSON lines')
-    .action(async (id: string, o: { dir: string; after?: number; follow?: boolean; json?: boolean }) => {
-      let last = o.after ?? 0
-      let cutSaid = false
-      /** Prints the entries after `last`; returns the status the registry had just before reading them. */
-      const print = (): ThreadStatus => {
-        const { status, entries } = threadLog(o.dir, id, { after: last })
-        let cut = false
-        for (const e of entries) {
-          if (o.json) out(JSON.stringify(e))
-          else {
-            const data = JSON.stringify(e.data)
-            cut ||= data.length > LOG_DATA_WIDTH
-            out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${data.length > LOG_DATA_WIDTH ? `${data.slice(0, LOG_DATA_WIDTH - 1)}…` : data}`)
+    .action(async (id: string, o: { dir: string; db?: string; schema?: string; after?: number; follow?: boolean; json?: boolean }, command: Command) => {
+      const place = placeOf(o, command)
+      /** Prints the entries `read` gives after `--after`, and with --follow the new ones until the thread stops. */
+      const follow = async (read: (after: number) => { status: ThreadStatus; entries: TranscriptEntry[] }): Promise<void> => {
+        let last = o.after ?? 0
+        let cutSaid = false
+        /** Prints the entries after `last`; returns the status the registry had just before reading them. */
+        const print = (): ThreadStatus => {
+          const { status, entries } = read(last)
+          let cut = false
+          for (const e of entries) {
+            if (o.json) out(JSON.stringify(e))
+            else {
+              const data = JSON.stringify(e.data)
+              cut ||= data.length > LOG_DATA_WIDTH
+              out(`${String(e.seq).padStart(5)}  ${e.ts}  ${e.type.padEnd(16)} ${data.length > LOG_DATA_WIDTH ? `${data.slice(0, LOG_DATA_WIDTH - 1)}…` : data}`)
+            }
+            last = e.seq
           }
-          last = e.seq
+          // Once, after the lines it explains (a follow may run for hours).
+          if (cut && !cutSaid) {
+            cutSaid = true
+            out(`(lines ending in … are cut at ${LOG_DATA_WIDTH} characters: \`spindle logs ${id}${place.argument} --json\` prints every entry whole)`)
+          }
+          return status
         }
-        // Once, after the lines it explains (a follow may run for hours).
-        if (cut && !cutSaid) {
-          cutSaid = true
-          out(`(lines ending in … are cut at ${LOG_DATA_WIDTH} characters: \`spindle logs ${id}${dirArgument(o.dir)} --json\` prints every entry whole)`)
+        let status = print()
+        // Follow by polling: the transcript is append-only and verified on every read. The status is
+        // read before the entries, so the read after the thread stopped includes its last entries.
+        while (o.follow && isActive(status)) {
+          await new Promise((resolve) => setTimeout(resolve, 250))
+          status = print()
         }
-        return status
       }
-      let status = print()
-      // Follow by polling: the transcript is append-only and verified on every read. The status is
-      // read before the entries, so the read after the thread stopped includes its last entries.
-      while (o.follow && isActive(status)) {
-        await new Promise((resolve) => setTimeout(resolve, 250))
-        status = print()
-      }
+      // On a database one connection serves every read of a follow.
+      if (place.database) return readDatabaseLog(place.database, id, (log) => follow(log.read))
+      return follow((after) => threadLog(o.dir, id, { after }))
     })
 
   cli
@@ -310,9 +335,12 @@ function program(setExit: (code: number) => void): Command {
     .command('doctor')
     .description('check every thread: registry row, state.json, transcript chain, and that they agree; exit 5 on damage')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--json', 'print JSON')
-    .action((o: { dir: string; json?: boolean }) => {
-      const { threads, findings } = doctor(o.dir)
+    .action((o: { dir: string; db?: string; schema?: string; json?: boolean }, command: Command) => {
+      const { database } = placeOf(o, command)
+      const { threads, findings } = database ? databaseDoctor(database) : doctor(o.dir)
       if (findings.some((f) => f.kind === 'damage')) setExit(5)
       if (o.json) return json({ threads, findings })
       for (const f of findings) out(`${f.kind.padEnd(6)}  ${f.threadId}  [${f.code}] ${f.message}\n        repair: ${f.repair}`)
@@ -332,9 +360,12 @@ function program(setExit: (code: number) => void): Command {
     .command('tree [id]')
     .description('the thread tree: children under their parent, continuations after the thread they continue')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--json', 'print JSON')
-    .action((id: string | undefined, o: { dir: string; json?: boolean }) => {
-      const trees = threadTree(o.dir, id)
+    .action((id: string | undefined, o: { dir: string; db?: string; schema?: string; json?: boolean }, command: Command) => {
+      const { database } = placeOf(o, command)
+      const trees = database ? databaseTree(database, id) : threadTree(o.dir, id)
       if (o.json) return json(trees)
       if (trees.length === 0) return out('No threads.')
       const print = (node: TreeNode, prefix: string, last: boolean, top: boolean): void => {
@@ -417,14 +448,18 @@ function program(setExit: (code: number) => void): Command {
     .command('locks')
     .description('list thread leases and which are stale; --apply reclaims stale ones (audit: locks.log.jsonl)')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--apply', 'reclaim stale leases (expired, or held by a process that is gone)')
     .option('--force', 'with --apply: reclaim live leases too (the process holding them stops writing those threads)')
     .option('--json', 'print JSON')
-    .action((o: { dir: string; apply?: boolean; force?: boolean; json?: boolean }) => {
+    .action((o: { dir: string; db?: string; schema?: string; apply?: boolean; force?: boolean; json?: boolean }, command: Command) => {
       if (o.force && !o.apply) throw new SpindleError('INVALID_OPTIONS', '--force only makes sense with --apply.', { details: { field: 'force' } })
-      const report = locks(o.dir, { apply: o.apply === true, force: o.force === true })
+      const { database } = placeOf(o, command)
+      const options = { apply: o.apply === true, force: o.force === true }
+      const report = database ? databaseLocks(database, options) : locks(o.dir, options)
       if (o.json) return json(report)
-      if (report.locks.length === 0) return out('No leases: no runtime process holds a thread of this directory.')
+      if (report.locks.length === 0) return out(`No leases: no runtime process holds a thread of this ${database ? 'database' : 'directory'}.`)
       table([
         ['THREAD', 'STATE', 'OWNER', 'PID', 'EXPIRES', 'TOKEN'],
         ...report.locks.map((l) => [l.threadId, l.state === 'live' ? l.state : tty ? `\x1b[33m${l.state}\x1b[0m` : l.state, l.owner, String(l.pid), new Date(l.expiresAt).toISOString(), String(l.token)]),
@@ -433,7 +468,7 @@ function program(setExit: (code: number) => void): Command {
         const stale = report.locks.filter((l) => l.state !== 'live').length
         return out(`\n${stale} stale of ${report.locks.length}. Dry run: nothing changed; --apply reclaims the stale ones.`)
       }
-      out(`\nReclaimed ${report.reclaimed.length}${report.kept.length ? `; kept ${report.kept.length} live (younger than their TTL; --force takes them)` : ''}. Logged to locks.log.jsonl.`)
+      out(`\nReclaimed ${report.reclaimed.length}${report.kept.length ? `; kept ${report.kept.length} live (younger than their TTL; --force takes them)` : ''}. ${database ? 'A database keeps no locks.log.jsonl: this list is the record.' : 'Logged to locks.log.jsonl.'}`)
     })
 
   cli

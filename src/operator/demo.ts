@@ -15,6 +15,7 @@ import { defineTool } from '../../actors/tools.js'
 import type { ThreadView } from '../thread/threadView.js'
 import type { Durability } from '../../persistence/types.js'
 import type { RuntimeOptions } from '../runtime/api.js'
+import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
 import { createRuntime } from '../runtime/createRuntime.js'
 import { SpindleError } from '../base/errors.js'
 import { formatUsd } from '../base/money.js'
@@ -95,7 +96,12 @@ function stateLabel(view: ThreadView): string {
 }
 
 export interface DemoOptions {
+  /** The data directory; with `database`, where config.yaml is read from and the demo's tools write their files. */
   dir: string
+  /** The database the threads are kept in, instead of the directory. */
+  database?: DatabaseOptions
+  /** How the commands it prints say where the threads are (default ` --dir <dir>`). */
+  at?: string
   durability: Durability
   out: NodeJS.WriteStream
   latencyMs?: number
@@ -107,8 +113,11 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const { out } = options
   const tty = out.isTTY === true
   const views = new Map<string, ThreadView>()
+  // The tools' notes need a folder also when the threads are kept in a database.
+  if (options.database) fs.mkdirSync(options.dir, { recursive: true })
   const rt = await createRuntime({
     dir: options.dir,
+    ...(options.database ? { database: options.database } : {}),
     durability: options.durability,
     model: scriptedModel(demoScript, { latencyMs: (r) => (options.latencyMs ?? 250) + ((r.turn * 37) % 200) }),
     tools: [lookupTool(), saveNoteTool(options.dir), publishTool(options.dir), askHuman()],
@@ -118,6 +127,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     onProblem: (p) => out.write(`problem${p.threadId ? ` in ${p.threadId}` : ''}: [${p.code}] ${p.message}\n`),
   })
   const report = rt.lastRecovery
+  const at = options.at ?? ` --dir ${rt.dir}`
   let threads = rt.active()
   // Threads answered while no demo ran (`spindle approve`, `resume`) are carried on at open, beside
   // the ones recovery resumed: said apart, or "resumed 0" would precede a thread that runs.
@@ -138,7 +148,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
     throw new SpindleError(
       'THREAD_LEASED',
       `${plural(report.elsewhere.length, 'unfinished thread')} in ${rt.dir} ${report.elsewhere.length === 1 ? 'is' : 'are'} run by another live spindle process. ` +
-        'Stop that demo (or wait for it), or pass another --dir; `spindle locks --dir ' + rt.dir + '` shows who holds them.',
+        `Stop that demo (or wait for it), or pass another ${options.database ? '--schema' : '--dir'}; \`spindle locks${at}\` shows who holds them.`,
       { details: { threadIds: report.elsewhere } },
     )
   }
@@ -202,7 +212,7 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   const earlier = rt.list().filter((r) => !ran.has(r.id))
   if (earlier.length > 0) {
     const line = statusLine(earlier.map((r) => ({ status: r.status, spend: r.cost?.spend ?? 0 })))
-    out.write(`  and, stopped before this run: ${line} (spindle ls --dir ${rt.dir})\n`)
+    out.write(`  and, stopped before this run: ${line} (spindle ls${at})\n`)
   }
   const stopped = [...outcomes]
   for (const r of earlier.filter((e) => e.status === 'suspended')) {
@@ -214,14 +224,14 @@ export async function runDemo(options: DemoOptions): Promise<number> {
   }
   for (const [id, outcome] of stopped) {
     if (outcome.status !== 'suspended') continue
-    const at = `--dir ${rt.dir}, then run the demo again.`
+    const then = `${at}, then run the demo again.`
     const call = outcome.suspendReason === 'limit' ? null : rt.get(id).getSnapshot().pendingCall
-    if (outcome.suspendReason === 'limit') out.write(`${id} waits for a person at its limit: spindle approve ${id} ${at}\n`)
+    if (outcome.suspendReason === 'limit') out.write(`${id} waits for a person at its limit: spindle approve ${id}${then}\n`)
     else if (call?.kind === 'approval') {
-      out.write(`${id} waits for a person to approve its ${call.tool} call ${JSON.stringify(call.input)}: spindle approve ${id} (or spindle deny ${id} --reason …) ${at}\n`)
+      out.write(`${id} waits for a person to approve its ${call.tool} call ${JSON.stringify(call.input)}: spindle approve ${id} (or spindle deny ${id} --reason …)${then}\n`)
     } else if (call?.kind === 'wait') {
       const { question, choices } = (call.request ?? {}) as { question?: string; choices?: string[] }
-      out.write(`${id} asks a person: "${question ?? '?'}"${choices ? ` (${choices.join(', ')})` : ''}: spindle answer ${id} ${choices?.[0] ?? '<answer>'} ${at}\n`)
+      out.write(`${id} asks a person: "${question ?? '?'}"${choices ? ` (${choices.join(', ')})` : ''}: spindle answer ${id} ${choices?.[0] ?? '<answer>'}${then}\n`)
     }
   }
   out.write(`Checkpoints written: ${rt.stats().checkpointsWritten} in ${plural(rt.stats().commits, 'group commit')}. Data: ${rt.dir}\n`)

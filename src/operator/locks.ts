@@ -68,29 +68,36 @@ export function locksLogFile(dir: string): string {
  * Lists the leases (dry run) or, with `apply`, reclaims the stale ones — and with `force` the live
  * ones too — appending each to `locks.log.jsonl`.
  */
-export function locks(dir: string, options: { apply?: boolean; force?: boolean; now?: number; only?: readonly string[] } = {}): LocksReport {
+export function locks(dir: string, options: LocksOptions = {}): LocksReport {
+  return withLeases(dir, (store) => reviewLocks(store, options, (line) => fs.appendFileSync(locksLogFile(dir), `${JSON.stringify(line)}\n`)))
+}
+
+export interface LocksOptions {
+  apply?: boolean
+  force?: boolean
+  now?: number
+  only?: readonly string[]
+}
+
+/** `locks` of any backend's lease store; `audit` is told of each lease reclaimed (null: it is kept nowhere). */
+export function reviewLocks(store: LeaseStore, options: LocksOptions, audit: ((line: Record<string, unknown>) => void) | null): LocksReport {
   const now = options.now ?? Date.now()
-  return withLeases(dir, (store) => {
-    const views: LockView[] = store.list().map((lease) => ({ ...lease, state: lockState(lease, now), expiresInMs: lease.expiresAt - now }))
-    const report: LocksReport = { locks: views, reclaimed: [], kept: [] }
-    if (!options.apply) return report
-    for (const view of views) {
-      if (options.only && !options.only.includes(view.threadId)) continue
-      if (view.state === 'live' && !options.force) {
-        report.kept.push(view)
-        continue
-      }
-      // A live owner may be mid-write: its lease is revoked, not freed, so no other runtime runs
-      // the thread until the owner has stopped (at its next heartbeat, or at the lease's expiry).
-      const forced = view.state === 'live'
-      const removed = forced ? store.revoke(view.threadId) : store.remove(view.threadId)
-      if (!removed) continue
-      report.reclaimed.push(view)
-      fs.appendFileSync(
-        locksLogFile(dir),
-        `${JSON.stringify({ at: new Date(now).toISOString(), action: forced ? 'revoked' : 'reclaimed', forced, by: `${os.hostname()}:${process.pid}`, lease: removed, state: view.state, ...(forced ? { freeAt: new Date(removed.expiresAt).toISOString() } : {}) })}\n`,
-      )
+  const views: LockView[] = store.list().map((lease) => ({ ...lease, state: lockState(lease, now), expiresInMs: lease.expiresAt - now }))
+  const report: LocksReport = { locks: views, reclaimed: [], kept: [] }
+  if (!options.apply) return report
+  for (const view of views) {
+    if (options.only && !options.only.includes(view.threadId)) continue
+    if (view.state === 'live' && !options.force) {
+      report.kept.push(view)
+      continue
     }
-    return report
-  })
+    // A live owner may be mid-write: its lease is revoked, not freed, so no other runtime runs
+    // the thread until the owner has stopped (at its next heartbeat, or at the lease's expiry).
+    const forced = view.state === 'live'
+    const removed = forced ? store.revoke(view.threadId) : store.remove(view.threadId)
+    if (!removed) continue
+    report.reclaimed.push(view)
+    audit?.({ at: new Date(now).toISOString(), action: forced ? 'revoked' : 'reclaimed', forced, by: `${os.hostname()}:${process.pid}`, lease: removed, state: view.state, ...(forced ? { freeAt: new Date(removed.expiresAt).toISOString() } : {}) })
+  }
+  return report
 }

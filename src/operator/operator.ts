@@ -312,7 +312,7 @@ export function doctor(dir: string): { threads: number; findings: Finding[] } {
  * A thread quarantined for a crash loop, or one on its way there: recoveries found it at the same
  * point at least twice in a row, and each process that ran it on from there died.
  */
-function crashLoopFindings(id: string, status: ThreadStatus, count: RecoveryCount | undefined, snapshot: unknown): Finding[] {
+export function crashLoopFindings(id: string, status: ThreadStatus, count: RecoveryCount | undefined, snapshot: unknown): Finding[] {
   const context = (snapshot as { context?: Partial<ThreadContext> }).context
   if (status === 'suspended' && context?.suspendReason === 'crash_loop') {
     return [

@@ -13,9 +13,11 @@ import { locks } from './locks.js'
 import type { LockView } from './locks.js'
 import { recordOf, withRegistry } from './registryAccess.js'
 import { listThreads } from './threadListing.js'
+import type { ThreadListing } from './threadListing.js'
 import { readBudgets } from './budgetFigures.js'
 import type { BudgetView } from '../runtime/budgetView.js'
 import { pendingApprovals, requestCancel, requestResume, respondToApproval } from '../thread/requests.js'
+import type { ApprovalResponse, OpenRequest } from '../thread/requests.js'
 
 export interface RequestWritten {
   threadId: string
@@ -53,8 +55,16 @@ export interface Approval {
  */
 export function approveThread(dir: string, id: string, approval: Approval, by: string, options: { replace?: boolean } = {}): RequestWritten {
   assertKnown(dir, id)
+  const file = respondToApproval(dir, id, approvalResponse(id, pendingApprovals(dir, id).at(-1), approval, by), options)
+  return { threadId: id, action: 'approve', file, next: NEXT }
+}
+
+/**
+ * What `spindle approve` writes, given the request the thread waits at (if any): at a limit its
+ * policy proposes no new one for, a new limit must be given, and the refusal names the flag.
+ */
+export function approvalResponse(id: string, request: OpenRequest | undefined, approval: Approval, by: string): ApprovalResponse {
   const { limits = {}, input, message } = approval
-  const request = pendingApprovals(dir, id).at(-1)
   if (request?.kind === 'limit_escalation' && Object.keys(limits).length === 0 && request.proposed === null && input === undefined) {
     throw new SpindleError(
       'APPROVAL_NEEDS_LIMITS',
@@ -62,9 +72,7 @@ export function approveThread(dir: string, id: string, approval: Approval, by: s
       { details: { threadId: id } },
     )
   }
-  const response = { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(input !== undefined ? { input } : {}), ...(message ? { message } : {}), by }
-  const file = respondToApproval(dir, id, response, options)
-  return { threadId: id, action: 'approve', file, next: NEXT }
+  return { approved: true, ...(Object.keys(limits).length ? { limits } : {}), ...(input !== undefined ? { input } : {}), ...(message ? { message } : {}), by }
 }
 
 /** Writes a denial: at a limit the thread ends cancelled; at a tool call the model gets the denial as the call's result. */
@@ -107,16 +115,23 @@ export interface TreeNode {
  * thread they continue. With `root`, only that thread's tree (from the top of its chain).
  */
 export function threadTree(dir: string, root?: string): TreeNode[] {
-  const paths = dataPaths(dir)
   // As `spindle ls` shows them: a row a crash left behind reads as its last checkpoint.
   const records = listThreads(dir)
-  const nodes = new Map<string, TreeNode>()
   let budgets: Map<string, BudgetView> | null = null
   try {
     budgets = readBudgets(dir, records.map((r) => r.id))
   } catch {
     // A damaged ledger.db is `spindle doctor`'s to report; the tree is still worth seeing.
   }
+  return treeOf(records, budgets, dataPaths(dir).root, root)
+}
+
+/**
+ * `threadTree` of threads as `spindle ls` lists them, with their budgets (null: unknown), read
+ * from any backend; `where` names it in a THREAD_NOT_FOUND message.
+ */
+export function treeOf(records: readonly ThreadListing[], budgets: ReadonlyMap<string, BudgetView> | null, where: string, root?: string): TreeNode[] {
+  const nodes = new Map<string, TreeNode>()
   for (const r of records) {
     const budget = budgets?.get(r.id)
     nodes.set(r.id, {
@@ -141,7 +156,7 @@ export function threadTree(dir: string, root?: string): TreeNode[] {
   if (root === undefined) return tops
   assertThreadId(root)
   let node = nodes.get(root)
-  if (!node) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${root} in ${paths.root}. \`spindle ls\` lists the threads there.`, { details: { threadId: root } })
+  if (!node) throw new SpindleError('THREAD_NOT_FOUND', `No thread ${root} in ${where}. \`spindle ls\` lists the threads there.`, { details: { threadId: root } })
   // Start from the top of its continuation chain and its ancestors.
   const byId = new Map(records.map((r) => [r.id, r]))
   let current = byId.get(root)!

@@ -11,6 +11,7 @@ import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import { formatUsd } from '../base/money.js'
 import { createRuntime } from '../runtime/createRuntime.js'
 import type { RuntimeOptions } from '../runtime/api.js'
+import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
 import { showRecovery } from './progress.js'
 import { terminalSafe } from './terminalText.js'
 
@@ -23,7 +24,10 @@ const runModel = scriptedModel((request) => {
 })
 
 export async function runDirective(options: {
+  /** The data directory; with `database`, where config.yaml and directives are read from. */
   dir: string
+  /** The database the thread is kept in, instead of the directory. */
+  database?: DatabaseOptions
   directive: string
   inputs: string[]
   json: boolean
@@ -50,6 +54,7 @@ export async function runDirective(options: {
   const directive = renderDirective(file, inputs)
   const rt = await createRuntime({
     dir: options.dir,
+    ...(options.database ? { database: options.database } : {}),
     model: runModel,
     // Unfinished threads of the directory are recovered first; a person sees how far that is.
     ...(options.json ? {} : { onLifecycle: showRecovery(options.out, options.tty) }),
@@ -79,7 +84,7 @@ export async function runDirective(options: {
     } catch (error) {
       if (!isSpindleError(error) || error.code !== 'RUNTIME_CLOSED') throw error
       if (options.json) options.out.write(`${JSON.stringify({ threadId: thread.id, directive: file.file, interrupted: true })}\n`)
-      else say(`\n${thread.id} interrupted: it stays checkpointed in ${options.dir} and goes on when a runtime next opens that directory.`)
+      else say(`\n${thread.id} interrupted: it stays checkpointed in ${options.database ? rt.dir : options.dir} and goes on when a runtime next opens that ${options.database ? 'database' : 'directory'}.`)
       return 130
     }
     if (options.json) options.out.write(`${terminalSafe(JSON.stringify({ threadId: thread.id, directive: file.file, ...outcome }))}\n`)

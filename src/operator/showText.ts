@@ -8,7 +8,7 @@ import type { PendingCall, ThreadContext } from '../../machines/threadContext.js
 import type { RecoveryCount } from '../../persistence/types.js'
 import { formatUsd } from '../base/money.js'
 import type { ThreadReport } from './operator.js'
-import { dirArgument, plural } from './terminalText.js'
+import { plural } from './terminalText.js'
 import { budgetText } from './budgetFigures.js'
 import type { BudgetView } from '../runtime/budgetView.js'
 
@@ -28,8 +28,7 @@ function failureText(failure: NonNullable<ThreadContext['lastFailure']>): string
  * Why a suspended thread waits, and what moves it on: `suspended` and `next` lines, plus the
  * failure that stopped it when there was one.
  */
-function suspensionLines(id: string, context: ThreadContext, dir: string, now: number): Array<[string, string]> {
-  const at = dirArgument(dir)
+function suspensionLines(id: string, context: ThreadContext, at: string, now: number): Array<[string, string]> {
   const hit = context.limitHit
   if (context.suspendReason === 'limit' && hit) {
     const flag = APPROVE_FLAG[hit.limit]
@@ -149,8 +148,11 @@ function retryLine(context: ThreadContext): [string, string] | null {
   return ['retries', `${retries}${last ? `, the last model error ${last.category}: ${oneLine(last.message, 200)}` : ''}`]
 }
 
-/** The lines of `spindle show` after the first (id and status), as `label  text` pairs. */
-export function showLines(report: ThreadReport, dir: string, now = Date.now()): Array<[string, string]> {
+/**
+ * The lines of `spindle show` after the first (id and status), as `label  text` pairs. `at` is how
+ * the commands it names say where the thread is (` --dir <dir>`, '' for the default).
+ */
+export function showLines(report: ThreadReport, at: string, now = Date.now()): Array<[string, string]> {
   const { record, state, transcript, problems } = report
   const lines: Array<[string, string]> = [['directive', record.directiveName]]
   if (record.parentId) lines.push(['parent', record.parentId])
@@ -172,7 +174,7 @@ export function showLines(report: ThreadReport, dir: string, now = Date.now()): 
     if (c.policy.tools) lines.push(['tools', c.policy.tools.join(', ') || 'none'])
     if (c.policy.permissions) lines.push(['permissions', Object.entries(c.policy.permissions).map(([k, v]) => `${k}: ${v}`).join(', ')])
     // A suspension is history once the thread moved on (a cancelled thread keeps its old suspendReason).
-    if (state.status === 'suspended') lines.push(...suspensionLines(record.id, c, dir, now))
+    if (state.status === 'suspended') lines.push(...suspensionLines(record.id, c, at, now))
     if (state.status === 'cancelled') lines.push(['cancelled', c.cancelReason ?? 'no reason given'])
     if (c.result !== null) lines.push(['result', c.result])
     if (c.error) lines.push(['error', `[${c.error.code}] ${c.error.message}`])

@@ -7,7 +7,7 @@
  */
 import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
 import { dataPaths } from '../../persistence/paths.js'
-import type { CheckpointStore, Cost, ThreadRecord, ThreadStatus } from '../../persistence/types.js'
+import type { CheckpointStore, Cost, Registry, ThreadRecord, ThreadStatus } from '../../persistence/types.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { isActive } from '../thread/threadStatus.js'
 import { withRegistry } from './registryAccess.js'
@@ -52,11 +52,14 @@ function upToCheckpoint(row: ThreadListing, checkpoints: CheckpointStore): Threa
  * checkpoint, when that is newer — without the nonce. `status` filters on what is shown.
  */
 export function listThreads(dir: string, filter: { status?: ThreadStatus[] } = {}): ThreadListing[] {
+  return withRegistry(dir, (registry) => listedThreads(registry, createFileCheckpointStore({ paths: dataPaths(dir), durability: 'process' }), filter))
+}
+
+/** `listThreads` of any backend's registry and checkpoints. */
+export function listedThreads(registry: Pick<Registry, 'list'>, checkpoints: CheckpointStore, filter: { status?: ThreadStatus[] } = {}): ThreadListing[] {
   const wanted = filter.status?.length ? new Set(filter.status) : null
   // A row the registry calls created or running may show another status once brought up to date.
   const query = wanted ? { status: [...new Set<ThreadStatus>([...wanted, 'created', 'running'])] } : {}
-  const records = withRegistry(dir, (registry) => registry.list(query))
-  const checkpoints = createFileCheckpointStore({ paths: dataPaths(dir), durability: 'process' })
-  const rows = records.map((record) => upToCheckpoint(withoutNonce(record), checkpoints))
+  const rows = registry.list(query).map((record) => upToCheckpoint(withoutNonce(record), checkpoints))
   return wanted ? rows.filter((row) => wanted.has(row.status)) : rows
 }

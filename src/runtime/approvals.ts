@@ -8,10 +8,10 @@ import type { Clock } from '../base/clock.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { RequestInbox, TranscriptStore } from '../../persistence/types.js'
-import { escalationMessage } from '../policies/escalation.js'
 import type { ApprovalDecision } from '../thread/approvalDecision.js'
 import { decisionFromTranscript, openRequestId } from '../thread/approvalDecision.js'
 import type { ApprovalRequest, CallRequest } from '../thread/requests.js'
+import { openRequestOf } from '../thread/openRequest.js'
 import type { Lifecycle, Reporter } from './events.js'
 
 export interface ApprovalsDeps {
@@ -111,68 +111,7 @@ export class Approvals {
   }
 
   private buildRequest(id: string, context: ThreadContext): ApprovalRequest | CallRequest {
-    return context.suspendReason === 'limit' ? this.approvalRequest(id, context) : this.callRequest(id, context)
-  }
-
-  /** The request of a thread paused at a tool call: an approval of the call, or a question to answer. */
-  private callRequest(id: string, context: ThreadContext): CallRequest {
-    const call = context.pendingCall!
-    const answerAt = this.deps.inbox.answerAt(id, call.requestId)
-    const common = {
-      id: call.requestId,
-      threadId: id,
-      directive: context.directive.name,
-      tool: call.tool,
-      callId: call.callId,
-      createdAt: new Date(context.lastAt ?? this.deps.clock.now()).toISOString(),
-      deadline: call.deadlineAt === null ? null : new Date(call.deadlineAt).toISOString(),
-    }
-    const file = answerAt ?? '(none: this runtime keeps nothing on disk; answer with rt.approve, rt.deny or rt.answer)'
-    if (call.kind === 'approval') {
-      return {
-        ...common,
-        kind: 'tool_approval',
-        input: call.input,
-        message: `Thread ${id} (${context.directive.name}) wants to call ${call.tool}. Approve it (optionally with edited input) or deny it.`,
-        respond: { file, approve: { approved: true, input: call.input }, deny: { approved: false, message: 'why' } },
-      }
-    }
-    return {
-      ...common,
-      kind: 'question',
-      input: call.input,
-      request: call.request,
-      message: `Thread ${id} (${context.directive.name}) waits for an answer to its ${call.tool} call.`,
-      respond: { file, answer: { answer: 'your answer (any JSON value)' } },
-    }
-  }
-
-  private approvalRequest(id: string, context: ThreadContext): ApprovalRequest {
-    const { inbox, clock } = this.deps
-    const hit = context.limitHit!
-    const cost = { ...context.usage }
-    const answerAt = inbox.answerAt(id, hit.requestId!)
-    return {
-      id: hit.requestId!,
-      threadId: id,
-      directive: context.directive.name,
-      kind: 'limit_escalation',
-      limit: hit.limit,
-      used: hit.used,
-      max: hit.max,
-      proposed: hit.proposed,
-      cost,
-      message: escalationMessage(context.directive.name, hit, cost),
-      // When the thread suspended (its last input's time), also for a request written after a
-      // restart: the stated timeout runs from the request, not from the process that wrote it.
-      createdAt: new Date(context.lastAt ?? clock.now()).toISOString(),
-      timeoutSeconds: context.policy.escalation.requestTimeoutSeconds,
-      respond: {
-        file: answerAt ?? '(none: this runtime keeps nothing on disk; answer with rt.approve or rt.deny)',
-        approve: { approved: true, ...(hit.proposed !== null ? { limits: { [hit.limit]: hit.proposed } } : {}), message: 'optional note' },
-        deny: { approved: false, message: 'why' },
-      },
-    }
+    return openRequestOf(id, context, this.deps.inbox.answerAt(id, openRequestId(context)!), this.deps.clock.now())
   }
 
   /**

@@ -19,6 +19,7 @@ import { SpindleError, midSentence } from '../base/errors.js'
 import { assertThreadId, isThreadId } from '../base/ids.js'
 import { limitStillExceeded } from './approvalDecision.js'
 import { approvalStanding } from './approvalRecords.js'
+import type { ApprovalStanding } from './approvalRecords.js'
 
 export {
   APPROVALS_DIR,
@@ -268,27 +269,38 @@ export function respondToApproval(
     Atomics.wait(pause, 0, 0, 25)
     standing = approvalStanding(paths, id, record.status)
   }
-  if (!standing.open) {
-    const what = standing.code === 'THREAD_NOT_SUSPENDED' ? 'is not suspended at an approval request' : standing.code === 'NO_PENDING_APPROVAL' ? 'has no pending approval request' : 'cannot be answered'
-    throw new SpindleError(standing.code, `Thread ${id} ${what} in ${paths.root}: it ${standing.why}. Nothing was written.`, {
-      details: { threadId: id, status: record.status },
-    })
-  }
+  if (!standing.open) throw notAnswerable(id, paths.root, record.status, standing)
   const requestId = standing.requestId
-  // Checked as the runtime will check it: an answer it would set aside must not be reported as given.
-  const checked = ApprovalResponseSchema.safeParse(response)
-  if (!checked.success) {
-    const issue = checked.error.issues[0]!
-    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${requestId}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}.`, {
-      details: { threadId: id, field: issue.path.join('.') },
-    })
-  }
-  assertFits(id, paths.root, standing.context, checked.data)
-  if (checked.data.approved && standing.context.suspendReason === 'limit') assertApprovable(id, standing.context, checked.data.limits)
+  checkAnswer(id, ` --dir ${paths.root}`, standing, response)
   const files = approvalFiles(paths, id, requestId)
   if (!options.replace) assertNoAnswerWaiting(id, requestId, files)
   writeRequestFile(paths, id, files.response, response)
   return files.response
+}
+
+/** Why thread `id` (in `where`, whose registry row says `status`) cannot be answered now, as its standing says. */
+export function notAnswerable(id: string, where: string, status: ThreadStatus, standing: Extract<ApprovalStanding, { open: false }>): SpindleError {
+  const what = standing.code === 'THREAD_NOT_SUSPENDED' ? 'is not suspended at an approval request' : standing.code === 'NO_PENDING_APPROVAL' ? 'has no pending approval request' : 'cannot be answered'
+  return new SpindleError(standing.code, `Thread ${id} ${what} in ${where}: it ${standing.why}. Nothing was written.`, {
+    details: { threadId: id, status },
+  })
+}
+
+/**
+ * Checks an answer to the request thread `id` waits at as the runtime will check it, so that an
+ * answer it would set aside is refused before it is written, not reported as given. `at` is how
+ * commands in the messages name where the thread is (` --dir <dir>`).
+ */
+export function checkAnswer(id: string, at: string, standing: Extract<ApprovalStanding, { open: true }>, response: unknown): void {
+  const checked = ApprovalResponseSchema.safeParse(response)
+  if (!checked.success) {
+    const issue = checked.error.issues[0]!
+    throw new SpindleError('INVALID_OPTIONS', `Not a valid answer to ${standing.requestId}: ${issue.path.join('.') || '(top level)'} ${midSentence(issue.message)}.`, {
+      details: { threadId: id, field: issue.path.join('.') },
+    })
+  }
+  assertFits(id, at, standing.context, checked.data)
+  if (checked.data.approved && standing.context.suspendReason === 'limit') assertApprovable(id, standing.context, checked.data.limits)
 }
 
 /**
@@ -296,7 +308,7 @@ export function respondToApproval(
  * for a limit, input only for a tool call), an answer for a question. The edited input of a tool
  * call is checked by the runtime, which has the tool's schema: one it rejects leaves the request open.
  */
-function assertFits(id: string, dir: string, context: ThreadContext, response: ApprovalResponse): void {
+function assertFits(id: string, at: string, context: ThreadContext, response: ApprovalResponse): void {
   const reason = context.suspendReason
   const call = context.pendingCall
   // Answering what the thread does not wait at is a state the thread is not in, as rt.approve says.
@@ -307,10 +319,10 @@ function assertFits(id: string, dir: string, context: ThreadContext, response: A
     throw new SpindleError('INVALID_OPTIONS', `Thread ${id} ${what}. Nothing was written.`, { details: { threadId: id, suspendReason: reason } })
   }
   if (reason === 'waiting') {
-    if (response.approved !== undefined) notThere(`waits for an answer to its ${call?.tool ?? ''} call, not for an approval: answer it (spindle answer ${id} <answer> --dir ${dir})`)
+    if (response.approved !== undefined) notThere(`waits for an answer to its ${call?.tool ?? ''} call, not for an approval: answer it (spindle answer ${id} <answer>${at})`)
     return
   }
-  if (response.approved === undefined) notThere(`waits at ${reason === 'tool_approval' ? `a tool approval (${call?.tool ?? ''})` : 'a limit'}, not for an answer: approve or deny it (spindle approve ${id} --dir ${dir}, or spindle deny ${id} --dir ${dir})`)
+  if (response.approved === undefined) notThere(`waits at ${reason === 'tool_approval' ? `a tool approval (${call?.tool ?? ''})` : 'a limit'}, not for an answer: approve or deny it (spindle approve ${id}${at}, or spindle deny ${id}${at})`)
   if (reason === 'tool_approval' && response.limits !== undefined) wrong(`waits at a tool approval (${call?.tool ?? ''}): limits apply only at a limit`)
   if (reason === 'limit' && response.input !== undefined) wrong('waits at a limit: edited input applies only to a tool approval')
 }
