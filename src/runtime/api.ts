@@ -65,6 +65,8 @@ export interface RuntimeOptions {
    * take no more than there is room for; a spawn beyond it is written durably and left for a
    * worker with room — a runtime on a database with `maxThreads: 0` only spawns and watches (a web
    * server), and its handles' `done` settles when the thread ends on whichever worker ran it.
+   * Children run with their parent whatever the room (they count against it for other threads):
+   * those it spawns (`spawn_thread`) and those taken over with it, since it waits for them.
    */
   maxThreads?: number
   /** Carry unfinished threads on when the runtime opens (default true). */

@@ -73,20 +73,44 @@ export class Recovery {
   }
 
   /**
-   * Takes the leases of as many of `ids` as this process has room for (`maxThreads`), in order;
-   * the rest are left to other workers (a lease held elsewhere takes no room).
+   * Takes the leases of as many of `records` as this process has room for (`maxThreads`), in
+   * order, and with them the children of threads run here whatever the room: a parent waits for
+   * its children, so they run with it, as the children it spawns here do. A worker that took
+   * parents alone could fill its room with parents waiting for children no worker has room for.
+   * The rest are left to other workers (a lease held elsewhere takes no room).
    */
-  private takeWithinRoom(ids: string[]): Set<string> {
+  private takeWithinRoom(records: ReadonlyArray<{ id: string; parentId?: string | null }>): Set<string> {
     const room = this.deps.room?.() ?? Number.POSITIVE_INFINITY
-    if (!Number.isFinite(room)) return this.deps.leases.takeMany(ids)
-    const taken = new Set<string>()
-    let next = 0
-    while (taken.size < room && next < ids.length) {
-      const batch = ids.slice(next, next + (room - taken.size))
-      next += batch.length
-      for (const id of this.deps.leases.takeMany(batch)) taken.add(id)
+    if (!Number.isFinite(room)) return this.deps.leases.takeMany(records.map((r) => r.id))
+    const childrenOf = new Map<string, string[]>()
+    for (const r of records) {
+      if (r.parentId == null) continue
+      const siblings = childrenOf.get(r.parentId)
+      if (siblings) siblings.push(r.id)
+      else childrenOf.set(r.parentId, [r.id])
     }
-    return taken
+    const taken = new Set<string>()
+    const tried = new Set<string>()
+    let family = records.filter((r) => r.parentId != null && this.deps.table.has(r.parentId)).map((r) => r.id)
+    let free = room
+    let next = 0
+    for (;;) {
+      const others: string[] = []
+      for (; others.length < free && next < records.length; next++) {
+        const id = records[next]!.id
+        if (!tried.has(id) && !family.includes(id)) others.push(id)
+      }
+      const batch = [...family, ...others].filter((id) => !tried.has(id))
+      if (batch.length === 0) return taken
+      for (const id of batch) tried.add(id)
+      family = []
+      for (const id of this.deps.leases.takeMany(batch)) {
+        taken.add(id)
+        if (others.includes(id)) free--
+        // Its children not tried yet come in the next round, whatever the room.
+        family.push(...(childrenOf.get(id) ?? []))
+      }
+    }
   }
 
   async recover(): Promise<RecoveryReport> {
@@ -98,7 +122,7 @@ export class Recovery {
     // The worker boots while the leases are taken, and reads only once they are ours: until then
     // another process may still be appending to them.
     const reader = candidates.length >= PREFETCH_FROM ? this.bootReader() : null
-    const leased = this.takeWithinRoom(candidates.map((r) => r.id))
+    const leased = this.takeWithinRoom(candidates)
     const ours = candidates.filter((r) => leased.has(r.id)).map((r) => r.id)
     const prefetch = reader && ours.length >= PREFETCH_FROM ? reader.read(ours) : null
     if (reader && !prefetch) void reader.cancel() // it exits on its own; nothing waits for that

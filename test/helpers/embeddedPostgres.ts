@@ -33,7 +33,16 @@ function freePort(): Promise<number> {
   })
 }
 
-export async function startEmbeddedPostgres(options: { log?: (line: string) => void } = {}): Promise<RunningPostgres> {
+export interface EmbeddedPostgresOptions {
+  log?: (line: string) => void
+  /**
+   * Addresses to listen on besides 127.0.0.1 (a test host's end of a virtual link, say), and the
+   * clients (CIDR) let in from them with the password. The addresses must exist when it starts.
+   */
+  listen?: { addresses: string[]; clients: string }
+}
+
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {}): Promise<RunningPostgres> {
   const port = await freePort()
   // Directly under the temp directory (mode 1777): as root, the server runs as the `postgres` user,
   // which must be able to reach its data directory.
@@ -49,12 +58,13 @@ export async function startEmbeddedPostgres(options: { log?: (line: string) => v
       persistent: true,
       createPostgresUser: process.getuid?.() === 0,
       // Many test files connect at once, each with a few processes.
-      postgresFlags: ['-c', 'max_connections=400', '-c', 'listen_addresses=127.0.0.1'],
+      postgresFlags: ['-c', 'max_connections=400', '-c', `listen_addresses=${['127.0.0.1', ...(options.listen?.addresses ?? [])].join(',')}`],
       onLog: (line: unknown) => options.log?.(String(line)),
       onError: (line: unknown) => options.log?.(String(line)),
     })
   let server = make()
   await server.initialise()
+  if (options.listen) allowClients(databaseDir, options.listen.clients)
   await server.start()
   const url = `postgres://postgres:${password}@127.0.0.1:${port}/postgres`
   return {
@@ -75,4 +85,12 @@ export async function startEmbeddedPostgres(options: { log?: (line: string) => v
       fs.rmSync(databaseDir, { recursive: true, force: true })
     },
   }
+}
+
+/** Lets `clients` (CIDR) in as initdb lets in loopback clients: with the same method (the password). */
+function allowClients(databaseDir: string, clients: string): void {
+  const hba = path.join(databaseDir, 'pg_hba.conf')
+  const loopback = fs.readFileSync(hba, 'utf8').match(/^host\s+all\s+all\s+127\.0\.0\.1\/32\s+(\S+)/m)
+  if (!loopback) throw new Error(`${hba} has no line for loopback clients to copy the method from`)
+  fs.appendFileSync(hba, `host all all ${clients} ${loopback[1]}\n`)
 }
