@@ -40,6 +40,8 @@ export class Leases {
   private readonly tokens = new Map<string, number>()
   /** Leases whose release failed (a full disk), tried again at each heartbeat. */
   private readonly unreleased = new Set<string>()
+  /** When the leases were last renewed or taken (see `keepAlive`). */
+  private renewedAt = 0
   /** Why the last heartbeat could not renew the leases; null once one did. */
   private renewFailure: unknown = null
   private heartbeat: NodeJS.Timeout | null = null
@@ -84,7 +86,10 @@ export class Leases {
       // Only that lease is removed: another process may have taken the thread since we read it.
       if (store.removeIf(taken.lease)) taken = store.acquire(id, this.owner, this.ttlMs, now)
     }
-    if (taken.acquired && this.validUntil < now + this.ttlMs - this.heartbeatMs) this.validUntil = now + this.ttlMs - this.heartbeatMs
+    if (taken.acquired && this.validUntil < now + this.ttlMs - this.heartbeatMs) {
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewedAt = now
+    }
     if (taken.acquired && this.claimTokens(new Map([[id, taken.lease.token]])).has(id)) return false
     return taken.acquired
   }
@@ -114,7 +119,10 @@ export class Leases {
     }
     const { acquired, tokens } = this.deps.store.acquireMany(ids, this.owner, this.ttlMs, now, stale)
     const taken = new Set(acquired)
-    if (taken.size > 0) this.validUntil = Math.max(this.validUntil, now + this.ttlMs - this.heartbeatMs)
+    if (taken.size > 0 && this.validUntil < now + this.ttlMs - this.heartbeatMs) {
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewedAt = now
+    }
     for (const id of this.claimTokens(tokens)) taken.delete(id)
     return taken
   }
@@ -204,23 +212,52 @@ export class Leases {
 
   private beat(): void {
     if (this.stopped) return
-    const { table, bus } = this.deps
     const now = Date.now()
-    let lost: string[] = []
-    try {
-      lost = this.deps.store.renew(this.owner.id, [...table.ids()], this.ttlMs, now)
-      this.validUntil = now + this.ttlMs - this.heartbeatMs
-      this.renewFailure = null
-      for (const id of this.unreleased) if (!table.has(id)) this.release(id)
-    } catch (error) {
-      // Told once per run of failures (a full disk fails every heartbeat until it is freed).
-      if (this.renewFailure === null) bus.report(error)
-      this.renewFailure = error
-      return
-    }
+    const lost = this.renew(now, [])
+    if (lost === null) return
+    for (const id of this.unreleased) if (!this.deps.table.has(id)) this.release(id)
     for (const id of lost) this.lose(id)
     // Orphans: unfinished threads no live process holds. Detection runs all the time, not only at start-up.
     this.takeOrphans(now)
+  }
+
+  /**
+   * Renews the leases of the live threads and of `loading`; returns those the store says this
+   * process no longer holds, or null when it could not renew (told once per run of failures: a
+   * full disk fails every heartbeat until it is freed).
+   */
+  private renew(now: number, loading: readonly string[]): string[] | null {
+    try {
+      const lost = this.deps.store.renew(this.owner.id, [...this.deps.table.ids(), ...loading], this.ttlMs, now)
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewedAt = now
+      this.renewFailure = null
+      return lost
+    } catch (error) {
+      if (this.renewFailure === null) this.deps.bus.report(error)
+      this.renewFailure = error
+      return null
+    }
+  }
+
+  /**
+   * Renews the leases now if a heartbeat's time has passed since they were renewed or taken, with
+   * those of `loading()` (threads whose leases this process took and has not started yet). A
+   * recovery of many threads holds the event loop for longer than a heartbeat: leases left to run
+   * out meanwhile would be taken by other processes while they are loaded here, and would fence
+   * off every thread of this process, which would give them up, take them over again at the next
+   * heartbeat and run out again, for ever. Returns the threads of `loading()` another process took
+   * meanwhile (their leases had run out): not to be loaded.
+   */
+  keepAlive(loading: () => readonly string[]): Set<string> {
+    const now = Date.now()
+    if (!this.deps.shared || this.stopped || now - this.renewedAt < this.heartbeatMs) return new Set()
+    const ids = loading()
+    const lost = new Set(this.renew(now, ids) ?? [])
+    const gone = new Set(ids.filter((id) => lost.has(id)))
+    for (const id of gone) this.tokens.delete(id)
+    for (const id of lost) if (!gone.has(id)) this.lose(id)
+    return gone
   }
 
   /**

@@ -43,7 +43,7 @@ export interface RecoveryDeps {
   checkpoints: CheckpointStore
   transcripts: TranscriptStore
   commit: GroupCommit
-  leases: Pick<Leases, 'takeMany' | 'release'>
+  leases: Pick<Leases, 'takeMany' | 'release' | 'keepAlive'>
   budgets: Pick<Budgets, 'recordUsage' | 'release'>
   loader: ThreadLoader
   crashLoop: CrashLoopGuard
@@ -122,10 +122,17 @@ export class Recovery {
       })
     }
     if (candidates.length > 0) tell(true)
+    // The threads of `ours` not loaded yet (a long loop renews their leases with the live threads').
+    const taken = new Set(ours)
+    let loaded = 0
     try {
       crashLoop.begin()
       for (const record of candidates) {
         progress.done++
+        if (taken.has(record.id)) {
+          for (const id of leases.keepAlive(() => ours.slice(loaded))) leased.delete(id)
+          loaded++
+        }
         if (!leased.has(record.id)) {
           report.elsewhere.push(record.id)
         } else {
