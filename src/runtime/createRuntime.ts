@@ -237,7 +237,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
           events.observe(live.id, snapshot, previous)
           reactions.observe(live, snapshot, previous)
         },
-    fenced: () => leases.fenced(),
+    fenced: (threadId) => leases.fenced(threadId),
     // Forgetting the thread gave its lease up if it was still this process's: then it is an
     // orphan now (the lines ahead are a stopped process's), taken over on the next turn.
     writtenAhead: () => {

@@ -42,6 +42,8 @@ export class Leases {
   private readonly unreleased = new Set<string>()
   /** When the leases were last renewed or taken (see `keepAlive`). */
   private renewedAt = 0
+  /** When `fenced` last tried to renew leases the heartbeat had let run out (see `renewOverdue`). */
+  private overdueTriedAt = 0
   /** Why the last heartbeat could not renew the leases; null once one did. */
   private renewFailure: unknown = null
   private heartbeat: NodeJS.Timeout | null = null
@@ -181,10 +183,15 @@ export class Leases {
     }
   }
 
-  /** Why this process may not write for its threads any more: its leases ran out unrenewed. */
-  fenced(): SpindleError | null {
+  /**
+   * Why this process may not write for its threads (for `threadId`) any more: its leases ran out
+   * unrenewed, and could not be renewed now.
+   */
+  fenced(threadId?: string): SpindleError | null {
     if (!this.deps.shared || this.stopped) return null
     if (Date.now() < this.validUntil) return null
+    const lost = this.renewOverdue()
+    if (lost !== null && !(threadId !== undefined && lost.has(threadId))) return null
     return new SpindleError(
       'LEASE_LOST',
       `This runtime could not renew its thread leases in time (valid until ${new Date(this.validUntil).toISOString()}); ` +
@@ -192,6 +199,25 @@ export class Leases {
       // Renewals that failed for want of storage: its threads are parked, not let go (liveThread.ts).
       this.renewFailure !== null && isStorageFailure(this.renewFailure) ? { cause: this.renewFailure } : {},
     )
+  }
+
+  /**
+   * The heartbeat did not renew the leases in time: the event loop was held longer than that (many
+   * threads started at once on a busy machine), or the store did not answer. A lease that ran out
+   * but that no other process took is still this one's (none ran the thread meanwhile), so they
+   * are renewed now and the threads go on: giving them all up would have them taken over again —
+   * by this process, at its next heartbeat, to be held up the same way, for ever. Returns the
+   * threads another process took meanwhile (let go here), or null when the leases could not be
+   * renewed. Tried at most once a heartbeat: a store that does not answer is left to the heartbeat.
+   */
+  private renewOverdue(): Set<string> | null {
+    const now = Date.now()
+    if (now - this.overdueTriedAt < this.heartbeatMs) return null
+    this.overdueTriedAt = now
+    const lost = this.renew(now, [])
+    if (lost === null) return null
+    for (const id of lost) this.lose(id)
+    return new Set(lost)
   }
 
   /** Renews this process's leases and takes over orphans, every heartbeat. */
