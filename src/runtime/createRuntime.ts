@@ -7,7 +7,7 @@ import { systemClock } from '../base/clock.js'
 import type { ThreadEffects } from '../../actors/threadEffects.js'
 import { createThreadEffects } from '../../actors/threadEffects.js'
 import { FAILED_ROUND_BACKOFF_MAX_MS, GroupCommit } from '../../persistence/groupCommit.js'
-import { checkpointsFailing, isStorageFailure } from '../../persistence/storageFailure.js'
+import { checkpointsFailing, isStorageFailure, storageFailureOf } from '../../persistence/storageFailure.js'
 import type { Durability } from '../../persistence/types.js'
 import { childTools } from '../thread/childTools.js'
 import type { Runtime, RuntimeOptions } from './api.js'
@@ -109,7 +109,12 @@ export async function createRuntime(options: RuntimeOptions): Promise<Runtime> {
       // After recovery took the dead owners' leases of the threads it carries on: what is left is few.
       parts.recovery.settleLeftDecisions(parts.leases.dropUnborn())
     }
-    await parts.inbox.check({ sweep: true })
+    await parts.inbox.check({ sweep: true }).catch((error: unknown) => {
+      // The database stopped answering after recovery started its threads (it is restarting):
+      // the runtime opens with them, and the poller's next sweep looks for the requests.
+      if (storageFailureOf(error)?.kind !== 'database') throw error
+      bus.report(error)
+    })
   } catch (error) {
     parts.shutdown.close()
     throw error
@@ -173,7 +178,7 @@ function buildParts(options: RuntimeOptions, durability: Durability, stores: Sto
           events.observe(live.id, snapshot, previous)
           reactions.observe(live, snapshot, previous)
         },
-    fenced: () => leases.fenced(),
+    fenced: (threadId) => leases.fenced(threadId),
     // Forgetting the thread gave its lease up if it was still this process's: then it is an
     // orphan now (the lines ahead are a stopped process's), taken over on the next turn.
     writtenAhead: () => {

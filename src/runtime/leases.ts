@@ -40,6 +40,10 @@ export class Leases {
   private readonly tokens = new Map<string, number>()
   /** Leases whose release failed (a full disk), tried again at each heartbeat. */
   private readonly unreleased = new Set<string>()
+  /** When the leases were last renewed or taken (see `keepAlive`). */
+  private renewedAt = 0
+  /** When `fenced` last tried to renew leases the heartbeat had let run out (see `renewOverdue`). */
+  private overdueTriedAt = 0
   /** Why the last heartbeat could not renew the leases; null once one did. */
   private renewFailure: unknown = null
   private heartbeat: NodeJS.Timeout | null = null
@@ -84,7 +88,10 @@ export class Leases {
       // Only that lease is removed: another process may have taken the thread since we read it.
       if (store.removeIf(taken.lease)) taken = store.acquire(id, this.owner, this.ttlMs, now)
     }
-    if (taken.acquired && this.validUntil < now + this.ttlMs - this.heartbeatMs) this.validUntil = now + this.ttlMs - this.heartbeatMs
+    if (taken.acquired && this.validUntil < now + this.ttlMs - this.heartbeatMs) {
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewedAt = now
+    }
     if (taken.acquired && this.claimTokens(new Map([[id, taken.lease.token]])).has(id)) return false
     return taken.acquired
   }
@@ -117,7 +124,10 @@ export class Leases {
     }
     const { acquired, tokens } = this.deps.store.acquireMany(ids, this.owner, this.ttlMs, now, stale)
     const taken = new Set(acquired)
-    if (taken.size > 0) this.validUntil = Math.max(this.validUntil, now + this.ttlMs - this.heartbeatMs)
+    if (taken.size > 0 && this.validUntil < now + this.ttlMs - this.heartbeatMs) {
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewedAt = now
+    }
     for (const id of this.claimTokens(tokens)) taken.delete(id)
     return taken
   }
@@ -176,10 +186,15 @@ export class Leases {
     }
   }
 
-  /** Why this process may not write for its threads any more: its leases ran out unrenewed. */
-  fenced(): SpindleError | null {
+  /**
+   * Why this process may not write for its threads (for `threadId`) any more: its leases ran out
+   * unrenewed, and could not be renewed now.
+   */
+  fenced(threadId?: string): SpindleError | null {
     if (!this.deps.shared || this.stopped) return null
     if (Date.now() < this.validUntil) return null
+    const lost = this.renewOverdue()
+    if (lost !== null && !(threadId !== undefined && lost.has(threadId))) return null
     return new SpindleError(
       'LEASE_LOST',
       `This runtime could not renew its thread leases in time (valid until ${new Date(this.validUntil).toISOString()}); ` +
@@ -187,6 +202,25 @@ export class Leases {
       // Renewals that failed for want of storage: its threads are parked, not let go (liveThread.ts).
       this.renewFailure !== null && isStorageFailure(this.renewFailure) ? { cause: this.renewFailure } : {},
     )
+  }
+
+  /**
+   * The heartbeat did not renew the leases in time: the event loop was held longer than that (many
+   * threads started at once on a busy machine), or the store did not answer. A lease that ran out
+   * but that no other process took is still this one's (none ran the thread meanwhile), so they
+   * are renewed now and the threads go on: giving them all up would have them taken over again —
+   * by this process, at its next heartbeat, to be held up the same way, for ever. Returns the
+   * threads another process took meanwhile (let go here), or null when the leases could not be
+   * renewed. Tried at most once a heartbeat: a store that does not answer is left to the heartbeat.
+   */
+  private renewOverdue(): Set<string> | null {
+    const now = Date.now()
+    if (now - this.overdueTriedAt < this.heartbeatMs) return null
+    this.overdueTriedAt = now
+    const lost = this.renew(now, [])
+    if (lost === null) return null
+    for (const id of lost) this.lose(id)
+    return new Set(lost)
   }
 
   /** Renews this process's leases and takes over orphans, every heartbeat. */
@@ -207,23 +241,52 @@ export class Leases {
 
   private beat(): void {
     if (this.stopped) return
-    const { table, bus } = this.deps
     const now = Date.now()
-    let lost: string[] = []
-    try {
-      lost = this.deps.store.renew(this.owner.id, [...table.ids()], this.ttlMs, now)
-      this.validUntil = now + this.ttlMs - this.heartbeatMs
-      this.renewFailure = null
-      for (const id of this.unreleased) if (!table.has(id)) this.release(id)
-    } catch (error) {
-      // Told once per run of failures (a full disk fails every heartbeat until it is freed).
-      if (this.renewFailure === null) bus.report(error)
-      this.renewFailure = error
-      return
-    }
+    const lost = this.renew(now, [])
+    if (lost === null) return
+    for (const id of this.unreleased) if (!this.deps.table.has(id)) this.release(id)
     for (const id of lost) this.lose(id)
     // Orphans: unfinished threads no live process holds. Detection runs all the time, not only at start-up.
     this.takeOrphans(now)
+  }
+
+  /**
+   * Renews the leases of the live threads and of `loading`; returns those the store says this
+   * process no longer holds, or null when it could not renew (told once per run of failures: a
+   * full disk fails every heartbeat until it is freed).
+   */
+  private renew(now: number, loading: readonly string[]): string[] | null {
+    try {
+      const lost = this.deps.store.renew(this.owner.id, [...this.deps.table.ids(), ...loading], this.ttlMs, now)
+      this.validUntil = now + this.ttlMs - this.heartbeatMs
+      this.renewedAt = now
+      this.renewFailure = null
+      return lost
+    } catch (error) {
+      if (this.renewFailure === null) this.deps.bus.report(error)
+      this.renewFailure = error
+      return null
+    }
+  }
+
+  /**
+   * Renews the leases now if a heartbeat's time has passed since they were renewed or taken, with
+   * those of `loading()` (threads whose leases this process took and has not started yet). A
+   * recovery of many threads holds the event loop for longer than a heartbeat: leases left to run
+   * out meanwhile would be taken by other processes while they are loaded here, and would fence
+   * off every thread of this process, which would give them up, take them over again at the next
+   * heartbeat and run out again, for ever. Returns the threads of `loading()` another process took
+   * meanwhile (their leases had run out): not to be loaded.
+   */
+  keepAlive(loading: () => readonly string[]): Set<string> {
+    const now = Date.now()
+    if (!this.deps.shared || this.stopped || now - this.renewedAt < this.heartbeatMs) return new Set()
+    const ids = loading()
+    const lost = new Set(this.renew(now, ids) ?? [])
+    const gone = new Set(ids.filter((id) => lost.has(id)))
+    for (const id of gone) this.tokens.delete(id)
+    for (const id of lost) if (!gone.has(id)) this.lose(id)
+    return gone
   }
 
   /**

@@ -10,6 +10,7 @@ import { describeError } from '../base/errors.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { threadMachine } from '../../machines/thread.machine.js'
 import { makeEnvelope } from '../../persistence/envelope.js'
+import { storageFailureOf } from '../../persistence/storageFailure.js'
 import type { GroupCommit } from '../../persistence/groupCommit.js'
 import type { PrefetchedThread, ThreadFileReader } from '../../persistence/prefetch.js'
 import type { CheckpointStore, Registry, StateEnvelope, ThreadFolders, ThreadStatus, TranscriptStore } from '../../persistence/types.js'
@@ -43,7 +44,7 @@ export interface RecoveryDeps {
   checkpoints: CheckpointStore
   transcripts: TranscriptStore
   commit: GroupCommit
-  leases: Pick<Leases, 'takeMany' | 'release'>
+  leases: Pick<Leases, 'takeMany' | 'release' | 'keepAlive'>
   budgets: Pick<Budgets, 'recordUsage' | 'release'>
   loader: ThreadLoader
   crashLoop: CrashLoopGuard
@@ -146,10 +147,19 @@ export class Recovery {
       })
     }
     if (candidates.length > 0) tell(true)
+    // The threads of `ours` not loaded yet (a long loop renews their leases with the live threads').
+    const taken = new Set(ours)
+    let loaded = 0
+    /** Threads the database could not be read for (told once per recovery). */
+    let unreadable = 0
     try {
       crashLoop.begin()
       for (const record of candidates) {
         progress.done++
+        if (taken.has(record.id)) {
+          for (const id of leases.keepAlive(() => ours.slice(loaded))) leased.delete(id)
+          loaded++
+        }
         if (!leased.has(record.id)) {
           report.elsewhere.push(record.id)
         } else {
@@ -158,7 +168,8 @@ export class Recovery {
             progress.spend += this.rehydrate(record, report, read)
             if (read?.watched === false) this.noCancelFile.add(record.id)
           } catch (error) {
-            this.markUnrecoverable(record.id, error, report)
+            if (storageFailureOf(error)?.kind === 'database') unreadable = this.leaveForLater(record.id, error, unreadable)
+            else this.markUnrecoverable(record.id, error, report)
           }
         }
         tell(progress.done === progress.total)
@@ -301,6 +312,23 @@ export class Recovery {
     report.resumed.push(id)
     bus.emit({ type: 'thread_recovered', at: clock.now(), threadId: id, state: value })
     return context.usage.spend
+  }
+
+  /**
+   * The database did not answer while the thread was loaded (it was restarting, or out of reach):
+   * nothing is wrong with the thread, which a later recovery or orphan takeover, here or in
+   * another process, carries on once it answers. Marked `error`, it would have stopped for good.
+   * One that had started is parked already, and tried again by itself; any other is let go, its
+   * lease given up. Returns how many were left so far.
+   */
+  private leaveForLater(id: string, error: unknown, before: number): number {
+    const { table, leases, transcripts, bus } = this.deps
+    if (before === 0) bus.report(error, id)
+    if (!table.has(id)) {
+      leases.release(id)
+      transcripts.close(id)
+    }
+    return before + 1
   }
 
   private markUnrecoverable(id: string, error: unknown, report: RecoveryReport): void {
