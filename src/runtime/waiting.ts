@@ -210,7 +210,15 @@ export class Waiting {
           live.done.then(() => attempt(), () => attempt())
           return
         }
-        const record = registry.get(id)
+        let record
+        try {
+          record = registry.get(id)
+        } catch {
+          // Called from a poll or a notification, where a throw would end the process: the store
+          // did not answer (a database going down). The next poll looks again.
+          stopWatch = this.watchRemote(id, () => attempt())
+          return
+        }
         if (!record) return reject(new SpindleError('THREAD_NOT_FOUND', `No thread ${id} in ${dir}.`, { details: { threadId: id } }))
         if (record.status !== 'suspended' && !isActive(record.status)) return resolve(storedOutcome(record, table.storedContext(id)))
         stopWatch = this.watchRemote(id, () => attempt())
