@@ -35,6 +35,14 @@ export interface PgBridgeOptions {
   timeoutMs?: number
   /** How long connecting may take before a call fails (ms). */
   connectTimeoutMs?: number
+  /**
+   * How long the server keeps this connection's transaction open while it waits for the next
+   * statement (ms) before it ends the session. Spindle's transactions never wait for anything but
+   * the process that runs them, so a longer wait means that process is stopped (frozen, paused,
+   * cut off); the row locks it holds would hold up every other process that takes its threads
+   * over, for as long as it stays stopped. Default 2000.
+   */
+  idleInTransactionTimeoutMs?: number
   /** Told of each NOTIFY on the channels `listen` named (asynchronously, between calls). */
   onNotify?: (channel: string, payload: string) => void
 }
@@ -52,7 +60,7 @@ interface Reply {
 const WORKER = `
 (async () => {
 const { workerData } = await import('node:worker_threads')
-const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs } = workerData
+const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs, idleInTransactionTimeoutMs } = workerData
 let schema = workerData.schema
 let pg
 try { pg = (await import(pgUrl)).default } catch (e) {
@@ -72,7 +80,7 @@ async function connected() {
   if (client) return client
   if (connecting) return connecting
   connecting = (async () => {
-    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, application_name: 'spindle' })
+    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, idle_in_transaction_session_timeout: idleInTransactionTimeoutMs, application_name: 'spindle' })
     c.on('error', () => { if (client === c) { client = null; if (inTx) txLost = true } })
     c.on('end', () => { if (client === c) { client = null; if (inTx) txLost = true } })
     c.on('notification', (n) => port.postMessage({ id: 0, notify: { channel: n.channel, payload: n.payload ?? '' } }))
@@ -89,7 +97,7 @@ async function connected() {
   })()
   try { return await connecting } finally { connecting = null }
 }
-function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
+function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '25P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
 async function handle(m) {
   if (m.close) { const c = client; client = null; if (c) await c.end().catch(() => {}); return { id: m.id, rows: [], counts: [] } }
   if (m.schema) { schema = m.schema; const c = await connected(); await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e }); await c.query('SET search_path TO ' + quote(schema)); return { id: m.id, rows: [], counts: [] } }
@@ -165,7 +173,7 @@ export class PgBridge {
     const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href
     this.worker = new Worker(WORKER, {
       eval: true,
-      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs },
+      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs, idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 2_000 },
       transferList: [port2],
     })
     this.worker.on('error', () => {})
