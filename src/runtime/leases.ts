@@ -306,7 +306,15 @@ export class Leases {
   /** Takes over the unfinished threads no live process holds, if `orphans.autoTakeover`. */
   takeOrphans(now: number): void {
     if (!this.deps.config.orphans.autoTakeover || this.deps.life.closed) return
-    const orphans = this.orphans(now)
+    let orphans: string[]
+    try {
+      orphans = this.orphans(now)
+    } catch (error) {
+      // Called from a timer or a notification, where a throw would end the process: the store
+      // stopped answering (a database going down), and the next heartbeat looks again.
+      this.deps.bus.report(error)
+      return
+    }
     if (orphans.length > 0) {
       this.deps.takeOver().then(
         (report) => {
