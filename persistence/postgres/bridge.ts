@@ -103,7 +103,7 @@ async function handle(m) {
   if (m.schema) { schema = m.schema; const c = await connected(); await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e }); await c.query('SET search_path TO ' + quote(schema)); return { id: m.id, rows: [], counts: [] } }
   if (m.listen) { channels.add(m.listen); const c = await connected(); await c.query('LISTEN ' + quote(m.listen)); return { id: m.id, rows: [], counts: [] } }
   if (m.begin) { txLost = false; inTx = true }
-  if (txLost) {
+  if (txLost && inTx) {
     if (m.end) { inTx = false; txLost = false; if (m.rollback) return { id: m.id, rows: [], counts: [] } }
     throw Object.assign(new Error('the connection to the database was lost in the middle of a transaction; nothing of it was committed'), { lostTx: true })
   }
@@ -136,6 +136,10 @@ port.on('message', (m) => {
   queue = queue.then(async () => {
     let reply
     try { reply = await handle(m) } catch (e) {
+      // A BEGIN that failed began nothing (its caller sends no ROLLBACK), and a COMMIT or ROLLBACK
+      // that failed (reconnecting, say) ended it: were it still counted as open, the next lost
+      // connection would fail every later statement as part of it, for ever.
+      if (m.begin || m.end) { inTx = false; txLost = false }
       const isLost = e.lostTx === true || lost(e)
       if (isLost && client) { const c = client; client = null; c.end().catch(() => {}) }
       reply = { id: m.id, error: { message: String(e && e.message || e), code: e && e.code, lost: isLost } }
