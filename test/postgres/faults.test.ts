@@ -2,7 +2,8 @@
  * Recovery matrix rows for the database's own faults, with worker processes sharing a PostgreSQL
  * server of this file's own (the shared test server serves every other file): connections
  * terminated by the server, the server restarted mid-run and while a worker recovers 500 threads,
- * the server gone for longer than a lease. After each: no thread lost or left running, none run
+ * the server gone for longer than a lease, a worker frozen with a transaction open (its locks in
+ * the way of the takeover). After each: no thread lost or left running, none run
  * in two places at once, the non-idempotent tool run at most once per call, every transcript
  * verifies and replays, the ledger agrees with the threads' costs, every thread completed with
  * exactly its turns.
@@ -258,6 +259,23 @@ describe('workers sharing a PostgreSQL database that fails under them', () => {
     }
     expect(made).toBeLessThan(run.threads * run.turns)
     await expectEveryThreadDoneOnce(run, 3)
+  }, 300_000)
+
+  it('should finish every thread once, with every budget whole, while the server terminates every spindle connection every 100 ms', async () => {
+    const run = newRun(20, 12)
+    const joined = start(run, 'join', 10)
+    await until(() => joined.output().includes('ready'), GENEROUS, () => outputs(run))
+    const spawner = start(run, 'spawn', 10)
+    await until(() => spawner.output().includes('spawned'), GENEROUS, () => outputs(run))
+    // Threads end all through the storm: a reply, its ledger entry and the release of the
+    // thread's budget are separate statements, any of them the one that finds its connection gone.
+    let kills = 0
+    while (calls(run).length < run.threads * run.turns && kills < 200) {
+      await terminateSpindleConnections()
+      kills++
+      await sleep(100)
+    }
+    await expectEveryThreadDoneOnce(run, kills)
   }, 300_000)
 
   it('should carry on after the database restarts mid-run, twice', async () => {
