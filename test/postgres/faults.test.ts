@@ -1,12 +1,12 @@
 /**
  * Recovery matrix rows for the database's own faults, with worker processes sharing a PostgreSQL
  * server of this file's own (the shared test server serves every other file): connections
- * terminated by the server, the server restarted mid-run and while a worker recovers 500 threads,
- * the server gone for longer than a lease, a worker frozen with a transaction open (its locks in
- * the way of the takeover). After each: no thread lost or left running, none run
- * in two places at once, the non-idempotent tool run at most once per call, every transcript
- * verifies and replays, the ledger agrees with the threads' costs, every thread completed with
- * exactly its turns.
+ * terminated by the server (a few times, and every 100 ms), the server restarted mid-run and
+ * while a worker recovers 500 threads, the server gone for longer than a lease, a worker frozen
+ * with a transaction open (its locks in the way of the takeover). After each: no thread lost or
+ * left running, none run in two places at once, the non-idempotent tool run at most once per
+ * call, every transcript verifies and replays, the ledger agrees with the threads' costs, every
+ * thread completed with exactly its turns.
  */
 import { spawn } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
