@@ -36,11 +36,13 @@ export interface PgBridgeOptions {
   /** How long connecting may take before a call fails (ms). */
   connectTimeoutMs?: number
   /**
-   * How long the server lets this connection sit in an open transaction without a statement before
-   * it ends the session (ms). A process frozen mid-transaction (SIGSTOP, a stopped VM) holds row
-   * locks that a worker taking its threads over waits on: the server lets them go after this.
+   * How long the server keeps this connection's transaction open while it waits for the next
+   * statement (ms) before it ends the session. Spindle's transactions never wait for anything but
+   * the process that runs them, so a longer wait means that process is stopped (frozen, paused,
+   * cut off); the row locks it holds would hold up every other process that takes its threads
+   * over, for as long as it stays stopped. Default 2000.
    */
-  idleInTransactionMs?: number
+  idleInTransactionTimeoutMs?: number
   /** Told of each NOTIFY on the channels `listen` named (asynchronously, between calls). */
   onNotify?: (channel: string, payload: string) => void
 }
@@ -58,7 +60,7 @@ interface Reply {
 const WORKER = `
 (async () => {
 const { workerData } = await import('node:worker_threads')
-const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs, idleInTransactionMs } = workerData
+const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs, idleInTransactionTimeoutMs } = workerData
 let schema = workerData.schema
 let pg
 try { pg = (await import(pgUrl)).default } catch (e) {
@@ -78,7 +80,7 @@ async function connected() {
   if (client) return client
   if (connecting) return connecting
   connecting = (async () => {
-    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, idle_in_transaction_session_timeout: idleInTransactionMs, application_name: 'spindle' })
+    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, idle_in_transaction_session_timeout: idleInTransactionTimeoutMs, application_name: 'spindle' })
     c.on('error', () => { if (client === c) { client = null; if (inTx) txLost = true } })
     c.on('end', () => { if (client === c) { client = null; if (inTx) txLost = true } })
     c.on('notification', (n) => port.postMessage({ id: 0, notify: { channel: n.channel, payload: n.payload ?? '' } }))
@@ -95,13 +97,13 @@ async function connected() {
   })()
   try { return await connecting } finally { connecting = null }
 }
-function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
+function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '25P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
 async function handle(m) {
   if (m.close) { const c = client; client = null; if (c) await c.end().catch(() => {}); return { id: m.id, rows: [], counts: [] } }
   if (m.schema) { schema = m.schema; const c = await connected(); await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e }); await c.query('SET search_path TO ' + quote(schema)); return { id: m.id, rows: [], counts: [] } }
   if (m.listen) { channels.add(m.listen); const c = await connected(); await c.query('LISTEN ' + quote(m.listen)); return { id: m.id, rows: [], counts: [] } }
   if (m.begin) { txLost = false; inTx = true }
-  if (txLost) {
+  if (txLost && inTx) {
     if (m.end) { inTx = false; txLost = false; if (m.rollback) return { id: m.id, rows: [], counts: [] } }
     throw Object.assign(new Error('the connection to the database was lost in the middle of a transaction; nothing of it was committed'), { lostTx: true })
   }
@@ -134,6 +136,10 @@ port.on('message', (m) => {
   queue = queue.then(async () => {
     let reply
     try { reply = await handle(m) } catch (e) {
+      // A BEGIN that failed began nothing (its caller sends no ROLLBACK), and a COMMIT or ROLLBACK
+      // that failed (reconnecting, say) ended it: were it still counted as open, the next lost
+      // connection would fail every later statement as part of it, for ever.
+      if (m.begin || m.end) { inTx = false; txLost = false }
       const isLost = e.lostTx === true || lost(e)
       if (isLost && client) { const c = client; client = null; c.end().catch(() => {}) }
       reply = { id: m.id, error: { message: String(e && e.message || e), code: e && e.code, lost: isLost } }
@@ -175,7 +181,7 @@ export class PgBridge {
     const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href
     this.worker = new Worker(WORKER, {
       eval: true,
-      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs, idleInTransactionMs: options.idleInTransactionMs ?? 5_000 },
+      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs, idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 2_000 },
       transferList: [port2],
     })
     this.worker.on('error', () => {})

@@ -16,6 +16,7 @@ import type { Config } from '../../config/schema.js'
 import type { Limits } from '../../machines/threadPolicy.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { spawnsRefused } from '../../persistence/ledgerBalance.js'
+import { isStorageFailure } from '../../persistence/storageFailure.js'
 import type { BudgetAmounts, LeaseStore, Ledger, Registry, SpawnSlot } from '../../persistence/types.js'
 import type { Reporter } from './events.js'
 import type { Leases } from './leases.js'
@@ -41,6 +42,9 @@ export interface Reservation {
   opened: boolean
 }
 
+/** How often ledger writes that failed for want of the store are tried again. */
+const OWED_RETRY_MS = 1_000
+
 function refusedForSpawns(error: unknown): boolean {
   return isSpindleError(error) && error.code === 'SPAWN_REFUSED' && error.details.limit === 'spawns'
 }
@@ -52,6 +56,12 @@ export class Budgets {
   private readonly recordedTurns = new Map<string, number>()
   /** Thread id → the ledger account it spends from: the first thread of its continuation chain. */
   private readonly keys = new Map<string, string>()
+  /** Ledger writes owed, per thread: its usage not yet recorded, its release not yet made (see `owe`). */
+  private readonly owed = new Map<string, { continuation: boolean; usage: ThreadContext['usage'] | null; release: boolean }>()
+  private owedTimer: unknown = null
+  /** `payOwed` is trying again: what fails again was told already. */
+  private paying = false
+  private closed = false
 
   constructor(private readonly deps: BudgetDeps) {}
 
@@ -235,12 +245,55 @@ export class Budgets {
   /** The thread ended: its outstanding reservation returns to its parent. */
   release(id: string, continuation = true): void {
     this.recordedTurns.delete(id)
+    // Not before what it spent is in: the reservation would return whole.
+    if (this.owed.get(id)?.usage) return this.owe(id, continuation, { release: true })
     try {
       const key = this.keyOf(id, continuation)
       if (this.hasAccount(key)) this.deps.ledger.release(key, this.deps.clock.now())
     } catch (error) {
-      this.deps.bus.report(error, id)
+      if (!this.paying) this.deps.bus.report(error, id)
+      if (isStorageFailure(error)) this.owe(id, continuation, { release: true })
     }
+  }
+
+  /**
+   * A ledger write of the thread failed because the store did not answer (a database restarting):
+   * it is tried again every OWED_RETRY_MS until it is in, so the ledger does not keep for good
+   * less than a thread spent, or a reservation it gave back. Nothing else writes it again: the
+   * thread's usage is recorded with each reply, and it ends once.
+   */
+  private owe(id: string, continuation: boolean, what: { usage?: ThreadContext['usage']; release?: boolean }): void {
+    if (this.closed) return
+    const owed = this.owed.get(id)
+    this.owed.set(id, { continuation, usage: what.usage ?? owed?.usage ?? null, release: what.release === true || owed?.release === true })
+    if (this.owedTimer !== null) return
+    const timer = this.deps.clock.setTimeout(() => this.payOwed(), OWED_RETRY_MS) as { unref?: () => void }
+    // A host whose threads all ended is not kept alive by a database that stays away.
+    timer.unref?.()
+    this.owedTimer = timer
+  }
+
+  private payOwed(): void {
+    this.owedTimer = null
+    const owed = [...this.owed]
+    this.owed.clear()
+    this.paying = true
+    try {
+      for (const [id, { continuation, usage, release }] of owed) {
+        if (usage) this.recordUsage(id, usage, continuation)
+        if (release) this.release(id, continuation)
+      }
+    } finally {
+      this.paying = false
+    }
+  }
+
+  /** The runtime closes: what is owed is tried once more, and not again here. */
+  close(): void {
+    if (this.owedTimer !== null) this.deps.clock.clearTimeout(this.owedTimer)
+    this.owedTimer = null
+    this.closed = true
+    this.payOwed()
   }
 
   /**
@@ -256,14 +309,19 @@ export class Budgets {
     try {
       const key = this.keyOf(id, continuation)
       if (!this.hasAccount(key)) return
-      this.recordedTurns.set(id, usage.turns)
       const account = this.deps.ledger.get(key)
-      if (!account) return
-      const spend = usage.spend - account.ownSpent.spend
-      const tokens = usage.inputTokens + usage.outputTokens - account.ownSpent.tokens
-      if (spend > 1e-12 || tokens > 0) this.deps.ledger.record(key, { spend: Math.max(0, spend), tokens: Math.max(0, tokens) }, this.deps.clock.now())
+      if (account) {
+        const spend = usage.spend - account.ownSpent.spend
+        const tokens = usage.inputTokens + usage.outputTokens - account.ownSpent.tokens
+        if (spend > 1e-12 || tokens > 0) this.deps.ledger.record(key, { spend: Math.max(0, spend), tokens: Math.max(0, tokens) }, this.deps.clock.now())
+      }
+      // Only once it is in: a usage the ledger did not take is written again (see `owe`).
+      this.recordedTurns.set(id, usage.turns)
+      const owed = this.owed.get(id)
+      if (owed) owed.usage = null
     } catch (error) {
-      this.deps.bus.report(error, id)
+      if (!this.paying) this.deps.bus.report(error, id)
+      if (isStorageFailure(error)) this.owe(id, continuation, { usage })
     }
   }
 

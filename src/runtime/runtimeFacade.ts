@@ -224,6 +224,7 @@ export class SpindleRuntime implements Runtime {
     }
     crashLoop.stoppedCleanly([...table.ids()])
     for (const thread of table.threads()) thread.detach(reason)
+    this.parts.budgets.close()
     leases.close()
     shutdown.close()
     // Detaching aborted every wait; none of them may outlive the runtime in its graph.

@@ -10,6 +10,7 @@ import { assertThreadId } from '../base/ids.js'
 import type { Config } from '../../config/schema.js'
 import type { ThreadOutcome } from '../../machines/threadOutcome.js'
 import type { LeaseStore, RecordedWait, Registry } from '../../persistence/types.js'
+import { isStorageFailure } from '../../persistence/storageFailure.js'
 import { isActive } from '../thread/threadStatus.js'
 import { assertNoWaitCycle, assertWaitCanEnd, findWaitCycle, waitCycleEnd, waitThreads } from '../thread/waits.js'
 import type { SettledThread, WaitCycleEnd, WaitGraph, WaitInProgress, WaitOptions, WaitReport } from '../thread/waits.js'
@@ -213,9 +214,10 @@ export class Waiting {
         let record
         try {
           record = registry.get(id)
-        } catch {
-          // Called from a poll or a notification, where a throw would end the process: the store
-          // did not answer (a database going down). The next poll looks again.
+        } catch (error) {
+          // Called back from a timer or a settled promise, where a throw would end the process. A
+          // store that did not answer (a database restarting) is asked again at the next poll.
+          if (!isStorageFailure(error)) return reject(error)
           stopWatch = this.watchRemote(id, () => attempt())
           return
         }
