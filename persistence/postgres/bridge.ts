@@ -164,8 +164,6 @@ export class PgBridge {
   private closed = false
   /** Writes of the open transaction whose results nobody reads: sent with the next statement that is read, or the commit. */
   private deferred: Statement[] = []
-  /** Told the row counts of deferred writes once they are sent, by index in `deferred`. */
-  private onCounts = new Map<number, (count: number) => void>()
   /** The open transaction's BEGIN has not been sent yet: it goes with its first statement. */
   private beginPending = false
   readonly url: string
@@ -212,20 +210,10 @@ export class PgBridge {
    * A write whose result nobody reads. Inside `transactionSync` it is sent with the next statement
    * that is read, or with the commit (one message for many writes); outside, at once.
    */
-  execSync(sql: string, params?: readonly unknown[], onCount?: (count: number) => void): void {
+  execSync(sql: string, params?: readonly unknown[]): void {
     const statement = { sql, ...(params ? { params } : {}) }
-    if (this.depth > 0) {
-      if (onCount) this.onCounts.set(this.deferred.length, onCount)
-      this.deferred.push(statement)
-    } else {
-      const count = this.changeSync(sql, params)
-      onCount?.(count)
-    }
-  }
-
-  /** Whether a synchronous transaction is open. */
-  get inTransaction(): boolean {
-    return this.depth > 0
+    if (this.depth > 0) this.deferred.push(statement)
+    else this.batchSync([statement])
   }
 
   /**
@@ -250,7 +238,6 @@ export class PgBridge {
     }
     // BEGIN waits for the transaction's first statement: one round trip fewer per transaction.
     this.deferred = [{ sql: 'BEGIN' }]
-    this.onCounts.clear()
     this.beginPending = true
     this.depth = 1
     try {
@@ -259,8 +246,7 @@ export class PgBridge {
       return value
     } catch (error) {
       this.deferred = []
-      this.onCounts.clear()
-      const begun = !this.beginPending
+        const begun = !this.beginPending
       this.beginPending = false
       if (begun) {
         try {
@@ -325,14 +311,6 @@ export class PgBridge {
     return all
   }
 
-  /** Tells the deferred writes sent at the head of a batch their row counts. */
-  private countDeferred(counts: readonly number[]): void {
-    if (this.onCounts.size === 0) return
-    const told = this.onCounts
-    this.onCounts = new Map()
-    for (const [index, onCount] of told) onCount(counts[index] ?? 0)
-  }
-
   private sendSync(message: Record<string, unknown>, timeoutMs = this.timeoutMs): Row[][] {
     return this.postSync(message, timeoutMs).rows!
   }
@@ -344,7 +322,6 @@ export class PgBridge {
       message = { ...message, begin: true }
       this.beginPending = false
     }
-    const counted = this.onCounts.size > 0 && message.ops !== undefined
     const id = this.nextId++
     let reply: Reply | undefined
     this.pending.set(id, { resolve: (r) => (reply = r) })
@@ -369,7 +346,6 @@ export class PgBridge {
     }
     const done = reply as Reply
     if (done.error) throw this.failure(done.error, (message.ops as Statement[] | undefined) ?? [])
-    if (counted) this.countDeferred(done.counts ?? [])
     return done
   }
 

@@ -1,19 +1,16 @@
 /**
  * Checkpoints (the state envelopes) in PostgreSQL: one row per thread in `checkpoints`, replaced
- * by one upsert of every envelope of a round, in one transaction. The staging, `only` and
- * `discard` semantics are the memory store's (memoryCheckpointStore.ts), which the file store
- * keeps too.
+ * by one upsert of every envelope of a round, in one transaction. Staging, `only` and `discard`
+ * are the memory store's (checkpointStaging.ts).
  */
 import { SpindleError, isSpindleError } from '../../src/base/errors.js'
 import { assertThreadId } from '../../src/base/ids.js'
+import { CheckpointStaging } from '../checkpointStaging.js'
 import { upgradeEnvelope } from '../envelope.js'
 import type { CheckpointStore, StagedEnvelope, StateEnvelope } from '../types.js'
 import { stagedEnvelope } from '../types.js'
 import type { PgBridge, Statement } from './bridge.js'
 import { lockLeases, notLeasedElsewhere, type PgFence } from './leaseFence.js'
-
-/** Envelopes taken by one sync, by thread. */
-type Batch = Map<string, StagedEnvelope>
 
 const ROWS = `unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[]) AS c(thread_id, status, seq, saved_at, envelope)`
 
@@ -49,33 +46,7 @@ export function createPgCheckpointStore(options: { db: PgBridge; fence?: PgFence
   const { db, fence } = options
   const schema = db.schema ?? 'public'
   const where = (threadId: string): string => `postgres:${schema}/${threadId}/checkpoint`
-  let staged: Batch = new Map()
-  /** Threads this process lost (`discard`): a sync under way publishes nothing of theirs. */
-  const dropped = new Set<string>()
-  /** Syncs without `only`, one after another. */
-  let chain: Promise<void> = Promise.resolve()
-  /** The batch holding each thread's newest envelope until it has published it. */
-  const owners = new Map<string, Batch>()
-
-  /** Takes every staged envelope, or those of `only` (from a sync under way if it has them). */
-  function take(only: ReadonlySet<string> | undefined): Batch {
-    let batch: Batch
-    if (only === undefined) {
-      batch = staged
-      staged = new Map()
-    } else {
-      batch = new Map()
-      for (const id of only) {
-        // Taken from a sync under way that has not published it: that one then leaves it alone.
-        const envelope = staged.get(id) ?? owners.get(id)?.get(id)
-        if (envelope === undefined) continue
-        staged.delete(id)
-        batch.set(id, envelope)
-      }
-    }
-    for (const id of batch.keys()) owners.set(id, batch)
-    return batch
-  }
+  const staging = new CheckpointStaging()
 
   function round(envelopes: Array<[string, StateEnvelope]>, owner: string | null): Statement[] {
     envelopes.sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))
@@ -101,52 +72,31 @@ export function createPgCheckpointStore(options: { db: PgBridge; fence?: PgFence
     )
   }
 
-  async function publish(batch: Batch, beforePublish: (() => Promise<unknown>) | undefined): Promise<void> {
-    const ours = (id: string): boolean => owners.get(id) === batch
-    const lost: string[] = []
+  /** Writes a round's envelopes in one transaction; tells the fence of threads another owner holds. */
+  async function write(staged: Array<[string, StagedEnvelope]>): Promise<void> {
+    const envelopes = staged.map(([id, envelope]): [string, StateEnvelope] => [id, stagedEnvelope(envelope)])
+    let results
     try {
-      await beforePublish?.()
-      const envelopes: Array<[string, StateEnvelope]> = []
-      for (const [id, envelope] of batch) if (ours(id) && !dropped.has(id)) envelopes.push([id, stagedEnvelope(envelope)])
-      if (envelopes.length > 0) {
-        let results
-        try {
-          results = await db.run(round(envelopes, fence?.owner() ?? null), { tx: true })
-        } catch (error) {
-          throw failure(error, envelopes.length)
-        }
-        const written = new Set(results[results.length - 1]!.map((row) => row.thread_id as string))
-        for (const [id] of envelopes) if (!written.has(id)) lost.push(id)
-      }
+      results = await db.run(round(envelopes, fence?.owner() ?? null), { tx: true })
     } catch (error) {
-      // Nothing published; the batch goes back unless a newer envelope was staged or taken meanwhile.
-      for (const [id, envelope] of batch) if (ours(id) && !staged.has(id) && !dropped.has(id)) staged.set(id, envelope)
-      throw error
-    } finally {
-      for (const id of batch.keys()) if (ours(id)) owners.delete(id)
+      throw failure(error, envelopes.length)
     }
-    for (const id of lost) fence?.fenced?.(id)
+    const written = new Set(results[results.length - 1]!.map((row) => row.thread_id as string))
+    for (const [id] of envelopes) if (!written.has(id)) fence?.fenced?.(id)
   }
 
   return {
     stage(threadId, envelope) {
       assertThreadId(threadId)
-      dropped.delete(threadId)
-      staged.set(threadId, envelope)
+      staging.stage(threadId, envelope)
     },
 
     discard(threadId) {
-      staged.delete(threadId)
-      dropped.add(threadId)
+      staging.discard(threadId)
     },
 
     sync(options = {}) {
-      const { only } = options
-      if (only) return publish(take(only), options.beforePublish)
-      // A batch waiting on beforePublish is never overtaken by a later batch of everything.
-      const run = chain.then(() => publish(take(undefined), options.beforePublish))
-      chain = run.catch(() => {})
-      return run
+      return staging.sync(options, write)
     },
 
     load(threadId) {

@@ -265,8 +265,6 @@ class PgRegistry implements Registry {
     )
   }
 
-  /** Threads a deferred update found no row of (see `change`): a registry damaged by hand, which `spindle doctor` names. */
-  readonly unmatched: string[] = []
   /**
    * Threads this registry has seen a row of (registered or updated here): rows are never deleted,
    * so an update of one inside a transaction is deferred without asking first whether it exists.
@@ -330,13 +328,11 @@ class PgRegistry implements Registry {
    * An UPDATE of one thread's row: THREAD_NOT_FOUND when there is none. Inside a transaction, one
    * of a thread whose row this registry has seen is sent with the next read or the commit (a
    * group-commit round updates hundreds of rows: one round trip each would hold the event loop);
-   * a row found missing then (deleted by hand) is only counted in `unmatched`.
+   * a row deleted by hand meanwhile is then updated in no row, without a word.
    */
   private change(action: string, id: string, sql: string, params: readonly unknown[]): void {
     if (this.depth > 0 && this.known.has(id)) {
-      this.guard(action, () => this.db.execSync(sql, params, (count) => {
-        if (count === 0) this.unmatched.push(id)
-      }))
+      this.guard(action, () => this.db.execSync(sql, params))
       return
     }
     const changed = this.guard(action, () => this.db.changeSync(sql, params))

@@ -18,7 +18,7 @@ import type { Finding } from './approvalChecks.js'
 import { withDatabase } from './databaseStores.js'
 import { checkReplay } from './inspectThread.js'
 import { lockState } from './locks.js'
-import { crashLoopFindings } from './operator.js'
+import { crashLoopFindings, ledgerFinding } from './operator.js'
 
 /** The repair of a thread whose rows disagree, while `spindle rebuild` reads data directories only. */
 const RESTORE = (id: string, rows: string): string => `Restore the ${rows} of ${id} from a backup of the database (\`spindle rebuild\` does not work on a database yet).`
@@ -138,16 +138,7 @@ function approvalFindings(stores: Stores, id: string, entries: readonly Transcri
 
 /** Budget balances that do not add up. */
 function ledgerFindings(stores: Stores): Finding[] {
-  return stores.ledger.check().map((problem) => ({
-    threadId: problem.threadId,
-    kind: 'damage' as const,
-    code: problem.kind === 'orphan_account' ? 'LEDGER_ORPHAN' : 'LEDGER_MISMATCH',
-    message: problem.message,
-    repair:
-      problem.kind === 'orphan_account'
-        ? 'The account names a parent the ledger does not know; its reservation cannot be returned. Remove the row if its thread is done.'
-        : "Recompute the account's spent columns from its own usage and its descendants' (they are what `check` adds up).",
-  }))
+  return stores.ledger.check().map(ledgerFinding)
 }
 
 /**

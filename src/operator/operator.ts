@@ -33,6 +33,7 @@ import { openApprovalRequest } from '../thread/requests.js'
 import { approvalFindings, settleDecisionFiles } from './approvalChecks.js'
 import { leftoverFindings } from './leftoverChecks.js'
 import type { Finding } from './approvalChecks.js'
+import type { LedgerProblem } from '../../persistence/types.js'
 import { checkTranscript } from './transcriptCheck.js'
 import type { TranscriptFinding } from './transcriptCheck.js'
 import { isActive } from '../thread/threadStatus.js'
@@ -362,16 +363,7 @@ function ledgerFindings(dir: string): Finding[] {
     return [{ threadId: '(ledger)', kind: 'damage', code, message, repair: `Restore ${file} from a backup, or move it aside: budgets are then no longer enforced.` }]
   }
   try {
-    return ledger.check().map((problem) => ({
-      threadId: problem.threadId,
-      kind: 'damage' as const,
-      code: problem.kind === 'orphan_account' ? 'LEDGER_ORPHAN' : 'LEDGER_MISMATCH',
-      message: problem.message,
-      repair:
-        problem.kind === 'orphan_account'
-          ? 'The account names a parent the ledger does not know; its reservation cannot be returned. Remove the row if its thread is done.'
-          : "Recompute the account's spent columns from its own usage and its descendants' (they are what `check` adds up).",
-    }))
+    return ledger.check().map(ledgerFinding)
   } finally {
     ledger.close()
   }
@@ -391,4 +383,18 @@ function lockFindings(dir: string, registered: (threadId: string) => boolean): F
         ? 'A runtime on this directory takes the thread over by itself; `spindle locks --apply` reclaims the lease now.'
         : 'The thread has no registry row (a spawn that never returned), so no runtime takes it over: the next runtime to open this directory removes the lease, or `spindle locks --apply` removes it now.',
     }))
+}
+
+/** A budget balance that does not add up, as doctor reports it (whatever the ledger's backend). */
+export function ledgerFinding(problem: LedgerProblem): Finding {
+  return {
+    threadId: problem.threadId,
+    kind: 'damage',
+    code: problem.kind === 'orphan_account' ? 'LEDGER_ORPHAN' : 'LEDGER_MISMATCH',
+    message: problem.message,
+    repair:
+      problem.kind === 'orphan_account'
+        ? 'The account names a parent the ledger does not know; its reservation cannot be returned. Remove the row if its thread is done.'
+        : "Recompute the account's spent columns from its own usage and its descendants' (they are what `check` adds up).",
+  }
 }

@@ -128,7 +128,6 @@ async function runWave(url: string, host: Placement, workers: Placement[]): Prom
     const killed = workerProcs[victim]!
     killed.child.kill('SIGKILL')
     expect((await killed.exited).signal).toBe('SIGKILL')
-    const runByVictim = new Set(callsOf(killed).map((c) => c.id))
 
     expect((await hostProc.exited).code, all()).toBe(0)
     const survivors = workerProcs.filter((_, i) => i !== victim)
