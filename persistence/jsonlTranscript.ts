@@ -246,6 +246,8 @@ export function createJsonlTranscriptStore(options: JsonlTranscriptOptions): Tra
       // The folder is checked once here, when the thread's file is opened (a prefetched descriptor
       // comes from a folder the reading worker checked the same way): appends go to the descriptor,
       // or to the same file opened again (reopenTranscript checks it is the same).
+      // Rows are a database's read-ahead: never given to a file store, read as if there were none.
+      if (read && 'rows' in read) read = undefined
       const fd = read ? ('fd' in read ? read.fd : null) : assertThreadDir(paths, threadId, { writes: true }).missing ? null : openOrNull(file)
       if (fd === null) {
         if (start.seq > 0) {

@@ -32,7 +32,16 @@ export type PrefetchedState = { bytes: Buffer } | { missing: true }
  * file's size, and its last bytes (`chunk`, starting at byte `start`); or that it is missing. As
  * PrefetchedState: from a real folder, not through a link.
  */
-export type PrefetchedTranscript = { fd: number; size: number; start: number; chunk: Buffer } | { missing: true }
+export type PrefetchedTranscript = { fd: number; size: number; start: number; chunk: Buffer } | { missing: true } | PrefetchedRows
+
+/**
+ * A database's read-ahead of a transcript (persistence/postgres/pgReadAhead.ts): its lines from
+ * entry `from` (the one a checkpoint points at) onwards, as the store's rows hold them.
+ */
+export interface PrefetchedRows {
+  from: number
+  rows: Array<{ seq: number; bytes: number; line: string }>
+}
 
 export interface PrefetchedThread {
   /** Undefined: read it the usual way. */
@@ -43,6 +52,11 @@ export interface PrefetchedThread {
    * were read; undefined when not looked for. A hint: a file written after that is not in it.
    */
   watched?: boolean
+  /**
+   * The thread's approval requests that have no decision (RequestInbox.undecided), when the reader
+   * read them too (a database's); undefined when not.
+   */
+  undecided?: string[]
 }
 
 export interface ThreadPrefetch {

@@ -1,22 +1,23 @@
 /**
- * One PostgreSQL connection that the stores can use synchronously, as they use SQLite.
+ * The process's connections to PostgreSQL, which the stores can use synchronously, as they use SQLite.
  *
  * The store interfaces are synchronous (better-sqlite3 is), and the runtime relies on that: a
  * registry read or a lease taken is done when the call returns. `pg` is asynchronous, so the
- * connection lives in a worker thread and a synchronous call posts its statements there and blocks
- * on an `Atomics.wait` until the worker answers — the same cost model as better-sqlite3, which also
- * blocks the event loop for its statements. Group-commit rounds use `run`, which does not block:
- * the worker runs every message in the order it was posted, on its one connection, so an
- * asynchronous round and the synchronous calls around it never overtake each other.
+ * connections live in a worker thread (bridgeWorker.ts) and a synchronous call posts its
+ * statements there and blocks on an `Atomics.wait` until the worker answers — the same cost model
+ * as better-sqlite3, which also blocks the event loop for its statements. Group-commit rounds use
+ * `run`, which does not block, each store's rounds on a lane of their own: a synchronous statement
+ * does not wait behind a round's commit, and the rounds of one store stay in order.
  *
- * The worker reconnects after a lost connection (a server restart, `pg_terminate_backend`): the
- * statement that found it lost fails with DATABASE_UNAVAILABLE, and so does everything up to the
- * end of a transaction the lost connection had begun; the next call connects again.
+ * A lost connection (a server restart, `pg_terminate_backend`) fails the statement that found it
+ * with DATABASE_UNAVAILABLE, and so does everything up to the end of a transaction it had begun;
+ * the next call connects again.
  */
 import { createRequire } from 'node:module'
 import { pathToFileURL } from 'node:url'
 import { MessageChannel, receiveMessageOnPort, Worker, type MessagePort } from 'node:worker_threads'
 import { SpindleError } from '../../src/base/errors.js'
+import { WORKER_SCRIPT } from './bridgeWorker.js'
 
 /** One statement: its SQL and its parameters ($1, $2 …). Objects are passed as JSON. */
 export interface Statement {
@@ -43,6 +44,12 @@ export interface PgBridgeOptions {
    * over, for as long as it stays stopped. Default 2000.
    */
   idleInTransactionTimeoutMs?: number
+  /**
+   * How many connections the process holds at most (default 3): one for the synchronous calls and
+   * the notifications, and one for each lane of `run` (the transcript rounds, the checkpoint
+   * rounds), opened when first used. 1: everything on one connection, in the order posted.
+   */
+  connections?: number
   /** Told of each NOTIFY on the channels `listen` named (asynchronously, between calls). */
   onNotify?: (channel: string, payload: string) => void
 }
@@ -54,103 +61,6 @@ interface Reply {
   error?: { message: string; code?: string; lost?: boolean }
   notify?: { channel: string; payload: string }
 }
-
-// Dynamic imports only: an eval worker is a CommonJS script, or a module when the host runs with
-// --input-type=module, and import() works in both.
-const WORKER = `
-(async () => {
-const { workerData } = await import('node:worker_threads')
-const { port, flag, pgUrl, url, connectTimeoutMs, statementTimeoutMs, idleInTransactionTimeoutMs } = workerData
-let schema = workerData.schema
-let pg
-try { pg = (await import(pgUrl)).default } catch (e) {
-  // Every call fails at once with the reason, rather than waiting out its timeout.
-  port.on('message', (m) => { port.postMessage({ id: m.id, error: { message: 'the pg package could not be loaded: ' + e.message } }); Atomics.add(flag, 0, 1); Atomics.notify(flag, 0) })
-  return
-}
-// Milliseconds and counters are int8 columns: numbers here, as SQLite gives them.
-pg.types.setTypeParser(20, (v) => Number(v))
-let client = null
-let connecting = null
-let txLost = false
-let inTx = false
-const channels = new Set()
-function quote(name) { return '"' + String(name).replace(/"/g, '""') + '"' }
-async function connected() {
-  if (client) return client
-  if (connecting) return connecting
-  connecting = (async () => {
-    const c = new pg.Client({ connectionString: url, connectionTimeoutMillis: connectTimeoutMs, statement_timeout: statementTimeoutMs, idle_in_transaction_session_timeout: idleInTransactionTimeoutMs, application_name: 'spindle' })
-    c.on('error', () => { if (client === c) { client = null; if (inTx) txLost = true } })
-    c.on('end', () => { if (client === c) { client = null; if (inTx) txLost = true } })
-    c.on('notification', (n) => port.postMessage({ id: 0, notify: { channel: n.channel, payload: n.payload ?? '' } }))
-    try {
-      await c.connect()
-      if (schema) {
-        await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e })
-        await c.query('SET search_path TO ' + quote(schema))
-      }
-      for (const channel of channels) await c.query('LISTEN ' + quote(channel))
-    } catch (e) { c.end().catch(() => {}); throw e }
-    client = c
-    return c
-  })()
-  try { return await connecting } finally { connecting = null }
-}
-function lost(e) { return !client || e.code === '57P01' || e.code === '57P02' || e.code === '57P03' || e.code === '25P03' || e.code === '08006' || e.code === '08003' || e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET' || e.code === 'EPIPE' || /Connection terminated|not queryable|timeout expired/i.test(String(e.message)) }
-async function handle(m) {
-  if (m.close) { const c = client; client = null; if (c) await c.end().catch(() => {}); return { id: m.id, rows: [], counts: [] } }
-  if (m.schema) { schema = m.schema; const c = await connected(); await c.query('CREATE SCHEMA IF NOT EXISTS ' + quote(schema)).catch((e) => { if (e.code !== '23505' && e.code !== '42P06') throw e }); await c.query('SET search_path TO ' + quote(schema)); return { id: m.id, rows: [], counts: [] } }
-  if (m.listen) { channels.add(m.listen); const c = await connected(); await c.query('LISTEN ' + quote(m.listen)); return { id: m.id, rows: [], counts: [] } }
-  if (m.begin) { txLost = false; inTx = true }
-  if (txLost && inTx) {
-    if (m.end) { inTx = false; txLost = false; if (m.rollback) return { id: m.id, rows: [], counts: [] } }
-    throw Object.assign(new Error('the connection to the database was lost in the middle of a transaction; nothing of it was committed'), { lostTx: true })
-  }
-  const c = await connected()
-  const rows = []
-  const counts = []
-  const wrap = m.tx && !m.begin
-  if (wrap) await c.query('BEGIN')
-  try {
-    for (const s of m.ops) {
-      const r = await c.query(s.sql, s.params)
-      // COMMIT of a transaction a failed statement aborted rolls it back without an error: say so.
-      if (s.sql === 'COMMIT' && r.command === 'ROLLBACK') throw Object.assign(new Error('the transaction was rolled back at its commit: a statement in it had failed'), { code: '25P02' })
-      rows.push(r.rows ?? [])
-      counts.push(r.rowCount ?? 0)
-    }
-    if (wrap) await c.query('COMMIT')
-  } catch (e) {
-    // A run's own transaction ends here. A synchronous one stays open (aborted, as PostgreSQL
-    // leaves it): its caller rolls it back, or back to a savepoint, and goes on.
-    if (wrap) await c.query('ROLLBACK').catch(() => {})
-    throw e
-  } finally {
-    if (m.end) inTx = false
-  }
-  return { id: m.id, rows, counts }
-}
-let queue = Promise.resolve()
-port.on('message', (m) => {
-  queue = queue.then(async () => {
-    let reply
-    try { reply = await handle(m) } catch (e) {
-      // A BEGIN that failed began nothing (its caller sends no ROLLBACK), and a COMMIT or ROLLBACK
-      // that failed (reconnecting, say) ended it: were it still counted as open, the next lost
-      // connection would fail every later statement as part of it, for ever.
-      if (m.begin || m.end) { inTx = false; txLost = false }
-      const isLost = e.lostTx === true || lost(e)
-      if (isLost && client) { const c = client; client = null; c.end().catch(() => {}) }
-      reply = { id: m.id, error: { message: String(e && e.message || e), code: e && e.code, lost: isLost } }
-    }
-    port.postMessage(reply)
-    Atomics.add(flag, 0, 1)
-    Atomics.notify(flag, 0)
-  })
-})
-})()
-`
 
 /** A PostgreSQL connection usable synchronously and asynchronously; see the file comment. */
 export class PgBridge {
@@ -177,9 +87,9 @@ export class PgBridge {
     const { port1, port2 } = new MessageChannel()
     this.port = port1
     const pgUrl = pathToFileURL(createRequire(import.meta.url).resolve('pg')).href
-    this.worker = new Worker(WORKER, {
+    this.worker = new Worker(WORKER_SCRIPT, {
       eval: true,
-      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs, idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 2_000 },
+      workerData: { port: port2, flag: this.flag, pgUrl, url: options.url, schema: options.schema, connectTimeoutMs: options.connectTimeoutMs ?? 5_000, statementTimeoutMs: this.timeoutMs, idleInTransactionTimeoutMs: options.idleInTransactionTimeoutMs ?? 2_000, connections: Math.max(1, options.connections ?? 3) },
       transferList: [port2],
     })
     this.worker.on('error', () => {})
@@ -191,18 +101,22 @@ export class PgBridge {
 
   /** Runs statements in order and returns each one's rows, blocking until the database answers. */
   batchSync(ops: readonly Statement[]): Row[][] {
-    return this.sendSync({ ops: this.withDeferred(ops) }).slice(-ops.length)
+    const all = this.withDeferred(ops)
+    return this.sendSync({ ops: all, quiet: all.length - ops.length }).slice(-ops.length)
   }
 
-  /** One statement's rows, blocking. */
-  querySync(sql: string, params?: readonly unknown[]): Row[] {
-    return this.batchSync([{ sql, ...(params ? { params } : {}) }])[0]!
+  /** One statement's rows, blocking; `lane`: read on that lane's connection, after its runs. */
+  querySync(sql: string, params?: readonly unknown[], options: { lane?: string } = {}): Row[] {
+    const statement = { sql, ...(params ? { params } : {}) }
+    // On a lane: after the runs posted to it before, outside any transaction of the main connection.
+    if (options.lane !== undefined) return this.sendSync({ ops: [statement], lane: options.lane })[0]!
+    return this.batchSync([statement])[0]!
   }
 
   /** How many rows one statement changed, blocking. */
   changeSync(sql: string, params?: readonly unknown[]): number {
     const ops = this.withDeferred([{ sql, ...(params ? { params } : {}) }])
-    const reply = this.postSync({ ops })
+    const reply = this.postSync({ ops, quiet: ops.length - 1 })
     return reply.counts![reply.counts!.length - 1]!
   }
 
@@ -242,7 +156,8 @@ export class PgBridge {
     this.depth = 1
     try {
       const value = fn()
-      this.sendSync({ ops: this.withDeferred([{ sql: 'COMMIT' }]), end: true })
+      const ops = this.withDeferred([{ sql: 'COMMIT' }])
+      this.sendSync({ ops, quiet: ops.length - 1, end: true })
       return value
     } catch (error) {
       this.deferred = []
@@ -261,10 +176,15 @@ export class PgBridge {
     }
   }
 
-  /** Runs statements in order without blocking; `tx`: in one transaction. Ordered with every other call. */
-  async run(ops: readonly Statement[], options: { tx?: boolean } = {}): Promise<Row[][]> {
-    if (this.depth > 0) throw new Error('PgBridge.run inside a synchronous transaction')
-    const reply = await this.post({ ops, tx: options.tx === true })
+  /**
+   * Runs statements in order without blocking; `tx`: in one transaction. The runs of one `lane`
+   * keep the order they were posted in, on a connection of their own: they never wait for the
+   * synchronous calls, nor those for them (without a lane: on the main connection, in order with
+   * the synchronous calls).
+   */
+  async run(ops: readonly Statement[], options: { tx?: boolean; lane?: string } = {}): Promise<Row[][]> {
+    if (this.depth > 0 && options.lane === undefined) throw new Error('PgBridge.run inside a synchronous transaction')
+    const reply = await this.post({ ops, tx: options.tx === true, ...(options.lane ? { lane: options.lane } : {}) })
     if (reply.error) throw this.failure(reply.error, ops)
     return reply.rows!
   }
@@ -317,7 +237,7 @@ export class PgBridge {
 
   private postSync(message: Record<string, unknown>, timeoutMs = this.timeoutMs): Reply {
     if (this.closed && !message.close) throw new SpindleError('RUNTIME_CLOSED', 'The database connection is closed.')
-    if (this.beginPending && message.ops) {
+    if (this.beginPending && message.ops && message.lane === undefined) {
       // This batch carries the transaction's BEGIN (at its head, from `deferred`).
       message = { ...message, begin: true }
       this.beginPending = false

@@ -12,6 +12,9 @@ import { stagedEnvelope } from '../types.js'
 import type { PgBridge, Statement } from './bridge.js'
 import { lockLeases, notLeasedElsewhere, type PgFence } from './leaseFence.js'
 
+/** The connection the writes run on; a read follows them there. */
+const LANE = 'checkpoints'
+
 const ROWS = `unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[]) AS c(thread_id, status, seq, saved_at, envelope)`
 
 function upsertSql(fenced: boolean): string {
@@ -77,7 +80,7 @@ export function createPgCheckpointStore(options: { db: PgBridge; fence?: PgFence
     const envelopes = staged.map(([id, envelope]): [string, StateEnvelope] => [id, stagedEnvelope(envelope)])
     let results
     try {
-      results = await db.run(round(envelopes, fence?.owner() ?? null), { tx: true })
+      results = await db.run(round(envelopes, fence?.owner() ?? null), { tx: true, lane: LANE })
     } catch (error) {
       throw failure(error, envelopes.length)
     }
@@ -99,11 +102,18 @@ export function createPgCheckpointStore(options: { db: PgBridge; fence?: PgFence
       return staging.sync(options, write)
     },
 
-    load(threadId) {
+    load(threadId, read) {
       assertThreadId(threadId)
-      const rows = db.querySync('SELECT envelope FROM checkpoints WHERE thread_id = $1', [threadId])
-      if (rows.length === 0) return null
-      const text = rows[0]!.envelope as string
+      let text: string
+      if (read) {
+        if ('missing' in read) return null
+        text = read.bytes.toString('utf8')
+      } else {
+        // On the lane of the writes: a write under way commits before this reads.
+        const rows = db.querySync('SELECT envelope FROM checkpoints WHERE thread_id = $1', [threadId], { lane: LANE })
+        if (rows.length === 0) return null
+        text = rows[0]!.envelope as string
+      }
       let raw: unknown
       try {
         raw = JSON.parse(text)

@@ -1,10 +1,11 @@
 /**
  * Thread "folders" of the PostgreSQL backend: a thread's rows, named `postgres:<schema>/<id>` in
  * messages. Nothing is set aside (a fenced-off writer's lines are never written, see
- * pgTranscript.ts), and nothing is read ahead: opening a thread is one statement already.
+ * pgTranscript.ts). Recovery reads many threads ahead, a batch at a time (pgReadAhead.ts).
  */
 import type { ThreadFolders } from '../types.js'
 import type { PgBridge } from './bridge.js'
+import { pgReadAhead } from './pgReadAhead.js'
 
 /**
  * @param options.db the bridge the stores use (its schema names where threads are)
@@ -16,6 +17,6 @@ export function createPgThreadFolders(options: { db: PgBridge; transcripts: { st
     where: (threadId) => `postgres:${schema}/${threadId}`,
     transcriptBytes: (threadId) => options.transcripts.storedBytes(threadId),
     setAside: () => null,
-    readAhead: () => null,
+    readAhead: () => pgReadAhead(options.db),
   }
 }

@@ -22,8 +22,12 @@ import { entryHash } from '../transcriptHash.js'
 import { encodeEntry } from '../transcriptLines.js'
 import type { TranscriptEntry, TranscriptOpenResult, TranscriptPosition, TranscriptStore } from '../types.js'
 import { EMPTY_POSITION } from '../types.js'
+import type { PrefetchedTranscript } from '../prefetch.js'
 import type { PgBridge, Row, Statement } from './bridge.js'
 import { lockLeases, notLeasedElsewhere, type PgFence } from './leaseFence.js'
+
+/** The connection the rounds run on (see bridge.ts): its own, so a round never holds up a synchronous statement. */
+export const TRANSCRIPT_LANE = 'transcripts'
 
 /** An entry as its row holds it. */
 interface Line {
@@ -141,10 +145,10 @@ export function createPgTranscriptStore(options: { db: PgBridge; fence?: PgFence
   }
 
   /** The thread's rows from `fromSeq` on, then its unwritten entries past them. */
-  function linesOf(threadId: string, fromSeq: number): Line[] {
-    const rows = db.querySync('SELECT seq, bytes, line FROM transcript_lines WHERE thread_id = $1 AND seq >= $2 ORDER BY seq', [threadId, fromSeq]) as unknown as Line[]
-    // A round under way was posted before this read, so the read sees its commit; until its reply
-    // is handled its entries are in `writing` as well, and those already read are skipped.
+  function linesOf(threadId: string, fromSeq: number, stored?: readonly Line[]): Line[] {
+    const rows = stored ? [...stored] : (db.querySync('SELECT seq, bytes, line FROM transcript_lines WHERE thread_id = $1 AND seq >= $2 ORDER BY seq', [threadId, fromSeq]) as unknown as Line[])
+    // A round under way (on its own connection) may have committed before this read or not: until
+    // its reply is handled its entries are in `writing` as well, and those the read found are skipped.
     const last = rows.length > 0 ? rows[rows.length - 1]!.seq : fromSeq - 1
     for (const run of [writing?.get(threadId), buffered.get(threadId)]) {
       for (const line of run?.lines ?? []) if (line.seq > last && line.seq >= fromSeq) rows.push(line)
@@ -281,7 +285,7 @@ export function createPgTranscriptStore(options: { db: PgBridge; fence?: PgFence
     writing = batch
     let rows: Row[]
     try {
-      const results = await db.run(round(batch, fence?.owner() ?? null), { tx: true })
+      const results = await db.run(round(batch, fence?.owner() ?? null), { tx: true, lane: TRANSCRIPT_LANE })
       rows = results[results.length - 1]!
     } catch (error) {
       putBack(batch)
@@ -293,14 +297,16 @@ export function createPgTranscriptStore(options: { db: PgBridge; fence?: PgFence
   }
 
   return {
-    open(threadId: string, from?: TranscriptPosition): TranscriptOpenResult {
+    open(threadId: string, from?: TranscriptPosition, read?: PrefetchedTranscript): TranscriptOpenResult {
       assertThreadId(threadId)
       const already = positions.get(threadId)
       if (already) return { position: { ...already }, tail: [], torn: null }
       // Opened again after it was fenced off: it goes on from what is stored.
       if (fenced.delete(threadId)) buffered.delete(threadId)
       const start = from ?? EMPTY_POSITION
-      const { entries, position } = verify(threadId, linesOf(threadId, start.seq), start)
+      // Rows read ahead from where this open starts serve it (recovery: see pgReadAhead.ts).
+      const stored = read && 'rows' in read && read.from === start.seq ? read.rows : undefined
+      const { entries, position } = verify(threadId, linesOf(threadId, start.seq, stored), start)
       positions.set(threadId, position)
       return { position: { ...position }, tail: entries, torn: null }
     },

@@ -140,12 +140,13 @@ export class Approvals {
    * next to them — a process killed between recording a decision and writing its file — except for
    * `open`, the request the thread still waits at. Returns the requests it wrote decisions for.
    * Looks at the thread's files only when a request lacks its decision: once per thread recovery
-   * takes on, it costs one listing of a folder that is mostly not there.
+   * takes on, it costs one listing of a folder that is mostly not there. `known`: the requests
+   * without a decision, read ahead with the thread's files (a database's read-ahead).
    */
-  settleDecisions(id: string, open: string | null): string[] {
+  settleDecisions(id: string, open: string | null, known?: readonly string[]): string[] {
     let undecided: string[]
     try {
-      undecided = this.deps.inbox.undecided(id).filter((rid) => rid !== open)
+      undecided = (known ?? this.deps.inbox.undecided(id)).filter((rid) => rid !== open)
     } catch (error) {
       this.deps.bus.report(error, id)
       return []

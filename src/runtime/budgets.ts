@@ -71,8 +71,11 @@ export class Budgets {
     if (cached) return cached
     let key = id
     try {
-      // Most threads have their own account; only a continuation looks up its chain.
-      if (continuation && !this.hasAccount(id)) key = this.deps.registry.chain(id)[0]?.id ?? id
+      // Most threads have their own account; only a continuation looks up its chain (a live
+      // thread says whether it is one: no statement for the rest).
+      const live = this.deps.table.contextOf(id)
+      const continues = live === null || Boolean(live.previousThreadId)
+      if (continuation && continues && !this.hasAccount(id)) key = this.deps.registry.chain(id)[0]?.id ?? id
     } catch (error) {
       this.deps.bus.report(error, id)
     }
@@ -103,11 +106,11 @@ export class Budgets {
   reserve(id: string, parentId: string | null, limits: Limits, explicit: { spend: boolean; tokens: boolean }, spawns: number | null = null): Reservation {
     const { ledger, clock, table } = this.deps
     const at = clock.now()
-    // The spawner holds the new thread's lease by now: no other process reserves under this id.
-    const opened = ledger.get(id) === null
     if (parentId === null) {
       // An unlimited root needs no account until it has children (they open it then).
       if (limits.spend !== null || limits.tokens !== null) {
+        // The spawner holds the new thread's lease by now: no other process reserves under this id.
+        const opened = ledger.get(id) === null
         ledger.openRoot(id, { spend: limits.spend, tokens: limits.tokens }, at)
         this.accountKnown.set(id, true)
         return { limits, opened }
@@ -133,6 +136,7 @@ export class Budgets {
     }
     const request = { spend: ask('spend'), tokens: ask('tokens') }
     const slot: SpawnSlot | undefined = spawns === null ? undefined : { max: spawns, known: this.startedChildren(parentId) }
+    const opened = ledger.get(id) === null
     let account
     try {
       account = ledger.reserve(id, parentKey, request, at, slot)

@@ -1,7 +1,7 @@
 /**
  * The stores on a PostgreSQL database: every runtime process on every host that opens the same
- * database (and schema) shares its threads, with no directory in common. One connection per
- * process carries them all (persistence/postgres/bridge.ts); the schema is migrated on open.
+ * database (and schema) shares its threads, with no directory in common. A process holds a few
+ * connections (persistence/postgres/bridge.ts); the schema is migrated on open.
  */
 import { SpindleError } from '../base/errors.js'
 import { PgBridge, redact } from '../../persistence/postgres/bridge.js'
@@ -21,6 +21,12 @@ export interface DatabaseOptions {
   url: string
   /** The schema spindle's tables live in (default `public`): several spindle installations can share one database. */
   schema?: string
+  /**
+   * How many connections this process holds at most (default 3): one for its statements and
+   * notifications, one for its transcript rounds, one for its checkpoint rounds. 1 puts them all
+   * on one connection, for a server with few connections to spare.
+   */
+  connections?: number
 }
 
 /** `database` as given to createRuntime or the CLI: a URL, or `{ url, schema }`. */
@@ -36,7 +42,11 @@ export function databaseOptions(given: unknown, field: string): DatabaseOptions 
   if (schema !== undefined && (typeof schema !== 'string' || !/^[a-z_][a-z0-9_]{0,62}$/.test(schema))) {
     throw new SpindleError('INVALID_OPTIONS', `${field}.schema must be a lower-case PostgreSQL identifier such as "spindle" (got ${JSON.stringify(schema)}).`, { details: { field: `${field}.schema` } })
   }
-  return schema === undefined ? { url } : { url, schema }
+  const connections = (options as { connections?: unknown }).connections
+  if (connections !== undefined && (typeof connections !== 'number' || !Number.isInteger(connections) || connections < 1 || connections > 16)) {
+    throw new SpindleError('INVALID_OPTIONS', `${field}.connections must be a whole number from 1 to 16 (got ${JSON.stringify(connections)}).`, { details: { field: `${field}.connections` } })
+  }
+  return { url, ...(schema === undefined ? {} : { schema }), ...(connections === undefined ? {} : { connections }) }
 }
 
 /** How messages name the database: its URL without the password, and the schema. */
@@ -61,6 +71,7 @@ export function openPostgresStores(options: DatabaseOptions, ports: StorePorts):
   const db = new PgBridge({
     url: options.url,
     ...(options.schema ? { schema: options.schema } : {}),
+    ...(options.connections ? { connections: options.connections } : {}),
     onNotify: (name, payload) => {
       const channel = CHANNELS.find((c) => name === channelName(c, options.schema))
       if (channel) ports.notified?.(channel, payload)

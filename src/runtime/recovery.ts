@@ -271,7 +271,7 @@ export class Recovery {
     // A crash between a reply and its ledger entry: the transcript says what was spent.
     budgets.recordUsage(id, context.usage, context.previousThreadId != null)
     // A crash between a decision and its file: the transcript says how the request was decided.
-    this.deps.approvals.settleDecisions(id, status === 'suspended' ? (context.limitHit?.requestId ?? null) : null)
+    this.deps.approvals.settleDecisions(id, status === 'suspended' ? (context.limitHit?.requestId ?? null) : null, read?.undecided)
     if (!isActive(status)) {
       leases.release(id)
       if (status !== 'suspended' && status !== 'continued') budgets.release(id, context.previousThreadId != null)

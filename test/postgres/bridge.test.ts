@@ -57,6 +57,105 @@ describe('the PostgreSQL bridge', () => {
     await Promise.all(runs)
   })
 
+  it("should write a transaction's deferred writes exactly as given, whatever their values hold", () => {
+    const db = open()
+    db.execSync('CREATE TABLE t (n int PRIMARY KEY, s text, j jsonb, a text[], big bigint, b boolean)')
+    const values: Array<[number, string | null, unknown, string[] | null, number | null, boolean | null]> = [
+      [1, "it's", { q: "a'b", back: 'c\\d', dollar: '$1 $$ $2' }, ['x', "y'z", 'w\\v', '$3'], 1_700_000_000_123, true],
+      [2, 'line\nbreak\ttab', [1, 'two', null], [], -5, false],
+      [3, null, null, null, null, null],
+      [4, '"double" $4 ;DROP TABLE t; --', 'just text', ['{braces}', 'a,b', ''], 0, true],
+      [5, 'ünïcödé ✓ 🧵', { nested: { deep: [true, false] } }, ['NULL', 'null'], Number.MAX_SAFE_INTEGER, false],
+    ]
+    db.transactionSync(() => {
+      for (const [n, s, j, a, big, b] of values) {
+        db.execSync('INSERT INTO t (n, s, j, a, big, b) VALUES ($1, $2, $3, $4::text[], $5, $6)', [n, s, j === null ? null : JSON.stringify(j), a, big, b])
+      }
+      db.execSync('UPDATE t SET s = s || $1 WHERE n = $2', ["'", 1])
+    })
+    const rows = db.querySync('SELECT n, s, j, a, big, b FROM t ORDER BY n')
+    expect(rows).toEqual(values.map(([n, s, j, a, big, b]) => ({ n, s: n === 1 ? `${s}'` : s, j, a, big, b })))
+  })
+
+  it('should fail the commit of a transaction whose deferred write fails, and write none of it', () => {
+    const db = open()
+    db.execSync('CREATE TABLE t (n int PRIMARY KEY)')
+    expect(() =>
+      db.transactionSync(() => {
+        db.execSync('INSERT INTO t VALUES ($1)', [1])
+        db.execSync('INSERT INTO t VALUES ($1)', [2])
+        db.execSync('INSERT INTO t VALUES ($1)', [1])
+      }),
+    ).toThrow(/duplicate key/)
+    expect(db.querySync('SELECT count(*)::int AS n FROM t')[0]!.n).toBe(0)
+    db.transactionSync(() => db.execSync('INSERT INTO t VALUES ($1), ($2)', [3, 4]))
+    expect(db.querySync('SELECT array_agg(n ORDER BY n) AS ns FROM t')[0]!.ns).toEqual([3, 4])
+  })
+
+  it('should keep the runs of one lane in the order they were posted, on a connection of their own', async () => {
+    const db = open()
+    db.execSync('CREATE TABLE t (n int, pid int)')
+    const mainPid = db.querySync('SELECT pg_backend_pid() AS pid')[0]!.pid
+    const runs = Array.from({ length: 40 }, (_, n) => db.run([{ sql: 'INSERT INTO t VALUES ($1, pg_backend_pid())', params: [n] }], { tx: n % 2 === 0, lane: 'rounds' }))
+    await Promise.all(runs)
+    const rows = db.querySync('SELECT n, pid FROM t ORDER BY ctid')
+    expect(rows.map((row) => row.n)).toEqual(Array.from({ length: 40 }, (_, n) => n))
+    expect(new Set(rows.map((row) => row.pid)).size).toBe(1)
+    expect(rows[0]!.pid).not.toBe(mainPid)
+  })
+
+  it('should answer a synchronous call while a lane holds a transaction open, and not wait for it', async () => {
+    const db = open()
+    await db.run([{ sql: 'SELECT 1' }], { lane: 'rounds' })
+    const held = db.run([{ sql: 'SELECT pg_advisory_xact_lock(4242)' }, { sql: 'SELECT pg_sleep(2)' }], { tx: true, lane: 'rounds' })
+    // The lane has taken the lock once its first statement has run; the main connection then finds it taken.
+    let taken = false
+    for (let i = 0; i < 5_000 && !taken; i++) taken = db.querySync("SELECT count(*)::int AS n FROM pg_locks WHERE locktype = 'advisory' AND objid = 4242 AND granted")[0]!.n === 1
+    expect(taken).toBe(true)
+    expect(db.querySync('SELECT pg_try_advisory_xact_lock(4242) AS got')[0]!.got).toBe(false)
+    await held
+    expect(db.querySync('SELECT pg_try_advisory_xact_lock(4242) AS got')[0]!.got).toBe(true)
+  })
+
+  it('should run every lane on the one connection, in the order posted, when it is given connections: 1', async () => {
+    const url = testDatabaseUrl()
+    const schema = freshSchema()
+    const db = new PgBridge({ url, schema, connections: 1 })
+    cleanups.push(async () => {
+      db.close()
+      await dropSchema(url, schema)
+    })
+    db.execSync('CREATE TABLE t (n int, pid int)')
+    const runs = [db.run([{ sql: 'INSERT INTO t VALUES (1, pg_backend_pid())' }], { lane: 'a' }), db.run([{ sql: 'INSERT INTO t VALUES (2, pg_backend_pid())' }], { lane: 'b' })]
+    expect(db.querySync('SELECT array_agg(n ORDER BY n) AS ns, count(DISTINCT pid)::int AS pids, max(pid) = pg_backend_pid() AS here FROM t')[0]).toEqual({ ns: [1, 2], pids: 1, here: true })
+    await Promise.all(runs)
+  })
+
+  it("should connect a lane again after the server killed its connection, failing at most the run that found it gone", async () => {
+    const db = open()
+    db.execSync('CREATE TABLE t (n int)')
+    const first = (await db.run([{ sql: 'SELECT pg_backend_pid() AS pid' }], { lane: 'rounds' }))[0]![0]
+    expect(db.querySync('SELECT pg_terminate_backend($1) AS killed', [first!.pid])[0]!.killed).toBe(true)
+    const outcome = await db.run([{ sql: 'INSERT INTO t VALUES (1)' }], { lane: 'rounds' }).then(
+      () => 'written',
+      (error: { code?: string }) => error.code,
+    )
+    expect(['written', 'DATABASE_UNAVAILABLE']).toContain(outcome)
+    const again = (await db.run([{ sql: 'INSERT INTO t VALUES (2)' }, { sql: 'SELECT pg_backend_pid() AS pid' }], { tx: true, lane: 'rounds' }))[1]![0]
+    expect(again!.pid).not.toBe(first!.pid)
+    expect(db.querySync('SELECT array_agg(n ORDER BY n) AS ns FROM t')[0]!.ns).toEqual(outcome === 'written' ? [1, 2] : [2])
+  })
+
+  it('should move every lane to the schema useSchema names', async () => {
+    const db = open()
+    await db.run([{ sql: 'CREATE TABLE t (n int)' }], { lane: 'rounds' })
+    const other = freshSchema()
+    cleanups.push(() => dropSchema(testDatabaseUrl(), other))
+    db.useSchema(other)
+    await db.run([{ sql: 'CREATE TABLE t (n int)' }, { sql: 'INSERT INTO t VALUES (7)' }], { tx: true, lane: 'rounds' })
+    expect(db.querySync('SELECT current_schema() AS s, (SELECT array_agg(n) FROM t) AS ns')[0]).toEqual({ s: other, ns: [7] })
+  })
+
   it('should roll an asynchronous transaction back whole when one statement fails', async () => {
     const db = open()
     db.execSync('CREATE TABLE t (n int PRIMARY KEY)')

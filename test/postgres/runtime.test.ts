@@ -3,6 +3,7 @@
  * and watches while workers run its threads, a worker that runs no more than its share, and
  * requests and events that reach across runtimes through the database.
  */
+import pg from 'pg'
 import { afterEach, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
@@ -72,6 +73,34 @@ describe('a runtime on PostgreSQL', () => {
     expect(second.lastRecovery.resumed).toEqual([thread.id])
     expect((await second.get(thread.id).done).status).toBe('completed')
   })
+
+  it('should carry on 300 threads left running, read ahead a batch at a time, and rebuild from its transcript each one whose checkpoint row was lost', async () => {
+    const db = database()
+    const hang = scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }])
+    const first = await open({ database: db, model: hang })
+    const threads = await Promise.all(Array.from({ length: 300 }, (_, i) => first.spawn({ directive: { name: `left${i}`, prompt: 'wait' } })))
+    await until(() => threads.every((t) => first.get(t.id).status === 'running'), 60_000)
+    await first.close()
+    runtimes.splice(runtimes.indexOf(first), 1)
+    // Rows lost by hand, in the first batch and the second: those threads replay their transcripts.
+    const lost = [threads[3]!.id, threads[100]!.id, threads[299]!.id].sort()
+    const admin = new pg.Client({ connectionString: db.url })
+    await admin.connect()
+    try {
+      await admin.query(`DELETE FROM "${db.schema}".checkpoints WHERE thread_id = ANY($1)`, [lost])
+    } finally {
+      await admin.end()
+    }
+
+    const second = await open({ database: db, model: scriptedModel((r) => ({ text: `carried on ${r.threadId}` })) })
+    expect(second.lastRecovery.resumed.length).toBe(300)
+    expect([...second.lastRecovery.rebuilt].sort()).toEqual(lost)
+    expect(second.lastRecovery.failed).toEqual([])
+    const outcomes = await Promise.all(threads.map((t) => second.get(t.id).done))
+    expect(outcomes.filter((o) => o.status === 'completed').length).toBe(300)
+    expect(outcomes.map((o) => o.result)).toEqual(threads.map((t) => `carried on ${t.id}`))
+    for (const thread of storedThreads(db.url, db.schema)) expect(thread.replays, thread.record.id).toBe(true)
+  }, 120_000)
 
   it('should leave every spawn of a host with maxThreads 0 to a worker, and settle the host\'s handle when the worker ends the thread', async () => {
     const db = database()

@@ -11,7 +11,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { createJsonlTranscriptStore } from '../../persistence/jsonlTranscript.js'
 import { dataPaths } from '../../persistence/paths.js'
 import { PgBridge } from '../../persistence/postgres/bridge.js'
-import { createPgTranscriptStore } from '../../persistence/postgres/pgTranscript.js'
+import { createPgTranscriptStore, TRANSCRIPT_LANE } from '../../persistence/postgres/pgTranscript.js'
 import { createPgThreadFolders } from '../../persistence/postgres/pgThreadFolders.js'
 import { entryHash } from '../../persistence/transcriptHash.js'
 import type { TranscriptEntry } from '../../persistence/types.js'
@@ -228,7 +228,8 @@ describe('the PostgreSQL transcript store', () => {
     return { release }
   }
 
-  const pidOf = (db: PgBridge): number => db.querySync('SELECT pg_backend_pid() AS pid')[0]!.pid as number
+  /** The backend a store's rounds run on (the bridge's transcript lane). */
+  const pidOf = (db: PgBridge): number => db.querySync('SELECT pg_backend_pid() AS pid', undefined, { lane: TRANSCRIPT_LANE })[0]!.pid as number
 
   /** Resolves once every backend of `pids` waits for a lock. */
   async function waitingForLock(admin: PgBridge, pids: number[]): Promise<void> {
