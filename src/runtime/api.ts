@@ -31,11 +31,12 @@ export interface RuntimeOptions {
   dir?: string
   /**
    * A PostgreSQL database to keep every thread in, instead of the data directory: a URL
-   * (`postgres://user:password@host:5432/db`) or `{ url, schema }`. Default: the environment
-   * variable SPINDLE_DATABASE_URL when set. Every runtime process on every host that opens the
-   * same database shares its threads (see docs/postgres.md).
+   * (`postgres://user:password@host:5432/db`) or `{ url, schema, connections }`. Default: the
+   * environment variable SPINDLE_DATABASE_URL when set. Every runtime process on every host that
+   * opens the same database shares its threads (see docs/postgres.md). `connections` (1–16,
+   * default 3): the most connections this process holds.
    */
-  database?: string | { url: string; schema?: string }
+  database?: string | { url: string; schema?: string; connections?: number }
   /** The model threads run on; the same as `models: { default: model }`. */
   model?: ModelAdapter
   /**

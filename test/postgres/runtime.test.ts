@@ -74,6 +74,20 @@ describe('a runtime on PostgreSQL', () => {
     expect((await second.get(thread.id).done).status).toBe('completed')
   })
 
+  it('should run threads on a single connection when given connections: 1, and refuse a count outside 1 to 16 naming the field', async () => {
+    const db = database()
+    await expect(open({ database: { ...db, connections: 0 }, model: threeTurns(), tools: [tick] })).rejects.toMatchObject({
+      code: 'INVALID_OPTIONS',
+      message: expect.stringContaining('database.connections'),
+    })
+    await expect(open({ database: { ...db, connections: 2.5 }, model: threeTurns(), tools: [tick] })).rejects.toMatchObject({ code: 'INVALID_OPTIONS' })
+    const rt = await open({ database: { ...db, connections: 1 }, model: threeTurns(), tools: [tick] })
+    const handles = await Promise.all([0, 1, 2, 3].map((i) => rt.spawn({ directive: { name: `one${i}`, prompt: 'go' } })))
+    const outcomes = await Promise.all(handles.map((h) => h.done))
+    expect(outcomes.map((o) => [o.status, o.cost.turns])).toEqual(handles.map(() => ['completed', 3]))
+    for (const thread of storedThreads(db.url, db.schema)) expect(thread.replays, thread.record.id).toBe(true)
+  })
+
   it('should carry on 300 threads left running, read ahead a batch at a time, and rebuild from its transcript each one whose checkpoint row was lost', async () => {
     const db = database()
     const hang = scriptedModel([{ faults: [{ fault: 'hang' }], reply: { text: '' } }])
