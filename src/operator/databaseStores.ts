@@ -11,12 +11,12 @@
  */
 import type { Command } from 'commander'
 import { Option } from 'commander'
-import { redact } from '../../persistence/postgres/bridge.js'
+import { PgBridge, redact } from '../../persistence/postgres/bridge.js'
 import { SpindleError, isSpindleError } from '../base/errors.js'
 import { assertThreadId } from '../base/ids.js'
 import type { ThreadRecord } from '../../persistence/types.js'
 import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
-import { databaseOptions, openPostgresStores } from '../runtime/openPostgresStores.js'
+import { databaseName, databaseOptions, openPostgresStores } from '../runtime/openPostgresStores.js'
 import type { Stores } from '../runtime/openStores.js'
 import { dirArgument } from './terminalText.js'
 
@@ -116,8 +116,35 @@ export async function withDatabaseAsync<T>(database: DatabaseOptions, fn: (store
   }
 }
 
+/** The schemas of the database that hold spindle's tables (schemas a runtime migrated), without creating any. */
+export function spindleSchemas(database: DatabaseOptions): string[] {
+  const db = new PgBridge({ url: database.url })
+  try {
+    return db.querySync(`SELECT table_schema AS name FROM information_schema.tables WHERE table_name = 'spindle_schema' ORDER BY 1`).map((row) => row.name as string)
+  } finally {
+    db.close()
+  }
+}
+
+/** Whether the database's schema holds spindle's tables (a schema a runtime migrated), without creating it. */
+export function schemaHoldsSpindle(database: DatabaseOptions): boolean {
+  return spindleSchemas(database).includes(database.schema ?? 'public')
+}
+
 function openDatabase(database: DatabaseOptions): Stores {
   try {
+    // Opening stores creates the schema: a mistyped --schema would find an empty one, and leave it.
+    const schemas = spindleSchemas(database)
+    if (!schemas.includes(database.schema ?? 'public')) {
+      const named = schemas.length > 8 ? `${schemas.slice(0, 8).join(', ')} and ${schemas.length - 8} more` : schemas.join(', ')
+      const others = schemas.length === 0 ? 'No schema of that database holds spindle tables' : `Schemas with spindle tables there: ${named}`
+      throw new SpindleError(
+        'DATA_DIR_NOT_FOUND',
+        `${databaseName(database)} holds no spindle data (no spindle tables in schema ${database.schema ?? 'public'}). ${others}. ` +
+          'Pass the --db and --schema your runtimes use. Nothing was read, written or created.',
+        { details: { database: databaseName(database), schemas } },
+      )
+    }
     // A command reports what it finds itself; the stores' own problems (a heartbeat not written)
     // concern processes that hold claims, which a command never does.
     return openPostgresStores(database, { problem: () => {}, folderInvalid: () => {} })

@@ -14,7 +14,6 @@ import { createMemoryLedger } from '../../persistence/memoryLedger.js'
 import { createMemoryRecovery } from '../../persistence/memoryRecovery.js'
 import { assertDirectories, assertRegistryKept, dataPaths } from '../../persistence/paths.js'
 import type { DataPaths } from '../../persistence/paths.js'
-import { PgBridge } from '../../persistence/postgres/bridge.js'
 import { openSqliteLeases } from '../../persistence/sqliteLeases.js'
 import { openSqliteLedger } from '../../persistence/sqliteLedger.js'
 import { openSqliteRecovery } from '../../persistence/sqliteRecovery.js'
@@ -22,6 +21,7 @@ import { openSqliteRegistry } from '../../persistence/sqliteRegistry.js'
 import { SpindleError } from '../base/errors.js'
 import { databaseName, databaseOptions, openPostgresStores, type DatabaseOptions } from '../runtime/openPostgresStores.js'
 import { openStores, type Stores, type StorePorts } from '../runtime/openStores.js'
+import { schemaHoldsSpindle } from './databaseStores.js'
 
 /** Where threads are: a data directory, or a database schema. */
 export type MigrateEnd = { kind: 'dir'; dir: string; paths: DataPaths } | { kind: 'database'; database: DatabaseOptions }
@@ -52,17 +52,6 @@ export function migrateEnds(from: string, to: string, schema: string | undefined
     )
   }
   return { source, target }
-}
-
-/** Whether the database's schema holds spindle's tables (a schema a runtime migrated), without creating it. */
-export function schemaHoldsSpindle(database: DatabaseOptions): boolean {
-  const db = new PgBridge({ url: database.url })
-  try {
-    // databaseOptions allows only lower-case identifiers: the name needs no quoting.
-    return db.querySync(`SELECT to_regclass($1) IS NOT NULL AS found`, [`${database.schema ?? 'public'}.spindle_schema`])[0]?.found === true
-  } finally {
-    db.close()
-  }
 }
 
 /**

@@ -157,6 +157,22 @@ describe('spindle ls, show, logs, tree and doctor on a database', () => {
     expect(run.stderr).toContain('[THREAD_NOT_FOUND]')
   })
 
+  it('should refuse a --schema that holds no spindle tables with exit 4, naming the schemas that do, and create nothing', async () => {
+    const typo = `${db.schema}x`
+    const run = await spindle(['ls', '--db', db.url, '--schema', typo])
+    expect(run.code).toBe(4)
+    expect(run.stderr).toContain('[DATA_DIR_NOT_FOUND]')
+    expect(run.stderr).toContain(`no spindle tables in schema ${typo}`)
+    expect(run.stderr).toMatch(new RegExp(`Schemas with spindle tables there: [a-z0-9_, ]*\\b${db.schema}\\b`))
+    const admin = new pg.Client({ connectionString: db.url })
+    await admin.connect()
+    try {
+      expect((await admin.query('SELECT count(*)::int AS n FROM pg_namespace WHERE nspname = $1', [typo])).rows[0].n).toBe(0)
+    } finally {
+      await admin.end()
+    }
+  })
+
   it('should take the database from SPINDLE_DATABASE_URL when neither --dir nor --db is given, and the directory when --dir is', async () => {
     const fromEnv = await spindle(['ls', '--schema', db.schema, '--json'], { SPINDLE_DATABASE_URL: db.url })
     expect(fromEnv.code, fromEnv.stderr).toBe(0)
