@@ -46,6 +46,8 @@ interface Episode {
   /** The last failure (for the report of a thread that stops for want of descriptors). */
   error: unknown
   cancel?: { reason: string; by: string }
+  /** Tried at once because another thread's probe got through (see `retrySoon`). */
+  hurried?: boolean
 }
 
 export class Parking {
@@ -84,6 +86,8 @@ export class Parking {
     const timer = clock.setTimeout(() => this.retry(thread.id), delay)
     this.episodes.set(thread.id, {
       ...episode,
+      // Tried in a hurry and failed: its own backoff again, and its next success wakes the others.
+      hurried: false,
       timer,
       attempts,
       since: episode?.since ?? now,
@@ -153,6 +157,22 @@ export class Parking {
     this.episodes.delete(id)
     this.deps.bus.emit({ type: 'thread_unparked', at, threadId: id, since: episode.since, attempts: episode.attempts })
     if (episode.cancel) this.cancel(thread, episode.cancel.reason, episode.cancel.by)
+    if (!episode.hurried) this.retrySoon(episode.shortage)
+  }
+
+  /**
+   * One thread's probe got through: the storage is back for the others parked for the same want
+   * (a database that answers again, a disk with room), which would otherwise each wait out their
+   * own backoff, up to STORAGE_RETRY_MAX_MS. Tried on the next turn of the event loop, one after
+   * another: one that fails again backs off as before.
+   */
+  private retrySoon(shortage: StorageShortage): void {
+    for (const [other, episode] of this.episodes) {
+      if (episode.timer === null || episode.shortage !== shortage || episode.hurried) continue
+      episode.hurried = true
+      this.deps.clock.clearTimeout(episode.timer)
+      episode.timer = this.deps.clock.setTimeout(() => this.retry(other), 0)
+    }
   }
 
   /**

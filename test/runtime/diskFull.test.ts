@@ -255,6 +255,68 @@ async function freeingLater(disk: string, dir: string, model: ModelAdapter, tool
   }
 }
 
+describe.skipIf(!mounted)('a disk that fills up, then takes writes again', () => {
+  it("should carry every parked thread on once one thread's retry gets through, none waiting out its own backoff", async () => {
+    const disk = smallDisk()!
+    const dir = path.join(disk, 'data')
+    // A host clock that holds every timer of 250 ms or more (each parked thread's backoff among
+    // them) until the test fires it; shorter ones run as usual.
+    const held: Array<{ fn: () => void; cleared: boolean }> = []
+    const clock = {
+      now: () => Date.now(),
+      setTimeout: (fn: () => void, ms: number): unknown => {
+        if (ms < 250) return setTimeout(fn, ms)
+        const timer = { fn, cleared: false }
+        held.push(timer)
+        return timer
+      },
+      clearTimeout: (handle: unknown) => {
+        if (handle && typeof handle === 'object' && 'cleared' in handle) (handle as { cleared: boolean }).cleared = true
+        else clearTimeout(handle as NodeJS.Timeout)
+      },
+    }
+    const pad = 'y'.repeat(3000)
+    const echo = defineTool({ name: 'echo', description: 'echo', input: z.object({ n: z.number() }), idempotent: true, execute: ({ n }) => ({ n, pad }) })
+    const model = scriptedModel((r) => (r.turn < TURNS ? { toolCalls: [{ name: 'echo', input: { n: r.turn } }] } : { text: `done after ${r.turn}` }))
+    const events: LifecycleEvent[] = []
+    const rt = await createRuntime({ dir, model, tools: [echo], durability: 'fsync', userConfig: null, clock, onLifecycle: (e) => events.push(e) })
+    let freed = false
+    try {
+      const handles = await Promise.all(Array.from({ length: 12 }, (_, i) => rt.spawn({ directive: { name: `wake${i}`, prompt: 'go' } })))
+      const parkedNow = (): Set<string> => {
+        const parked = new Set<string>()
+        for (const e of events) {
+          if (e.type === 'thread_parked') parked.add(e.threadId)
+          if (e.type === 'thread_unparked') parked.delete(e.threadId)
+        }
+        return parked
+      }
+      // The fault: the disk fills, and every thread that has not ended parks.
+      await until(() => handles.every((h) => h.status !== 'running' || parkedNow().has(h.id)) && parkedNow().size >= 2, 30_000)
+      const parked = parkedNow()
+
+      // Room again. Held timers are fired one at a time until one thread's retry gets through.
+      freeSpace(disk)
+      freed = true
+      const unparkedBefore = events.filter((e) => e.type === 'thread_unparked').length
+      while (events.filter((e) => e.type === 'thread_unparked').length === unparkedBefore) {
+        const next = held.shift()
+        expect(next, 'a held timer to fire').toBeDefined()
+        if (!next!.cleared) next!.fn()
+        await new Promise((resolve) => setImmediate(resolve))
+      }
+      // What must hold: every other parked thread is tried again at once, though its own backoff
+      // timer is still held, and all of them run to the end.
+      await until(() => [...parked].every((id) => !parkedNow().has(id)), 20_000)
+      const done = await Promise.all(handles.map((h) => h.done))
+      expect(done.map((o) => o.status)).toEqual(handles.map(() => 'completed'))
+    } finally {
+      if (!freed) freeSpace(disk)
+      await rt.close()
+    }
+  }, 90_000)
+})
+
 async function until(check: () => boolean, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs
   while (!check()) {
