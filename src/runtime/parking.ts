@@ -19,6 +19,7 @@ import type { StorageShortage } from '../../persistence/storageFailure.js'
 import type { LiveThread } from '../thread/liveThread.js'
 import type { Emitter, Lifecycle, Reporter } from './events.js'
 import type { ThreadTable } from './threadTable.js'
+import { startThread } from './threadStarter.js'
 
 /** A thread parked for want of storage is tried again after this, doubling up to the max. */
 const STORAGE_RETRY_FIRST_MS = 250
@@ -156,6 +157,8 @@ export class Parking {
     }
     this.episodes.delete(id)
     this.deps.bus.emit({ type: 'thread_unparked', at, threadId: id, since: episode.since, attempts: episode.attempts })
+    // Parked before its START could be written: it starts now, as recovery starts a created thread.
+    if (thread.status === 'created') startThread(thread, this.deps.clock.now())
     if (episode.cancel) this.cancel(thread, episode.cancel.reason, episode.cancel.by)
     if (!episode.hurried) this.retrySoon(episode.shortage)
   }

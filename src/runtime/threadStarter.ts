@@ -139,7 +139,21 @@ export class ThreadStarter {
     // START comes on the next turn of the event loop, after the caller's `await spawn(...)`
     // continuation has run: a subscriber attached right away sees every transition. A crash before
     // it leaves a durable `created` thread, which recovery starts.
-    setImmediate(() => thread.deliver({ type: 'START', at: clock.now() }))
+    setImmediate(() => startThread(thread, clock.now()))
     return thread
+  }
+}
+
+/**
+ * Delivers a new thread's START. Its line may not be writable (a database gone a moment after the
+ * spawn, a full disk): the thread is parked then, and started when it can write again (Parking);
+ * a lease lost meanwhile has stopped it. Nothing thrown here may reach the event loop, where it
+ * would end the host process.
+ */
+export function startThread(thread: LiveThread, at: number): void {
+  try {
+    thread.deliver({ type: 'START', at })
+  } catch (error) {
+    if (!thread.parked && !thread.stopped) thread.crash(error)
   }
 }

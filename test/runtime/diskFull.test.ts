@@ -317,6 +317,42 @@ describe.skipIf(!mounted)('a disk that fills up, then takes writes again', () =>
   }, 90_000)
 })
 
+describe.skipIf(!mounted)('a disk that fills up the moment a spawn returns', () => {
+  it('should park the new thread at its first line, keep the host running, and run it to its end once space is freed', async () => {
+    const disk = smallDisk()!
+    const dir = path.join(disk, 'data')
+    const events: LifecycleEvent[] = []
+    const rt = await createRuntime({ dir, model: scriptedModel([{ text: 'started late' }]), durability: 'fsync', userConfig: null, onLifecycle: (e) => events.push(e) })
+    let freed = false
+    try {
+      const thread = await rt.spawn({ directive: { name: 'late-start', prompt: 'go' } })
+      // The fault: right after spawn returns, before its START (the next turn of the event loop)
+      // or anything after it is durable, the disk fills up.
+      const filler = fs.openSync(path.join(disk, 'filler'), 'w')
+      try {
+        const chunk = Buffer.alloc(64 * 1024, 1)
+        for (;;) fs.writeSync(filler, chunk)
+      } catch (error) {
+        expect((error as NodeJS.ErrnoException).code).toBe('ENOSPC')
+      } finally {
+        fs.closeSync(filler)
+      }
+      await until(() => events.some((e) => e.type === 'thread_parked' && e.threadId === thread.id), 20_000)
+
+      // Room again: the thread starts by itself and runs to its end.
+      fs.rmSync(path.join(disk, 'filler'))
+      freeSpace(disk)
+      freed = true
+      const outcome = await thread.done
+      expect([outcome.status, outcome.result]).toEqual(['completed', 'started late'])
+      expect(verifyReplay(dir, thread.id).matches).toBe(true)
+    } finally {
+      if (!freed) freeSpace(disk)
+      await rt.close()
+    }
+  }, 60_000)
+})
+
 async function until(check: () => boolean, timeoutMs: number): Promise<void> {
   const end = Date.now() + timeoutMs
   while (!check()) {
