@@ -102,6 +102,11 @@ export function createMemoryLeases(): LeaseStore {
       return { acquired: true, lease: copyLease(handOver(threadId, owner, ttlMs, now)) }
     },
 
+    // Nothing to save here: one map lookup either way.
+    acquireFresh(threadId, owner, ttlMs, now) {
+      return this.acquire(threadId, owner, ttlMs, now)
+    },
+
     acquireMany(threadIds, owner, ttlMs, now, stale) {
       open()
       // An id given twice is taken once: the second time it is already this owner's.

@@ -195,6 +195,8 @@ export function openSqliteLeases(options: { path: string; durability: Durability
 
   return {
     acquire: (threadId, owner, ttlMs, now) => guard(`take the lease of ${threadId}`, () => acquireTx.immediate(threadId, owner, ttlMs, now)),
+    // One local transaction either way: nothing to save.
+    acquireFresh: (threadId, owner, ttlMs, now) => guard(`take the lease of ${threadId}`, () => acquireTx.immediate(threadId, owner, ttlMs, now)),
     acquireMany: (threadIds, owner, ttlMs, now, stale) => guard('take leases', () => acquireManyTx.immediate(threadIds, owner, ttlMs, now, stale)),
     renew: (owner, threadIds, ttlMs, now) => guard('renew leases', () => renewTx.immediate(owner, threadIds, ttlMs, now)),
     raiseToken: (threadId, owner, token) => guard(`raise the lease token of ${threadId}`, () => raiseTx.immediate(threadId, owner, token)),

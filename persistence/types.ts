@@ -295,6 +295,12 @@ export interface LeaseStore {
    * (then it is renewed). Returns the lease when taken, or the other owner's live lease.
    */
   acquire(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: boolean; lease: Lease }
+  /**
+   * `acquire` of an id `owner` has just made up, which no other process can know of yet (a new
+   * thread's): the same outcome, without the lock a contested id needs where that costs a round
+   * trip. An id that turns out to have a lease after all is acquired as `acquire` would.
+   */
+  acquireFresh(threadId: string, owner: { id: string; pid: number; host: string }, ttlMs: number, now: number): { acquired: boolean; lease: Lease }
   /** `acquire` for many threads in one transaction (recovery): which were taken, which are held elsewhere. */
   acquireMany(
     threadIds: readonly string[],

@@ -124,6 +124,28 @@ export function openPgLeases(options: { db: PgBridge }): LeaseStore {
         }),
       ),
 
+    acquireFresh(threadId, owner, ttlMs, now) {
+      // One statement, without the store's lock: no other process can be deciding about an id
+      // nobody else knows (takers under the lock only consider ids they found in the registry or
+      // were given). Should a row be there after all, the insert takes nothing and `acquire` decides.
+      const taken = guard(`take the lease of ${threadId}`, () =>
+        db.querySync(
+          `WITH next AS (SELECT coalesce((SELECT token FROM lease_tokens WHERE thread_id = $1), 0) + 1 AS token),
+           taken AS (
+             INSERT INTO leases (thread_id, owner, pid, host, acquired_at, expires_at, token)
+             SELECT $1, $2::text, $3::integer, $4::text, $5::bigint, $6::bigint, token FROM next
+             ON CONFLICT (thread_id) DO NOTHING RETURNING token)
+           INSERT INTO lease_tokens (thread_id, token) SELECT $1, token FROM taken
+           ON CONFLICT (thread_id) DO UPDATE SET token = GREATEST(lease_tokens.token, excluded.token)
+           RETURNING token`,
+          [threadId, owner.id, owner.pid, owner.host, now, now + ttlMs],
+        ),
+      )
+      if (taken.length === 0) return this.acquire(threadId, owner, ttlMs, now)
+      const token = Number(taken[0]!.token)
+      return { acquired: true, lease: { threadId, owner: owner.id, pid: owner.pid, host: owner.host, acquiredAt: now, expiresAt: now + ttlMs, token } }
+    },
+
     acquireMany: (threadIds, owner, ttlMs, now, stale) =>
       guard('take leases', () => {
         // An id given twice is taken once: the second time it is already this owner's.

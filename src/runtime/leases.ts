@@ -79,10 +79,10 @@ export class Leases {
   }
 
   /** Takes a thread's lease, or says which live process holds it. */
-  private tryTake(id: string): boolean {
+  private tryTake(id: string, fresh: boolean): boolean {
     const { store } = this.deps
     const now = Date.now()
-    let taken = store.acquire(id, this.owner, this.ttlMs, now)
+    let taken = fresh ? store.acquireFresh(id, this.owner, this.ttlMs, now) : store.acquire(id, this.owner, this.ttlMs, now)
     if (!taken.acquired && this.isStale(taken.lease, now)) {
       // The holder died on this host before its lease ran out: no need to wait for the expiry.
       // Only that lease is removed: another process may have taken the thread since we read it.
@@ -96,12 +96,15 @@ export class Leases {
     return taken.acquired
   }
 
-  /** Takes a thread's lease, or throws THREAD_LEASED naming the live process that holds it. */
-  take(id: string): void {
+  /**
+   * Takes a thread's lease, or throws THREAD_LEASED naming the live process that holds it.
+   * `fresh`: the id was just made up here (a new thread's), so no other process can know of it.
+   */
+  take(id: string, fresh = false): void {
     // Taken a moment ago by this process (a spawn takes it, then starts the thread) and not lapsed
     // since: taking it again would only renew it, one more transaction on a database.
     if (this.tokens.has(id) && Date.now() < this.validUntil) return
-    if (this.tryTake(id)) return
+    if (this.tryTake(id, fresh)) return
     const lease = this.deps.store.get(id)
     throw new SpindleError(
       'THREAD_LEASED',

@@ -140,7 +140,8 @@ export class Spawner {
     // a registry row nor a live lease (a spawn killed before it returned), so this one must never
     // be without both.
     try {
-      leases.take(threadId)
+      // An id made up here is new to every process; one given (a child's, from its call) may not be.
+      leases.take(threadId, id === undefined)
     } catch (error) {
       throw isStorageFailure(error) ? notCreated(threadId, error) : error
     }

@@ -88,6 +88,30 @@ export function leaseContract(name: string, create: () => LeaseBackend): void {
       }))
     })
 
+    describe('acquireFresh', () => {
+      it('should take a new id at token 1, as acquire would', withLeases((l) => {
+        const lease = { threadId: A, owner: me.id, pid: me.pid, host: me.host, acquiredAt: 1_000, expiresAt: 1_000 + TTL, token: 1 }
+        expect(l.acquireFresh(A, me, TTL, 1_000)).toEqual({ acquired: true, lease })
+        expect(l.get(A)).toEqual(lease)
+        expect(l.acquire(B, other, TTL, 2_000).lease.token).toBe(1)
+      }))
+
+      it('should decide as acquire does about an id that has a lease after all: refused to another live owner, renewed for its own, taken when expired', withLeases((l) => {
+        const theirs = l.acquire(A, other, 1_000, 0).lease
+        expect(l.acquireFresh(A, me, TTL, 500)).toEqual({ acquired: false, lease: theirs })
+        expect(l.acquireFresh(A, other, TTL, 600)).toEqual({ acquired: true, lease: { ...theirs, expiresAt: 600 + TTL } })
+        expect(l.acquireFresh(A, me, TTL, 600 + TTL)).toMatchObject({ acquired: true, lease: { owner: me.id, token: 2 } })
+      }))
+
+      it('should hand out a token above the last one of an id whose lease was released', withLeases((l) => {
+        l.acquire(A, other, TTL, 0)
+        l.acquire(A, other, TTL, 10)
+        l.release(A, other.id)
+        expect(l.acquireFresh(A, me, TTL, 20)).toMatchObject({ acquired: true, lease: { owner: me.id, token: 2, acquiredAt: 20 } })
+        expect(l.acquire(A, third, TTL, 20 + TTL).lease.token).toBe(3)
+      }))
+    })
+
     describe('acquireMany', () => {
       it("should take free and expired leases, extend the owner's own, and leave other owners' live leases held", withLeases((l) => {
         l.acquire(B, me, 1_000, 0)
