@@ -10,6 +10,7 @@
  * they read the lease rows they may change `FOR UPDATE`, so that the single statements that run
  * without the advisory lock (renew, release, raiseToken, revoke, remove) wait for them and then see
  * the new owner: an owner renewing a lease that is being taken over finds it lost, never renewed.
+ * `acquireFresh` (a new thread's lease) takes no lock: nobody else can be deciding about its id.
  */
 import type { Lease, LeaseStore, RecordedWait } from '../types.js'
 import type { PgBridge, Row, Statement } from './bridge.js'

@@ -92,6 +92,12 @@ export class Leases {
       this.validUntil = now + this.ttlMs - this.heartbeatMs
       this.renewedAt = now
     }
+    if (taken.acquired && fresh && taken.lease.token === 1) {
+      // A made-up id's first lease: the registry has no row of it to claim yet (its registration,
+      // with the claim, comes with its first checkpoint), so there is nothing to read there.
+      this.tokens.set(id, 1)
+      return true
+    }
     if (taken.acquired && this.claimTokens(new Map([[id, taken.lease.token]])).has(id)) return false
     return taken.acquired
   }
