@@ -160,7 +160,7 @@ export class Spawner {
     const zod = zodOutputSchema(output)
     if (zod) this.deps.outputSchemas.remember(threadId, zod)
     try {
-      return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null, ...(handOff ? { handOff } : {}) })
+      return await this.deps.starter.start({ input, hooks, parentId: options.parentId ?? null, previousThreadId: null, messages: null, fresh: id === undefined, ...(handOff ? { handOff } : {}) })
     } catch (error) {
       // Its budget and slot go back once, and only if this spawn took them: an account it found
       // is another spawn's.

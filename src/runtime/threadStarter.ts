@@ -65,7 +65,12 @@ export interface ThreadStart {
   messages: Message[] | null
   /** Written durably and left for a worker to run rather than started here (this process is full). */
   handOff?: boolean
+  /** The id was made up for this spawn: no store holds anything of it yet. */
+  fresh?: boolean
 }
+
+/** What a made-up id's transcript holds: no lines (a database need not be asked). */
+const NO_LINES = { from: 0, rows: [] }
 
 export class ThreadStarter {
   constructor(private readonly deps: StarterDeps) {}
@@ -83,7 +88,7 @@ export class ThreadStarter {
     table.assertVacant(id)
     this.deps.leases.take(id)
     this.deps.policies.remember(id, init.hooks)
-    transcripts.open(id)
+    transcripts.open(id, undefined, init.fresh ? NO_LINES : undefined)
     // Outside the input (so the machine's context, which replay checks, never holds it): the trace
     // that every later run of the thread, in any process, continues.
     const traceparent = this.deps.tracing?.spawned(id, input.directive.name, init.parentId, init.previousThreadId) ?? null
