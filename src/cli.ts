@@ -436,9 +436,12 @@ function program(setExit: (code: number) => void): Command {
     .command('inspect')
     .description('serve a local page on 127.0.0.1, updated live: what waits for a person first (limit and tool approvals with Approve / Deny, questions with Answer, Cancel and Resume), then the thread tree, each thread\'s conversation, its state, cost against limits and budget')
     .addOption(dirOption())
+    .addOption(dbOption())
+    .addOption(schemaOption())
     .option('--port <port>', 'port to listen on (default: any free one)', wholeNumber('port'))
-    .action(async (o: { dir: string; port?: number }) => {
-      const inspector = await serveInspector({ dir: o.dir, ...(o.port !== undefined ? { port: o.port } : {}) })
+    .action(async (o: { dir: string; db?: string; schema?: string; port?: number }, command: Command) => {
+      const { database } = placeOf(o, command)
+      const inspector = await serveInspector({ ...(database ? { database } : { dir: o.dir }), ...(o.port !== undefined ? { port: o.port } : {}) })
       out(`spindle inspect: open ${inspector.url}\n(127.0.0.1 only; the token in the link is this session's key. Ctrl-C stops.)`)
       await new Promise<void>((resolve) => process.once('SIGINT', () => resolve()))
       await inspector.close()

@@ -82,88 +82,116 @@ export function openRequestIn(stores: Stores, id: string, status: ThreadStatus):
 
 /** Leaves a cancel request with the thread's nonce; refuses an unknown thread or one that is not running or suspended. */
 export function cancelInDatabase(place: DatabasePlace, id: string, reason: string | undefined, by: string): RequestWritten {
-  return withDatabase(place.database, (stores) => {
-    const record = recordIn(stores, id)
-    const refusal = cancelRefusal(record, { nonce: record.nonce })
-    if (refusal) {
-      throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} cannot be cancelled: ${refusal}.`, { details: { threadId: id, status: record.status } })
-    }
-    const ref = stores.inbox.askCancel(id, { nonce: record.nonce, ...(reason !== undefined ? { reason } : {}), by })!
-    return { threadId: id, action: 'cancel', file: ref, next: next(id, place) }
-  })
+  return withDatabase(place.database, (stores) => cancelIn(stores, place, id, reason, by))
 }
 
 /** Leaves a resume request for a thread suspended after errors, for its budget or in a crash loop. */
 export function resumeInDatabase(place: DatabasePlace, id: string, by: string): RequestWritten {
-  return withDatabase(place.database, (stores) => {
-    const record = recordIn(stores, id)
-    if (record.status !== 'suspended') {
-      throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${record.status}, not suspended: there is nothing to resume.`, { details: { threadId: id, status: record.status } })
-    }
-    const waiting = openRequestIn(stores, id, record.status)
-    if (waiting?.kind === 'limit_escalation') {
-      throw new SpindleError('APPROVAL_NEEDS_LIMITS', `Thread ${id} is waiting at a limit: approve it (spindle approve ${id} --turns N …) or deny it.`, { details: { threadId: id } })
-    }
-    // As rt.resume refuses it: only a decision on the call moves such a thread on.
-    if (waiting) {
-      const how = waiting.kind === 'question' ? `answer it (spindle answer ${id} <answer>)` : `approve it (spindle approve ${id}) or deny it (spindle deny ${id} --reason …)`
-      throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} waits at its ${waiting.tool} call${waiting.kind === 'question' ? ' for an answer' : ' for an approval'}, which a resume does not decide: ${how}.`, {
-        details: { threadId: id, requestId: waiting.id },
-      })
-    }
-    const request: CancelRequest = { nonce: record.nonce, by, requestedAt: new Date().toISOString() }
-    return { threadId: id, action: 'resume', file: stores.inbox.leaveRequest(id, 'resume', request), next: next(id, place) }
-  })
+  return withDatabase(place.database, (stores) => resumeIn(stores, place, id, by))
 }
 
 /** Approves what the thread waits at: a limit escalation (the proposed limit, or those given) or a tool call. */
 export function approveInDatabase(place: DatabasePlace, id: string, approval: Approval, by: string, options: { replace?: boolean } = {}): RequestWritten {
-  return answerInDatabase(place, id, 'approve', (request) => approvalResponse(id, request, approval, by), options)
+  return withDatabase(place.database, (stores) => approveIn(stores, place, id, approval, by, options))
 }
 
 /** Denies it: at a limit the thread ends cancelled; at a tool call the model gets the denial as the call's result. */
 export function denyInDatabase(place: DatabasePlace, id: string, reason: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
-  return answerInDatabase(place, id, 'deny', () => ({ approved: false, ...(reason ? { message: reason } : {}), by }), options)
+  return withDatabase(place.database, (stores) => denyIn(stores, place, id, reason, by, options))
 }
 
 /** Answers the question the thread waits at (`ask_human`, `waitForAnswer`): the answer becomes the call's result. */
 export function answerQuestionInDatabase(place: DatabasePlace, id: string, answer: unknown, by: string, options: { replace?: boolean } = {}): RequestWritten {
+  // Before the database is opened: an answer without a value is refused whether or not it answers.
+  assertAnswered(id, answer)
+  return withDatabase(place.database, (stores) => answerQuestionIn(stores, place, id, answer, by, options))
+}
+
+// The same, on stores the caller keeps open (the inspector's, for as long as it serves).
+
+/** `cancelInDatabase` on open stores. */
+export function cancelIn(stores: Stores, place: DatabasePlace, id: string, reason: string | undefined, by: string): RequestWritten {
+  const record = recordIn(stores, id)
+  const refusal = cancelRefusal(record, { nonce: record.nonce })
+  if (refusal) {
+    throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} cannot be cancelled: ${refusal}.`, { details: { threadId: id, status: record.status } })
+  }
+  const ref = stores.inbox.askCancel(id, { nonce: record.nonce, ...(reason !== undefined ? { reason } : {}), by })!
+  return { threadId: id, action: 'cancel', file: ref, next: next(id, place) }
+}
+
+/** `resumeInDatabase` on open stores. */
+export function resumeIn(stores: Stores, place: DatabasePlace, id: string, by: string): RequestWritten {
+  const record = recordIn(stores, id)
+  if (record.status !== 'suspended') {
+    throw new SpindleError('THREAD_NOT_SUSPENDED', `Thread ${id} is ${record.status}, not suspended: there is nothing to resume.`, { details: { threadId: id, status: record.status } })
+  }
+  const waiting = openRequestIn(stores, id, record.status)
+  if (waiting?.kind === 'limit_escalation') {
+    throw new SpindleError('APPROVAL_NEEDS_LIMITS', `Thread ${id} is waiting at a limit: approve it (spindle approve ${id} --turns N …) or deny it.`, { details: { threadId: id } })
+  }
+  // As rt.resume refuses it: only a decision on the call moves such a thread on.
+  if (waiting) {
+    const how = waiting.kind === 'question' ? `answer it (spindle answer ${id} <answer>)` : `approve it (spindle approve ${id}) or deny it (spindle deny ${id} --reason …)`
+    throw new SpindleError('NO_PENDING_APPROVAL', `Thread ${id} waits at its ${waiting.tool} call${waiting.kind === 'question' ? ' for an answer' : ' for an approval'}, which a resume does not decide: ${how}.`, {
+      details: { threadId: id, requestId: waiting.id },
+    })
+  }
+  const request: CancelRequest = { nonce: record.nonce, by, requestedAt: new Date().toISOString() }
+  return { threadId: id, action: 'resume', file: stores.inbox.leaveRequest(id, 'resume', request), next: next(id, place) }
+}
+
+/** `approveInDatabase` on open stores. */
+export function approveIn(stores: Stores, place: DatabasePlace, id: string, approval: Approval, by: string, options: { replace?: boolean } = {}): RequestWritten {
+  return answerIn(stores, place, id, 'approve', (request) => approvalResponse(id, request, approval, by), options)
+}
+
+/** `denyInDatabase` on open stores. */
+export function denyIn(stores: Stores, place: DatabasePlace, id: string, reason: string | undefined, by: string, options: { replace?: boolean } = {}): RequestWritten {
+  return answerIn(stores, place, id, 'deny', () => ({ approved: false, ...(reason ? { message: reason } : {}), by }), options)
+}
+
+/** `answerQuestionInDatabase` on open stores. */
+export function answerQuestionIn(stores: Stores, place: DatabasePlace, id: string, answer: unknown, by: string, options: { replace?: boolean } = {}): RequestWritten {
+  assertAnswered(id, answer)
+  return answerIn(stores, place, id, 'answer', () => ({ answer, by }), options)
+}
+
+function assertAnswered(id: string, answer: unknown): void {
   if (answer === undefined) throw new SpindleError('INVALID_OPTIONS', `An answer to thread ${id} needs a value (any JSON value). Nothing was written.`, { details: { threadId: id, field: 'answer' } })
-  return answerInDatabase(place, id, 'answer', () => ({ answer, by }), options)
 }
 
 /**
  * Leaves the answer `respond` makes to the request thread `id` waits at, checked as the runtime
  * will check it; not over an answer already waiting for a worker unless `replace`.
  */
-function answerInDatabase(
+function answerIn(
+  stores: Stores,
   place: DatabasePlace,
   id: string,
   action: 'approve' | 'deny' | 'answer',
   respond: (request: OpenRequest) => unknown,
   options: { replace?: boolean },
 ): RequestWritten {
-  return withDatabase(place.database, (stores) => {
-    const record = recordIn(stores, id)
-    let standing = standingIn(stores, id, record.status)
-    // A host told `thread.approval_pending` by the event stream may decide before the worker has
-    // stored the request (it follows the suspension's commit): wait for it a moment.
-    for (let waited = 0; !standing.open && standing.fileDue && waited < REQUEST_GRACE_MS; waited += 25) {
-      Atomics.wait(pause, 0, 0, 25)
-      standing = standingIn(stores, id, record.status)
-    }
-    if (!standing.open) throw notAnswerable(id, stores.root, record.status, standing)
-    const response = respond(openRequestOf(id, standing.context, null, Date.now()))
-    checkAnswer(id, place.argument, standing, response)
-    const { requestId } = standing
-    if (!options.replace && stores.inbox.waiting(id, 'approval', requestId)) {
-      throw new SpindleError(
-        'APPROVAL_ALREADY_ANSWERED',
-        `Approval request ${requestId} of thread ${id} is answered already: an answer waits in ${stores.inbox.answerAt(id, requestId)} for the worker running the thread to act on it. ` +
-          'Nothing was written; to leave yours in its place, answer again with --replace.',
-        { details: { threadId: id, requestId, file: stores.inbox.answerAt(id, requestId) } },
-      )
-    }
-    return { threadId: id, action, file: stores.inbox.leaveRequest(id, 'approval', response, requestId), next: next(id, place) }
-  })
+  const record = recordIn(stores, id)
+  let standing = standingIn(stores, id, record.status)
+  // A host told `thread.approval_pending` by the event stream may decide before the worker has
+  // stored the request (it follows the suspension's commit): wait for it a moment.
+  for (let waited = 0; !standing.open && standing.fileDue && waited < REQUEST_GRACE_MS; waited += 25) {
+    Atomics.wait(pause, 0, 0, 25)
+    standing = standingIn(stores, id, record.status)
+  }
+  if (!standing.open) throw notAnswerable(id, stores.root, record.status, standing)
+  const response = respond(openRequestOf(id, standing.context, null, Date.now()))
+  checkAnswer(id, place.argument, standing, response)
+  const { requestId } = standing
+  if (!options.replace && stores.inbox.waiting(id, 'approval', requestId)) {
+    throw new SpindleError(
+      'APPROVAL_ALREADY_ANSWERED',
+      `Approval request ${requestId} of thread ${id} is answered already: an answer waits in ${stores.inbox.answerAt(id, requestId)} for the worker running the thread to act on it. ` +
+        'Nothing was written; to leave yours in its place, answer again with --replace.',
+      { details: { threadId: id, requestId, file: stores.inbox.answerAt(id, requestId) } },
+    )
+  }
+  return { threadId: id, action, file: stores.inbox.leaveRequest(id, 'approval', response, requestId), next: next(id, place) }
 }

@@ -17,7 +17,7 @@ import { assertThreadId } from '../base/ids.js'
 import type { ThreadRecord } from '../../persistence/types.js'
 import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
 import { databaseName, databaseOptions, openPostgresStores } from '../runtime/openPostgresStores.js'
-import type { Stores } from '../runtime/openStores.js'
+import type { Stores, StorePorts } from '../runtime/stores.js'
 import { dirArgument } from './terminalText.js'
 
 /** Where a command's threads are. */
@@ -50,8 +50,7 @@ export function placeOf(o: { dir: string; db?: string; schema?: string }, comman
     if (dirGiven && !options.dirBeside) {
       throw new SpindleError('INVALID_OPTIONS', '--dir and --db name two places: give one (--dir for a data directory, --db for a database).', { details: { field: 'db' } })
     }
-    const database = resolve(o.db, '--db', o.schema)
-    return { dir: o.dir, database, argument: ` --db ${shellWord(redact(database.url))}${database.schema ? ` --schema ${database.schema}` : ''}` }
+    return databasePlace(resolve(o.db, '--db', o.schema), o.dir)
   }
   const fromEnv = process.env[ENV_URL]
   if (!dirGiven && fromEnv) {
@@ -63,6 +62,11 @@ export function placeOf(o: { dir: string; db?: string; schema?: string }, comman
     throw new SpindleError('INVALID_OPTIONS', `--schema names a schema of a database: give the database with --db (or ${ENV_URL})${dirGiven ? ', not --dir' : ''}.`, { details: { field: 'schema' } })
   }
   return { dir: o.dir, argument: dirArgument(o.dir) }
+}
+
+/** The place of a database given with `--db` (`dir`: where config.yaml and directives are read from beside it). */
+export function databasePlace(database: DatabaseOptions, dir = '.spindle'): DatabasePlace {
+  return { dir, database, argument: ` --db ${shellWord(redact(database.url))}${database.schema ? ` --schema ${database.schema}` : ''}` }
 }
 
 function resolve(url: string, field: string, schema: string | undefined): DatabaseOptions {
@@ -131,7 +135,12 @@ export function schemaHoldsSpindle(database: DatabaseOptions): boolean {
   return spindleSchemas(database).includes(database.schema ?? 'public')
 }
 
-function openDatabase(database: DatabaseOptions): Stores {
+/**
+ * The database's stores, for a command that keeps them open (the inspector, for as long as it
+ * serves): refused as `withDatabase` refuses a schema without spindle data or a database that does
+ * not answer. `notified`: what other processes announce (see `StorePorts.notified`).
+ */
+export function openDatabase(database: DatabaseOptions, notified?: StorePorts['notified']): Stores {
   try {
     // Opening stores creates the schema: a mistyped --schema would find an empty one, and leave it.
     const schemas = spindleSchemas(database)
@@ -147,7 +156,7 @@ function openDatabase(database: DatabaseOptions): Stores {
     }
     // A command reports what it finds itself; the stores' own problems (a heartbeat not written)
     // concern processes that hold claims, which a command never does.
-    return openPostgresStores(database, { problem: () => {}, folderInvalid: () => {} })
+    return openPostgresStores(database, { problem: () => {}, folderInvalid: () => {}, ...(notified ? { notified } : {}) })
   } catch (error) {
     if (!isSpindleError(error) || error.code !== 'DATABASE_UNAVAILABLE') throw error
     // A runtime tries again by itself, as the bridge's message says; a command does not.

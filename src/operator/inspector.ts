@@ -1,27 +1,27 @@
 /**
- * `spindle inspect`: a local page over a data directory — what waits for a person (approvals,
- * questions, threads to resume) with the buttons to decide it, the thread tree, each thread's
- * conversation, state, cost against limits and budget, and the answers a runtime rejected — kept
- * up to date by server-sent events. It listens on 127.0.0.1 only, and every request, the events
- * channel included, must carry the session token printed with the URL, so other sites in the same
- * browser cannot read or act through it. Decisions are written as request and response files,
- * which the runtime running the directory carries out.
+ * `spindle inspect`: a local page over a data directory or a PostgreSQL database — what waits for
+ * a person (approvals, questions, threads to resume) with the buttons to decide it, the thread
+ * tree, each thread's conversation, state, cost against limits and budget, and the answers a
+ * runtime rejected — kept up to date by server-sent events. It listens on 127.0.0.1 only, and
+ * every request, the events channel included, must carry the session token printed with the URL,
+ * so other sites in the same browser cannot read or act through it. Decisions are left as the CLI
+ * leaves them (request and response files, or requests in the database's inbox), for the runtime
+ * running the thread to carry out: the inspector runs no thread, takes no lease, claims nothing.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto'
 import http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
-import { threadLog } from './operator.js'
-import { recordOf, withRegistry } from './registryAccess.js'
-import { assertDataDir, dataPaths } from '../../persistence/paths.js'
-import { answerThread, approveThread, cancelThread, denyThread, resumeThread } from './operatorActions.js'
 import { threadMachine } from '../../machines/thread.machine.js'
-import { describeAnswer, rejectedAnswers } from '../thread/approvalRecords.js'
+import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
+import { describeAnswer } from '../thread/approvalRecords.js'
 import { inspectorPage } from './inspectorPage.js'
 import { overview } from './inspectorData.js'
+import { openInspectorSource } from './inspectorSource.js'
 import { conversationOf } from './threadConversation.js'
 import { inspectorStream } from './inspectorStream.js'
 import type { ReplySource } from './inspectorStream.js'
+import type { RequestWritten } from './operatorActions.js'
 
 export type { ReplyDelta, ReplySource } from './inspectorStream.js'
 
@@ -34,8 +34,14 @@ export interface Inspector {
 }
 
 export interface InspectorOptions {
-  /** The data directory. */
-  dir: string
+  /** The data directory (default `.spindle`); not with `database`. */
+  dir?: string
+  /**
+   * A PostgreSQL database holding the threads instead (a URL, or `{ url, schema }` as
+   * `createRuntime` takes it): its stores are opened once, when the inspector starts, and closed
+   * by `close()`. Refused with DATA_DIR_NOT_FOUND when its schema holds no spindle tables.
+   */
+  database?: string | DatabaseOptions
   /** Port on 127.0.0.1 (default: any free one). */
   port?: number
   /**
@@ -43,7 +49,11 @@ export interface InspectorOptions {
    * the page shows each reply as it streams, until it is recorded.
    */
   replies?: ReplySource
-  /** How often the directory is read for changes while a page is open, in ms (default 500). */
+  /**
+   * How often the directory or database is read for changes while a page is open, in ms (default
+   * 500). On a database, what its processes announce (a thread suspended, ended, a request left)
+   * is read at once as well.
+   */
   pollMs?: number
   /**
    * The session token (default: a new random one). A host that serves the inspector again after a
@@ -77,9 +87,9 @@ const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
 
 /** Serves the inspector on 127.0.0.1 until `close()`. What `spindle inspect` runs (without `replies`). */
 export async function serveInspector(options: InspectorOptions): Promise<Inspector> {
-  // A page over a directory that is not there would only show errors, once a second.
-  assertDataDir(dataPaths(options.dir))
   const token = sessionToken(options.token)
+  // Once per inspector: on a database, its stores stay open for every request until close().
+  const source = openInspectorSource(options)
   const expected = Buffer.from(token)
   const authorised = (request: http.IncomingMessage, url: URL): boolean => {
     const given = Buffer.from(url.searchParams.get('token') ?? String(request.headers['x-spindle-token'] ?? ''))
@@ -88,7 +98,12 @@ export async function serveInspector(options: InspectorOptions): Promise<Inspect
   let port = 0
   // Laid out once per inspector, on first use: the machine does not change while it runs.
   let chart: Promise<string> | undefined
-  const stream = inspectorStream({ dir: options.dir, pollMs: options.pollMs ?? 500, ...(options.replies ? { replies: options.replies } : {}) })
+  const stream = inspectorStream({
+    read: () => overview(source),
+    pollMs: options.pollMs ?? 500,
+    ...(options.replies ? { replies: options.replies } : {}),
+  })
+  const unwatch = source.watch?.(() => stream.nudge())
   const server = http.createServer(async (request, response) => {
     const send = (status: number, value: unknown, type = 'application/json'): void => {
       response.writeHead(status, { 'content-type': type, 'cache-control': 'no-store', 'x-content-type-options': 'nosniff' })
@@ -111,8 +126,8 @@ export async function serveInspector(options: InspectorOptions): Promise<Inspect
       return send(403, { error: 'FORBIDDEN', message: `Requests from ${origin} may not change anything here.` })
     }
     try {
-      if (request.method === 'GET' && url.pathname === '/') return send(200, inspectorPage(token, dataPaths(options.dir).root), 'text/html; charset=utf-8')
-      if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(options.dir))
+      if (request.method === 'GET' && url.pathname === '/') return send(200, inspectorPage(token, source), 'text/html; charset=utf-8')
+      if (request.method === 'GET' && url.pathname === '/api/overview') return send(200, overview(source))
       if (request.method === 'GET' && url.pathname === '/events') return stream.attach(request, response)
       if (request.method === 'GET' && url.pathname === '/api/statechart') {
         // Loaded on first use: the layout engine is large, and `import 'spindle'` brings this module in.
@@ -123,50 +138,71 @@ export async function serveInspector(options: InspectorOptions): Promise<Inspect
       const match = /^\/api\/threads\/([a-z0-9_-]+)\/(transcript|conversation|rejected|approve|deny|answer|cancel|resume)$/.exec(url.pathname)
       if (match) {
         const [, id, what] = match as unknown as [string, string, string]
-        if (request.method === 'GET' && what === 'transcript') return send(200, threadLog(options.dir, id).entries.slice(-200))
-        if (request.method === 'GET' && what === 'conversation') return send(200, conversationOf(threadLog(options.dir, id).entries))
+        // Every open page is shown what was left at once, not at the next poll.
+        const left = (written: RequestWritten): void => {
+          stream.nudge()
+          send(200, written)
+        }
+        if (request.method === 'GET' && what === 'transcript') return send(200, source.transcript(id).slice(-200))
+        if (request.method === 'GET' && what === 'conversation') return send(200, conversationOf(source.transcript(id)))
         if (request.method === 'GET' && what === 'rejected') {
-          // An unknown thread is refused (404) as for its transcript.
-          withRegistry(options.dir, (registry) => recordOf(registry, options.dir, id))
-          return send(200, rejectedAnswers(dataPaths(options.dir), id).map((r) => ({ ...r, summary: describeAnswer(r.answer) })))
+          const rejected = source.rejected(id)
+          if (rejected === null) {
+            return send(501, { error: 'NOT_KEPT', message: 'A database keeps the answers its runtimes rejected in its inbox, which the inspector does not read back yet.' })
+          }
+          return send(200, rejected.map((r) => ({ ...r, summary: describeAnswer(r.answer) })))
         }
         if (request.method === 'POST' && what === 'approve') {
           const { limits, input, message } = (await body(request)) as { limits?: Record<string, number>; input?: unknown; message?: string }
-          return send(200, approveThread(options.dir, id, { ...(limits ? { limits } : {}), ...(input !== undefined ? { input } : {}), ...(message ? { message } : {}) }, 'spindle inspect'))
+          return left(source.approve(id, { ...(limits ? { limits } : {}), ...(input !== undefined ? { input } : {}), ...(message ? { message } : {}) }, 'spindle inspect'))
         }
         if (request.method === 'POST' && what === 'answer') {
           const { answer } = (await body(request)) as { answer?: unknown }
-          return send(200, answerThread(options.dir, id, answer, 'spindle inspect'))
+          return left(source.answer(id, answer, 'spindle inspect'))
         }
         if (request.method === 'POST' && what === 'deny') {
           const { reason } = (await body(request)) as { reason?: string }
-          return send(200, denyThread(options.dir, id, reason, 'spindle inspect'))
+          return left(source.deny(id, reason, 'spindle inspect'))
         }
         if (request.method === 'POST' && what === 'cancel') {
           const { reason } = (await body(request)) as { reason?: string }
-          return send(200, cancelThread(options.dir, id, reason || 'cancelled from spindle inspect', 'spindle inspect'))
+          return left(source.cancel(id, reason || 'cancelled from spindle inspect', 'spindle inspect'))
         }
-        if (request.method === 'POST' && what === 'resume') return send(200, resumeThread(options.dir, id, 'spindle inspect'))
+        if (request.method === 'POST' && what === 'resume') return left(source.resume(id, 'spindle inspect'))
       }
       send(404, { error: 'NOT_FOUND', message: `${request.method} ${url.pathname} is not part of the inspector.` })
     } catch (error) {
       const { code, message } = describeError(error)
-      send(isSpindleError(error) && code === 'THREAD_NOT_FOUND' ? 404 : 400, { error: code, message })
+      // A database that does not answer is no fault of the request: the page may ask again.
+      const status = !isSpindleError(error) ? 400 : code === 'THREAD_NOT_FOUND' ? 404 : code === 'DATABASE_UNAVAILABLE' ? 503 : 400
+      send(status, { error: code, message })
     }
   })
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject)
-    server.listen(options.port ?? 0, '127.0.0.1', () => resolve())
-  })
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(options.port ?? 0, '127.0.0.1', () => resolve())
+    })
+  } catch (error) {
+    source.close()
+    throw error
+  }
   port = (server.address() as AddressInfo).port
   return {
     url: `http://127.0.0.1:${port}/?token=${token}`,
     token,
     close: () => {
       // Open event streams would keep server.close waiting for ever.
+      unwatch?.()
       stream.close()
       server.closeAllConnections()
-      return new Promise((resolve) => server.close(() => resolve()))
+      return new Promise((resolve) =>
+        server.close(() => {
+          // After the last request is answered: none reads the stores once they are closed.
+          source.close()
+          resolve()
+        }),
+      )
     },
   }
 }

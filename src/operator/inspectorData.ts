@@ -1,24 +1,19 @@
 /**
- * What the inspector page shows of a data directory, as JSON: the thread tree, and for each thread
- * its status, the step its checkpoint says it is at, cost against limits and budget, where it sits
- * in the statechart (its state path and the transitions out of it), what waits for a person, and
- * the cancel or resume requests written for it that no runtime has taken yet. Reads only.
+ * What the inspector page shows of a data directory or a database, as JSON: the thread tree, and
+ * for each thread its status, the step its checkpoint says it is at, cost against limits and
+ * budget, where it sits in the statechart (its state path and the transitions out of it), what
+ * waits for a person, and the cancel or resume requests left for it that no runtime has taken yet.
+ * Shaped here alike for both from what an InspectorSource reads; reads only.
  */
-import fs from 'node:fs'
-import { describeError } from '../base/errors.js'
+import { describeError, isSpindleError } from '../base/errors.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { threadMachine } from '../../machines/thread.machine.js'
-import { createFileCheckpointStore } from '../../persistence/fileCheckpointStore.js'
-import { dataPaths } from '../../persistence/paths.js'
-import { cancelFile, resumeFile } from '../../persistence/requestFiles.js'
-import { orphanWhy, threadTree } from './operatorActions.js'
+import { orphanWhy, treeOf } from './operatorActions.js'
 import type { TreeNode } from './operatorActions.js'
 import { isActive } from '../thread/threadStatus.js'
 import { stepOfSnapshot } from '../thread/threadView.js'
-import { locks } from './locks.js'
-import { approvalAnswer, openApprovalRequest } from '../thread/requests.js'
-import { readBudgets } from './budgetFigures.js'
 import type { BudgetView } from '../runtime/budgetView.js'
+import type { InspectorSource, OpenApproval } from './inspectorSource.js'
 import { transitionsOf } from './machineShape.js'
 import type { NodeLike } from './machineShape.js'
 
@@ -30,10 +25,13 @@ function flatten(nodes: TreeNode[], out: TreeNode[] = []): TreeNode[] {
   return out
 }
 
-/** The approval request a thread waits at, with the answer given to it if any (a list: the page loops). */
-function openApprovals(dir: string, id: string, status: TreeNode['status']) {
-  const open = status === 'suspended' ? openApprovalRequest(dir, id, status) : null
-  return open ? [{ ...open, answer: approvalAnswer(dir, id, open.id) }] : []
+/**
+ * A per-thread read's failure, shown on that thread — unless the source itself stopped answering,
+ * which is no thread's damage: then the whole overview fails, as when the first read fails.
+ */
+function threadProblem(error: unknown): { code: string; message: string } {
+  if (isSpindleError(error) && error.code === 'DATABASE_UNAVAILABLE') throw error
+  return describeError(error)
 }
 
 /** Each active leaf of a state value as its path of keys: `{ running: 'callingModel' }` → [['running', 'callingModel']]. */
@@ -73,39 +71,43 @@ export function transitionsFrom(path: readonly string[]): Array<{ event: string;
 }
 
 /** What the page shows, as JSON: the overview the events channel pushes whenever it changes. */
-export function overview(dir: string) {
-  const tree = threadTree(dir)
-  const paths = dataPaths(dir)
-  const leases = new Map(locks(dir).locks.map((l) => [l.threadId, l]))
-  const orphans: Record<string, string> = {}
-  // Every poll, for every thread: the registry (read once, above) and each state.json, never the
-  // transcripts — the selected thread's conversation is fetched on its own when it grows.
-  const checkpoints = createFileCheckpointStore({ paths, durability: 'process' })
-  const nodes = flatten(tree)
-  let budgets: Map<string, BudgetView> = new Map()
+export function overview(source: InspectorSource) {
+  const look = source.look()
+  const leases = new Map(look.leases.map((l) => [l.threadId, l]))
+  let budgets: Map<string, BudgetView> | null = null
   const ledgerProblems: Array<{ code: string; message: string }> = []
   try {
-    budgets = readBudgets(dir, nodes.map((n) => n.id))
+    budgets = look.budgets(look.threads.map((t) => t.id))
   } catch (error) {
-    ledgerProblems.push(describeError(error))
+    // A ledger that does not add up is `spindle doctor`'s to report; the tree is still worth seeing.
+    ledgerProblems.push(threadProblem(error))
   }
-  const threads = nodes.map((node) => {
+  const tree = treeOf(look.threads, budgets, source.name)
+  const orphans: Record<string, string> = {}
+  const threads = flatten(tree).map((node) => {
     const report: { state: { value: unknown; context: ThreadContext } | null; seq: number; problems: Array<{ code: string; message: string }> } = { state: null, seq: 0, problems: [...ledgerProblems] }
     try {
-      const envelope = checkpoints.load(node.id)
+      const envelope = look.checkpoint(node.id)
       if (envelope) {
         report.state = envelope.snapshot as { value: unknown; context: ThreadContext }
         report.seq = envelope.transcript.seq
       }
     } catch (error) {
-      report.problems.push(describeError(error))
+      report.problems.push(threadProblem(error))
     }
     const context = report.state?.context
     const lease = leases.get(node.id)
     // A thread the registry calls running that no live process holds must not look alive.
     const orphan = isActive(node.status) ? orphanWhy(lease) : null
     if (orphan) orphans[node.id] = orphan
-    const approvals = openApprovals(dir, node.id, node.status)
+    // The approval request it waits at, with the answer given to it if any (a list: the page loops).
+    let approvals: OpenApproval[] = []
+    try {
+      const open = node.status === 'suspended' ? look.openApproval(node.id, node.status) : null
+      if (open) approvals = [open]
+    } catch (error) {
+      report.problems.push(threadProblem(error))
+    }
     const active = statePaths(report.state?.value ?? null)
     return {
       id: node.id,
@@ -121,7 +123,7 @@ export function overview(dir: string) {
       usage: context?.usage ?? null,
       limits: context?.limits ?? null,
       // As rt.budget gives it: the page shows what its children spent and hold, not only its own cost.
-      budget: budgets.get(node.id) ?? null,
+      budget: budgets?.get(node.id) ?? null,
       retries: context?.retries ?? 0,
       lastError: context?.lastError ?? null,
       suspendReason: context?.suspendReason ?? null,
@@ -135,10 +137,10 @@ export function overview(dir: string) {
       approvals,
       // A suspended thread at no approval (an error, a budget, a crash loop) moves on only by a resume.
       resumable: node.status === 'suspended' && approvals.length === 0,
-      // Written and not yet taken by a runtime: the page says so instead of offering the button again.
+      // Left and not yet taken by a runtime: the page says so instead of offering the button again.
       requested: {
-        cancel: isActive(node.status) || node.status === 'suspended' ? fs.existsSync(cancelFile(paths, node.id)) : false,
-        resume: node.status === 'suspended' ? fs.existsSync(resumeFile(paths, node.id)) : false,
+        cancel: isActive(node.status) || node.status === 'suspended' ? look.requested(node.id, 'cancel') : false,
+        resume: node.status === 'suspended' ? look.requested(node.id, 'resume') : false,
       },
       problems: report.problems,
     }

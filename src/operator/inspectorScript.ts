@@ -33,7 +33,7 @@ const waitingFor=id=>{const t=thread(id);return t&&!t.requested.cancel&&(t.appro
 function nodesHtml(nodes,depth){return nodes.map(n=>{const b=n.budget&&n.budget.limit!==null?' <span title="spent with its children, of its budget">'+formatUsd(n.budget.spent)+' of '+formatUsd(n.budget.limit)+'</span>':formatUsd(n.spend)
 return '<div class="node'+(n.id===selected?' sel':'')+'" data-id="'+esc(n.id)+'" title="'+esc(n.id)+'" style="padding-left:'+(depth*16+6)+'px">'+(n.previousThreadId?'<span title="continues the thread above">↪</span>':'')+'<div class="line"><span class="name">'+esc(n.directive)+'</span><span class="id">'+esc(n.id)+'</span></div><div class="line"><span class="st '+n.status+'">'+n.status+'</span>'+(data.orphans[n.id]?'<span class="orphan" title="no live runtime process holds it">⚠ orphan</span>':'')+(waitingFor(n.id)?'<span class="waits">waits for you</span>':'')+'<span class="money">'+b+'</span></div></div>'+nodesHtml(n.children,depth+1)}).join('')}
 function renderTree(){const key=JSON.stringify([data.tree,data.orphans,selected,data.threads.map(t=>waitingFor(t.id))]);if(key===treeKey)return;treeKey=key
-$('nodes').innerHTML=nodesHtml(data.tree,0)||'<p class="note">No threads in this directory yet.</p>'
+$('nodes').innerHTML=nodesHtml(data.tree,0)||'<p class="note">'+PLACE.empty+'</p>'
 for(const el of document.querySelectorAll('.node'))el.onclick=()=>select(el.dataset.id)}
 // The budget as rt.budget gives it: what it and its descendants spent against its limit, what open children hold, what is left.
 function budgetTable(b){if(!b)return '';const f=(k,v)=>v===null?'∞':k==='spend'?formatUsd(v):esc(v)
@@ -56,7 +56,7 @@ function headHtml(t){const live=t.status==='running'||t.status==='created'||t.st
 const key='thread:'+t.id
 const actions=(t.resumable?(t.requested.resume?'<span class="note">resume requested</span>':'<button class="resume">Resume</button>'):'')+(live?(t.requested.cancel?'<span class="note">cancel requested: waiting for the runtime</span>':'<input type="text" class="cancel-reason" placeholder="why cancel (recorded)" value="'+esc(drafts[key]&&drafts[key].reason||'')+'"><button class="cancel">Cancel</button>'):'')
 const now=t.step&&STEP[t.step.effect]?'<p class="note">now: '+STEP[t.step.effect](t.step)+'</p>':''
-const who=t.orphan?'<p class="orphan">⚠ No live runtime process holds this thread ('+esc(WHY[t.orphan]||t.orphan)+'): it will not move until a runtime opens this directory or <code>spindle orphans recover '+esc(t.id)+'</code> settles it.</p>':t.heldBy?'<p class="note">run by pid '+esc(t.heldBy.pid)+' on '+esc(t.heldBy.host)+'</p>':''
+const who=t.orphan?'<p class="orphan">⚠ No live runtime process holds this thread ('+esc(WHY[t.orphan]||t.orphan)+'): '+PLACE.orphan.replace('ID',esc(t.id))+'</p>':t.heldBy?'<p class="note">run by pid '+esc(t.heldBy.pid)+' on '+esc(t.heldBy.host)+'</p>':''
 const waits=t.approvals.map(a=>'<p class="waits">waits for a person at request '+esc(a.id)+': decide it above, under “waiting for a person”.</p>').join('')
 const policy=(t.tools?'<p class="note">tools: '+esc(t.tools.join(', ')||'none')+'</p>':'')+(t.permissions?'<p class="note">permissions: '+esc(Object.entries(t.permissions).map(([k,v])=>k+': '+v).join(', '))+'</p>':'')
 const problems=t.problems.map(p=>'<p class="problem">'+esc(p.code+': '+p.message)+'</p>').join('')

@@ -1,13 +1,14 @@
 /**
- * The inspector's server-sent events: one poll of the data directory for every open page, not one
- * per page, pushing the overview when it changed (with the ids of the threads that changed), and
- * the reply deltas of an in-process runtime as they arrive. Polling rather than watching: the
- * registry is SQLite in WAL mode and a lease goes stale with no file changing, so a file watch
- * would miss what a poll sees; the poll runs only while a page is connected.
+ * The inspector's server-sent events: one poll of the directory or database for every open page,
+ * not one per page, pushing the overview when it changed (with the ids of the threads that
+ * changed), and the reply deltas of an in-process runtime as they arrive. Polling rather than
+ * watching files: the registry is SQLite in WAL mode and a lease goes stale with no file changing,
+ * so a file watch would miss what a poll sees; the poll runs only while a page is connected. A
+ * source that announces changes (a database's NOTIFY) has the poll run at once as well.
  */
 import type http from 'node:http'
 import { describeError } from '../base/errors.js'
-import { overview } from './inspectorData.js'
+import type { Overview } from './inspectorData.js'
 import type { ReplyDelta } from '../../actors/replyDelta.js'
 
 /**
@@ -36,6 +37,8 @@ export type { ReplyDelta }
 export interface InspectorStream {
   /** Takes over a GET /events response: it stays open, receiving every push, until the page goes. */
   attach(request: http.IncomingMessage, response: http.ServerResponse): void
+  /** Threads changed (a request was left, another process announced a change): poll now rather than at the next tick. */
+  nudge(): void
   close(): void
 }
 
@@ -61,13 +64,25 @@ function partials() {
   }
 }
 
-export function inspectorStream(options: { dir: string; pollMs: number; replies?: ReplySource }): InspectorStream {
+/** The least time between two polls that nudges bring forward: a burst of them is one poll. */
+const ANNOUNCED_GAP_MS = 100
+
+export interface InspectorStreamOptions {
+  /** The overview as it stands now (throws when it cannot be read). */
+  read: () => Overview
+  pollMs: number
+  replies?: ReplySource
+}
+
+export function inspectorStream(options: InspectorStreamOptions): InspectorStream {
   const clients = new Set<http.ServerResponse>()
   const streamed = partials()
   let timer: NodeJS.Timeout | null = null
+  let soon: NodeJS.Timeout | null = null
   let last = ''
   let lastThreads = new Map<string, string>()
   let ticks = 0
+  let polledAt = 0
 
   const broadcast = (text: string): void => {
     for (const client of clients) client.write(text)
@@ -75,11 +90,15 @@ export function inspectorStream(options: { dir: string; pollMs: number; replies?
 
   const poll = (): void => {
     ticks++
-    let view: ReturnType<typeof overview>
+    polledAt = Date.now()
+    let view: Overview
     try {
-      view = overview(options.dir)
+      view = options.read()
     } catch (error) {
       broadcast(frame('problem', describeError(error)))
+      // The first overview read again is pushed even if nothing changed meanwhile: it takes the
+      // problem off the page.
+      last = ''
       return
     }
     const text = JSON.stringify(view)
@@ -101,6 +120,7 @@ export function inspectorStream(options: { dir: string; pollMs: number; replies?
     broadcast(frame('reply', delta))
   })
 
+
   return {
     attach(request, response) {
       response.writeHead(200, {
@@ -112,7 +132,7 @@ export function inspectorStream(options: { dir: string; pollMs: number; replies?
       // EventSource reconnects by itself after a drop, a second later.
       response.write('retry: 1000\n\n')
       try {
-        const view = overview(options.dir)
+        const view = options.read()
         response.write(frame('overview', { ...view, changed: view.threads.map((t) => t.id) }))
       } catch (error) {
         response.write(frame('problem', describeError(error)))
@@ -131,9 +151,18 @@ export function inspectorStream(options: { dir: string; pollMs: number; replies?
         }
       })
     },
+    nudge() {
+      // Only while a page is connected, as the poll; a burst of nudges is one poll.
+      if (!timer || soon) return
+      soon = setTimeout(() => {
+        soon = null
+        if (timer) poll()
+      }, Math.max(0, polledAt + ANNOUNCED_GAP_MS - Date.now()))
+    },
     close() {
       if (timer) clearInterval(timer)
-      timer = null
+      if (soon) clearTimeout(soon)
+      timer = soon = null
       unsubscribe?.()
       for (const client of clients) client.end()
       clients.clear()

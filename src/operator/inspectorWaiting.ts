@@ -11,7 +11,7 @@ let waitingKey=''
 const requests={}
 const pretty=v=>JSON.stringify(v,null,2)
 const draft=(id,field,fallback)=>drafts[id]&&drafts[id][field]!==undefined?drafts[id][field]:fallback
-const answered=a=>'<span class="answered">'+(a.answer.approved===null?'answered':a.answer.approved?'approved':'denied')+(a.answer.by?' by '+esc(a.answer.by):'')+': '+(a.answer.state==='taken'?'the runtime is acting on it':'waiting for the runtime running this directory to act on it')+'</span>'
+const answered=a=>'<span class="answered">'+(a.answer.approved===null?'answered':a.answer.approved?'approved':'denied')+(a.answer.by?' by '+esc(a.answer.by):'')+': '+(a.answer.state==='taken'?'the runtime is acting on it':'waiting for '+PLACE.runner+' to act on it')+'</span>'
 const due=a=>{if(!a.deadline)return '';const late=Date.parse(a.deadline)<=Date.now();return ' · deadline '+esc(a.deadline)+(late?' <span class="failed">(overdue)</span>':'')}
 const KIND={limit_escalation:'limit',tool_approval:'tool call',question:'question',resume:'suspended'}
 // Cancel ends the thread, whatever it waits at; a request already written shows instead of the button.
@@ -20,12 +20,12 @@ function card(t,a){requests[a.id]=a
 const head='<div class="approval '+esc(a.kind)+'" data-request="'+esc(a.id)+'" data-thread="'+esc(t.id)+'"><div class="who"><span class="kind">'+esc(KIND[a.kind]||a.kind)+'</span><a href="#" class="open">'+esc(t.directive)+'</a> <span class="id">'+esc(t.id)+'</span>'+(a.kind==='resume'?'':' · request '+esc(a.id))+due(a)+'</div>'
 const tail='<div class="failed">'+esc(failures[a.id]||'')+'</div></div>'
 // Once a cancel is requested the thread ends whatever is decided here: no more buttons.
-const decided=a.answer?'<div class="row">'+answered(a)+'</div>':t.requested.cancel?'<div class="row note">cancel requested: waiting for the runtime running this directory to act on it</div>':''
+const decided=a.answer?'<div class="row">'+answered(a)+'</div>':t.requested.cancel?'<div class="row note">cancel requested: waiting for '+PLACE.runner+' to act on it</div>':''
 if(a.kind==='tool_approval'){const text=pretty(a.input);return head+'<b>'+esc(a.message)+'</b><div class="note">tool <code>'+esc(a.tool)+'</code>, call '+esc(a.callId)+'; its input — edit it to run the call with other input:</div><textarea class="input" spellcheck="false" rows="'+Math.min(14,text.split('\\n').length+1)+'"'+(a.answer?' disabled':'')+'>'+esc(draft(a.id,'input',text))+'</textarea>'+(decided||'<div class="row"><button class="approve">Approve</button><input type="text" class="reason" placeholder="why not (the model reads it)" value="'+esc(draft(a.id,'reason',''))+'"><button class="deny">Deny</button>'+cancelButton(t)+'</div>')+tail}
 if(a.kind==='question'){const q=a.request&&typeof a.request==='object'?a.request:{};const asked=typeof q.question==='string'?q.question:JSON.stringify(a.request)
 const choices=Array.isArray(q.choices)?q.choices.map((c,i)=>'<button class="choice" data-choice="'+i+'">'+esc(c)+'</button>').join(''):''
 return head+'<div class="note">'+esc(a.tool)+' asks:</div><div class="asked">'+esc(asked)+'</div>'+(decided||(choices?'<div class="row">'+choices+'</div>':'')+'<div class="row"><input type="text" class="answer-text" placeholder="your answer" value="'+esc(draft(a.id,'answer',''))+'"><button class="answer">Answer</button>'+cancelButton(t)+'</div>')+tail}
-if(a.kind==='resume')return head+'<b>'+esc(a.message)+'</b>'+(t.requested.resume?'<div class="row answered">resume requested: waiting for the runtime running this directory to act on it</div>':'<div class="row"><button class="resume">Resume</button>'+cancelButton(t)+'</div>')+tail
+if(a.kind==='resume')return head+'<b>'+esc(a.message)+'</b>'+(t.requested.resume?'<div class="row answered">resume requested: waiting for '+PLACE.runner+' to act on it</div>':'<div class="row"><button class="resume">Resume</button>'+cancelButton(t)+'</div>')+tail
 return head+'<b>'+esc(a.message)+'</b>'+(a.proposed===null?'<div class="note">No new limit is proposed: give one.</div>':'')+(decided||'<div class="row"><label>new '+esc(a.limit)+(a.limit==='spend'?' (USD)':'')+' limit <input type="number" class="limit-value" min="0" step="any" value="'+esc(draft(a.id,'limit',a.proposed===null?'':a.proposed))+'"></label><button class="approve">Approve</button><button class="deny">Deny</button>'+cancelButton(t)+'</div>')+tail}
 // What a suspended thread at no request waits for: a person to resume it.
 const WHY_SUSPENDED={error:'its model calls kept failing',context_length:'its conversation outgrew the model\\'s context window',budget:'it ran out of budget',crash_loop:'the processes running it kept dying',limit:'it reached a limit'}
