@@ -69,6 +69,7 @@ export class PgBridge {
   private readonly flag: Int32Array
   private readonly timeoutMs: number
   private readonly pending = new Map<number, { resolve: (reply: Reply) => void }>()
+  private readonly onNotify: ((channel: string, payload: string) => void) | undefined
   private nextId = 1
   private depth = 0
   private closed = false
@@ -94,8 +95,8 @@ export class PgBridge {
     })
     this.worker.on('error', () => {})
     this.worker.unref()
-    const onNotify = options.onNotify
-    port1.on('message', (reply: Reply) => this.dispatch(reply, onNotify))
+    this.onNotify = options.onNotify
+    port1.on('message', (reply: Reply) => this.dispatch(reply))
     port1.unref()
   }
 
@@ -251,7 +252,7 @@ export class PgBridge {
       const seen = Atomics.load(this.flag, 0)
       let received = receiveMessageOnPort(this.port)
       while (received) {
-        this.dispatch(received.message as Reply)
+        this.dispatch(received.message as Reply, true)
         received = receiveMessageOnPort(this.port)
       }
       if (reply) break
@@ -280,9 +281,16 @@ export class PgBridge {
     })
   }
 
-  private dispatch(reply: Reply, onNotify?: (channel: string, payload: string) => void): void {
-    if (reply.notify) {
-      onNotify?.(reply.notify.channel, reply.notify.payload)
+  /**
+   * `inCall`: taken off the port by a synchronous call waiting for its own reply. A notification
+   * met there is told on the next turn of the event loop: told at once, its listener would run in
+   * the middle of the call (inside its transaction, perhaps).
+   */
+  private dispatch(reply: Reply, inCall = false): void {
+    const notify = reply.notify
+    if (notify) {
+      if (inCall) setImmediate(() => this.onNotify?.(notify.channel, notify.payload))
+      else this.onNotify?.(notify.channel, notify.payload)
       return
     }
     const waiter = this.pending.get(reply.id)

@@ -233,6 +233,35 @@ describe('the PostgreSQL bridge', () => {
     expect(heard).toEqual(['spindle_test_bell:ding'])
   })
 
+  it('should deliver a NOTIFY that arrives during a synchronous call, its own included, after the call and outside its transaction', async () => {
+    const heard: Array<{ payload: string; depth: number }> = []
+    const url = testDatabaseUrl()
+    let depth = 0
+    const db = new PgBridge({ url, onNotify: (_channel, payload) => heard.push({ payload, depth }) })
+    cleanups.push(async () => db.close())
+    db.listenSync('spindle_test_during')
+    const other = new PgBridge({ url })
+    cleanups.push(async () => other.close())
+    // Its own notification, committed with the transaction, reaches it during the next call.
+    db.transactionSync(() => {
+      depth++
+      db.execSync(`SELECT pg_notify('spindle_test_during', 'own')`)
+      depth--
+    })
+    // Another connection's, sent while this one waits in a statement.
+    const waiting = db.querySync(`SELECT pg_sleep(0.3), 1 AS one`)
+    expect(waiting[0]!.one).toBe(1)
+    other.execSync(`SELECT pg_notify('spindle_test_during', 'other')`)
+    db.transactionSync(() => {
+      depth++
+      db.querySync('SELECT pg_sleep(0.3)')
+      depth--
+    })
+    for (let i = 0; i < 100 && heard.length < 2; i++) await new Promise((r) => setTimeout(r, 20))
+    expect(heard.map((h) => h.payload).sort()).toEqual(['other', 'own'])
+    expect(heard.every((h) => h.depth === 0)).toBe(true)
+  })
+
   it('should migrate a schema exactly once when four processes open it at the same moment', async () => {
     const schema = freshSchema()
     const url = testDatabaseUrl()
