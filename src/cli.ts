@@ -12,16 +12,15 @@ import { formatUsd } from './base/money.js'
 import type { SpindleErrorCode } from './base/errors.js'
 import { locks } from './operator/locks.js'
 import { serveInspector } from './operator/inspector.js'
-import { compactThread } from './operator/compact.js'
 import fs from 'node:fs'
 import os from 'node:os'
-import { scanOrphans, threadTree } from './operator/operatorActions.js'
+import { threadTree } from './operator/operatorActions.js'
 import { addDecisionCommands } from './operator/decisionCommands.js'
 import { addMigrateCommand } from './operator/migrateCommand.js'
-import { createRuntime } from './runtime/createRuntime.js'
-import { scriptedModel } from '../actors/scriptedModel.js'
+import { addOrphanCommands } from './operator/orphanCommands.js'
+import { addRebuildCommand } from './operator/rebuildCommand.js'
 import type { RequestWritten, TreeNode } from './operator/operatorActions.js'
-import { doctor, rebuildThread, showThread, threadLog } from './operator/operator.js'
+import { doctor, showThread, threadLog } from './operator/operator.js'
 import { listThreads } from './operator/threadListing.js'
 import { isActive } from './thread/threadStatus.js'
 import { writeVisualizations } from './operator/visualize.js'
@@ -292,44 +291,7 @@ function program(setExit: (code: number) => void): Command {
       return follow((after) => threadLog(o.dir, id, { after }))
     })
 
-  cli
-    .command('rebuild <id>')
-    .description("replay a thread's transcript and compare with its state.json; --apply writes the rebuilt one")
-    .addOption(dirOption())
-    .option('--apply', 'write the rebuilt state.json (atomically) and update the registry; not while a runtime runs the thread')
-    .option('--compact', 'with --apply: also write a deduplicated transcript (the old one is kept beside it); alone: say what it would drop')
-    .option('--json', 'print JSON')
-    .action((id: string, o: { dir: string; apply?: boolean; compact?: boolean; json?: boolean }) => {
-      if (o.compact) {
-        const compacted = compactThread(o.dir, id, { apply: o.apply === true })
-        if (!o.apply) {
-          if (o.json) return json(compacted)
-          return out(`${id}: ${plural(compacted.before, 'entry', 'entries')}, ${compacted.after} after compaction (dropping ${JSON.stringify(compacted.dropped)}). Dry run: --apply writes it.`)
-        }
-        if (!o.json) out(compacted.applied ? `${id}: transcript compacted from ${compacted.before} to ${plural(compacted.after, 'entry', 'entries')}; the old one is ${compacted.keptAs}.` : `${id}: nothing to compact.`)
-      }
-      const report = rebuildThread(o.dir, id, { apply: o.apply === true })
-      if (!report.matches && !report.applied) setExit(5)
-      if (report.findings.some((f) => f.kind !== 'unknown_type')) setExit(5)
-      if (o.json) return json(report)
-      for (const f of report.findings) out(`${f.kind === 'unknown_type' ? 'note' : 'damage'}  [${f.kind}] ${f.message}`)
-      out(`rebuilt     ${colour(report.rebuilt.status)} ${JSON.stringify(report.rebuilt.value)} replayed through transcript seq ${report.rebuilt.appliedSeq}`)
-      const stored = report.stored
-      if (stored === null) out('state.json  missing')
-      else if ('problem' in stored) out(`state.json  unreadable: [${stored.problem.code}] ${stored.problem.message}`)
-      else out(`state.json  ${colour(stored.status)} ${JSON.stringify(stored.value)} at transcript seq ${stored.transcriptSeq}`)
-      out(
-        report.matches
-          ? `state.json matches its transcript${report.behind ? ` (${plural(report.behind, 'later entry is', 'later entries are')} replayed on recovery)` : ''}.`
-          : report.applied
-            ? 'state.json differed from its transcript and was rewritten.'
-            : 'state.json does not match its transcript: run again with --apply to rewrite it.',
-      )
-      if (report.applied && report.matches) out('state.json rewritten from the transcript.')
-      for (const d of report.decisions) {
-        out(`approval    ${d.requestId}: ${d.decision} by its transcript; its decision file ${d.written ? 'is written' : 'is missing: --apply writes it'}.`)
-      }
-    })
+  addRebuildCommand(cli, { dirOption, out, json, colour, plural, setExit })
 
   cli
     .command('doctor')
@@ -380,57 +342,7 @@ function program(setExit: (code: number) => void): Command {
       for (const tree of trees) print(tree, '', true, true)
     })
 
-  const orphans = cli.command('orphans').description('threads no live runtime process holds: scan (default), recover one, or auto')
-  orphans
-    .command('scan', { isDefault: true })
-    .description('list created or running threads whose lease is missing, expired, or held by a process that is gone')
-    .addOption(dirOption())
-    .option('--json', 'print JSON')
-    .action((o: { dir: string; json?: boolean }) => {
-      const found = scanOrphans(o.dir)
-      if (o.json) return json(found)
-      if (found.length === 0) return out('No orphans: every unfinished thread is held by a live runtime process.')
-      table([['THREAD', 'DIRECTIVE', 'STATUS', 'WHY', 'LAST OWNER'], ...found.map((f) => [f.id, f.directive, colour(f.status), f.why, f.owner ?? '-'])])
-      out(`\n${plural(found.length, 'orphan')}. A runtime on this directory takes them over by itself (orphans.autoTakeover), or: spindle orphans recover <id> --action resume|mark_error|mark_cancelled`)
-    })
-  orphans
-    .command('recover <id>')
-    .description('resume: free its lease so a runtime takes it over now; mark_error / mark_cancelled: end it here without running it')
-    .addOption(dirOption())
-    .addOption(new Option('--action <action>', 'what to do').choices(['resume', 'mark_error', 'mark_cancelled']).makeOptionMandatory())
-    .option('--reason <text>', 'recorded with the decision')
-    .option('--json', 'print JSON')
-    .action(async (id: string, o: { dir: string; action: 'resume' | 'mark_error' | 'mark_cancelled'; reason?: string; json?: boolean }) => {
-      const orphan = scanOrphans(o.dir).find((f) => f.id === id)
-      if (!orphan) {
-        throw new SpindleError('THREAD_NOT_ACTIVE', `Thread ${id} is no orphan: it is finished, suspended, unknown, or a live runtime process holds it (\`spindle orphans\` lists orphans).`, { details: { threadId: id } })
-      }
-      if (o.action === 'resume') {
-        const freed = locks(o.dir, { apply: true, only: [id] }).reclaimed.length > 0
-        const result = { threadId: id, action: o.action, leaseFreed: freed, next: 'A runtime on this directory takes it over at its next heartbeat, or when it next opens the directory.' }
-        return o.json ? json(result) : out(`${id}: ${result.next}`)
-      }
-      const rt = await createRuntime({ dir: o.dir, model: scriptedModel([]), recover: false })
-      try {
-        const outcome = await rt.settleOrphan(id, o.action, o.reason)
-        if (o.json) return json({ threadId: id, action: o.action, ...outcome })
-        out(`${id}: ${colour(outcome.status)}${outcome.error ? ` — ${outcome.error.message}` : ''}`)
-      } finally {
-        await rt.close()
-      }
-    })
-  orphans
-    .command('auto')
-    .description('free the leases of every orphan so the runtimes on this directory take them over now')
-    .addOption(dirOption())
-    .option('--json', 'print JSON')
-    .action((o: { dir: string; json?: boolean }) => {
-      const found = new Set(scanOrphans(o.dir).map((f) => f.id))
-      const reclaimed = locks(o.dir, { apply: true, only: [...found] }).reclaimed.map((l) => l.threadId)
-      const result = { orphans: [...found], leasesFreed: reclaimed }
-      if (o.json) return json(result)
-      out(`${plural(found.size, 'orphan')}; freed ${plural(reclaimed.length, 'lease')}. Runtimes on this directory take them over at their next heartbeat or start.`)
-    })
+  addOrphanCommands(cli, { dirOption, out, json, table, colour, plural })
 
   cli
     .command('inspect')

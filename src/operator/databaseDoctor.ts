@@ -4,7 +4,7 @@
  * the registry agrees; the approval requests left undecided; the ledger's balances; leases of
  * processes that are gone. Reads only, through the store interfaces, as a new worker would read.
  * Findings have the shapes and codes of the directory's doctor (operator.ts); their repairs say
- * what can be done on a database, where `spindle rebuild` does not work yet.
+ * what can be done on a database.
  */
 import type { RecoveryCount, StateEnvelope, ThreadRecord, TranscriptEntry } from '../../persistence/types.js'
 import { describeError } from '../base/errors.js'
@@ -20,8 +20,9 @@ import { checkReplay } from './inspectThread.js'
 import { lockState } from './locks.js'
 import { crashLoopFindings, ledgerFinding } from './operator.js'
 
-/** The repair of a thread whose rows disagree, while `spindle rebuild` reads data directories only. */
-const RESTORE = (id: string, rows: string): string => `Restore the ${rows} of ${id} from a backup of the database (\`spindle rebuild\` does not work on a database yet).`
+/** The repair of a thread whose rows disagree with its transcript, which holds the truth. */
+const REBUILD = (id: string, rows: string): string =>
+  `Rewrite the ${rows} of ${id} from its transcript: \`spindle rebuild ${id} --apply\` with this --db and --schema, once no worker runs the thread.`
 
 /** Checks every thread of the database; exit 5 is for findings of kind damage. */
 export function databaseDoctor(database: DatabaseOptions): { threads: number; findings: Finding[] } {
@@ -52,7 +53,7 @@ function threadFindings(stores: Stores, record: ThreadRecord, count: RecoveryCou
     envelope = stores.checkpoints.load(id)
   } catch (error) {
     const { code, message } = describeError(error)
-    damage(code, message, RESTORE(id, 'checkpoint row'))
+    damage(code, message, REBUILD(id, 'checkpoint row'))
   }
   let replayed: ReturnType<typeof replayTranscript>
   try {
@@ -66,9 +67,9 @@ function threadFindings(stores: Stores, record: ThreadRecord, count: RecoveryCou
     const check = checkReplay(envelope, entries)
     const at = envelope.transcript
     if (!check.checkpointFound) {
-      damage('STATE_MISMATCH', `The checkpoint of ${id} was taken at transcript entry ${at.seq}, which its transcript does not hold with that hash.`, RESTORE(id, 'checkpoint and transcript rows'))
+      damage('STATE_MISMATCH', `The checkpoint of ${id} was taken at transcript entry ${at.seq}, which its transcript does not hold with that hash.`, `Restore the transcript rows of ${id} from a backup if they were lost; else \`spindle rebuild ${id} --apply\` rewrites the checkpoint from the transcript as it stands.`)
     } else if (!check.matches) {
-      damage('STATE_MISMATCH', `The checkpoint of ${id} differs from what its transcript replays to at seq ${at.seq}.`, RESTORE(id, 'checkpoint row'))
+      damage('STATE_MISMATCH', `The checkpoint of ${id} differs from what its transcript replays to at seq ${at.seq}.`, REBUILD(id, 'checkpoint row'))
     } else if (at.seq < replayed.appliedSeq && !isActive(record.status)) {
       findings.push({ threadId: id, kind: 'lag', code: 'STATE_BEHIND', message: `The checkpoint of ${id} is behind its transcript.`, repair: 'Nothing is lost: the transcript holds every step after the checkpoint, and a runtime that loads the thread replays them.' })
     }
@@ -79,7 +80,7 @@ function threadFindings(stores: Stores, record: ThreadRecord, count: RecoveryCou
   // one it calls suspended whose decision was recorded by a process killed before it committed the status.
   const behind = isActive(record.status) || record.status === 'suspended'
   if (record.status !== replayed.status && !behind) {
-    damage('REGISTRY_MISMATCH', `The registry says ${id} is ${record.status}; its transcript says ${replayed.status}.`, RESTORE(id, 'registry row (threads)'))
+    damage('REGISTRY_MISMATCH', `The registry says ${id} is ${record.status}; its transcript says ${replayed.status}.`, REBUILD(id, 'registry row'))
   } else if (record.status !== replayed.status) {
     findings.push({
       threadId: id,

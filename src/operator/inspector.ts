@@ -17,7 +17,10 @@ import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
 import { describeAnswer } from '../thread/approvalRecords.js'
 import { inspectorPage } from './inspectorPage.js'
 import { overview } from './inspectorData.js'
-import { openInspectorSource } from './inspectorSource.js'
+import type { InspectorSource } from './inspectorSource.js'
+import { directorySource } from './inspectorDirectory.js'
+import { databaseSource } from './inspectorDatabase.js'
+import { databaseOptions } from '../runtime/openPostgresStores.js'
 import { conversationOf } from './threadConversation.js'
 import { inspectorStream } from './inspectorStream.js'
 import type { ReplySource } from './inspectorStream.js'
@@ -84,6 +87,18 @@ async function body(request: http.IncomingMessage): Promise<unknown> {
 
 /** The Host header a browser sends for the inspector's own URL (127.0.0.1 or localhost, any port). */
 const LOCAL_HOST = /^(?:127\.0\.0\.1|localhost)(?::\d{1,5})?$/i
+
+/**
+ * The source an inspector serves: the database when `database` is given, else the directory.
+ * Refuses both at once, as the CLI refuses `--dir` with `--db`, and a place without spindle data.
+ */
+export function openInspectorSource(options: { dir?: string; database?: string | DatabaseOptions }): InspectorSource {
+  if (options.database === undefined) return directorySource(options.dir ?? '.spindle')
+  if (options.dir !== undefined) {
+    throw new SpindleError('INVALID_OPTIONS', 'dir and database name two places: give one (dir for a data directory, database for a PostgreSQL database).', { details: { field: 'database' } })
+  }
+  return databaseSource(databaseOptions(options.database, 'database'))
+}
 
 /** Serves the inspector on 127.0.0.1 until `close()`. What `spindle inspect` runs (without `replies`). */
 export async function serveInspector(options: InspectorOptions): Promise<Inspector> {

@@ -3,20 +3,15 @@
  * (inspectorDirectory.ts) or a PostgreSQL database (inspectorDatabase.ts). The page, its API and
  * its events channel are the same on both: they are shaped from what a source reads
  * (inspectorData.ts), and each button goes through the same function, with the same checks, as the
- * CLI command of that place. Which source serves is decided here, once per inspector.
+ * CLI command of that place. Which source serves is decided once per inspector (inspector.ts).
  */
-import { SpindleError } from '../base/errors.js'
 import type { StateEnvelope, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
 import type { BudgetView } from '../runtime/budgetView.js'
-import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
-import { databaseOptions } from '../runtime/openPostgresStores.js'
 import type { RejectedAnswer } from '../thread/approvalRecords.js'
 import type { OpenRequest } from '../thread/requests.js'
 import type { LockView } from './locks.js'
 import type { Approval, RequestWritten } from './operatorActions.js'
 import type { ThreadListing } from './threadListing.js'
-import { directorySource } from './inspectorDirectory.js'
-import { databaseSource } from './inspectorDatabase.js'
 
 /**
  * An answer left for an open request that no runtime has acted on yet: `waiting` while nobody has
@@ -70,16 +65,4 @@ export interface InspectorSource {
    */
   watch?(listener: () => void): () => void
   close(): void
-}
-
-/**
- * The source an inspector serves: the database when `database` is given, else the directory.
- * Refuses both at once, as the CLI refuses `--dir` with `--db`, and a place without spindle data.
- */
-export function openInspectorSource(options: { dir?: string; database?: string | DatabaseOptions }): InspectorSource {
-  if (options.database === undefined) return directorySource(options.dir ?? '.spindle')
-  if (options.dir !== undefined) {
-    throw new SpindleError('INVALID_OPTIONS', 'dir and database name two places: give one (dir for a data directory, database for a PostgreSQL database).', { details: { field: 'database' } })
-  }
-  return databaseSource(databaseOptions(options.database, 'database'))
 }

@@ -24,7 +24,7 @@ import { recordOf, withRegistry } from './registryAccess.js'
 import { withoutNonce } from './threadListing.js'
 import type { ThreadListing } from './threadListing.js'
 import type { RecoveryCount, StateEnvelope, ThreadStatus, TranscriptEntry } from '../../persistence/types.js'
-import { SpindleError, describeError, isSpindleError } from '../base/errors.js'
+import { SpindleError, describeError } from '../base/errors.js'
 import { replayTranscript } from '../thread/replay.js'
 import type { RejectedAnswer } from '../thread/approvalRecords.js'
 import { rejectedAnswers } from '../thread/approvalRecords.js'
@@ -34,8 +34,8 @@ import { approvalFindings, settleDecisionFiles } from './approvalChecks.js'
 import { leftoverFindings } from './leftoverChecks.js'
 import type { Finding } from './approvalChecks.js'
 import type { LedgerProblem } from '../../persistence/types.js'
-import { checkTranscript } from './transcriptCheck.js'
-import type { TranscriptFinding } from './transcriptCheck.js'
+import { bringRegistryInLine, compareWithTranscript } from './rebuildReport.js'
+import type { RebuildReport } from './rebuildReport.js'
 import { isActive } from '../thread/threadStatus.js'
 import { loadFileLayers } from '../../config/load.js'
 
@@ -93,25 +93,7 @@ export function threadLog(dir: string, id: string, options: { after?: number } =
   return { status, entries: options.after === undefined ? entries : entries.filter((e) => e.seq > options.after!) }
 }
 
-export interface RebuildReport {
-  threadId: string
-  /** What the rebuilt snapshot says. */
-  rebuilt: { status: ThreadStatus; value: unknown; appliedSeq: number }
-  /** What state.json said, or why it could not be read. */
-  stored: { status: ThreadStatus; value: unknown; transcriptSeq: number } | { problem: { code: string; message: string } } | null
-  /** Whether state.json equals the replay of the transcript up to the position it records. */
-  matches: boolean
-  /** Transcript entries after the position state.json records (a crash leaves some; recovery replays them). */
-  behind: number
-  applied: boolean
-  /** What the transcript check found besides the chain: unknown types, invalid transitions, unknown threads. */
-  findings: TranscriptFinding[]
-  /**
-   * Approval requests the thread no longer waits at whose decision file is missing, with the
-   * decision the transcript holds: `written` once `--apply` wrote the file.
-   */
-  decisions: Array<{ requestId: string; decision: string; written: boolean }>
-}
+export type { RebuildReport } from './rebuildReport.js'
 
 /**
  * Replays a thread's transcript and compares the result with its state.json. With `apply`, writes
@@ -132,62 +114,16 @@ export function rebuildThread(dir: string, id: string, options: { apply?: boolea
     if (options.apply) refuseIfBehindJournal(paths, id, 'rebuild it')
     const transcripts = createJsonlTranscriptStore({ paths, durability: 'fsync' })
     const { entries } = transcripts.read(id)
-    let envelope: StateEnvelope | null = null
-    let stored: RebuildReport['stored'] = null
-    try {
-      envelope = createFileCheckpointStore({ paths, durability: 'process' }).load(id)
-      if (envelope) {
-        stored = {
-          status: envelope.status,
-          value: (envelope.snapshot as { value: unknown }).value,
-          transcriptSeq: envelope.transcript.seq,
-        }
-      }
-    } catch (error) {
-      if (!isSpindleError(error)) throw error
-      stored = { problem: describeError(error) }
-    }
-    const findings = checkTranscript(entries, (other) => registry.get(other) !== null)
-    const invalid = findings.find((f) => f.kind === 'invalid_transition')
-    if (invalid) {
-      return {
-        threadId: id,
-        rebuilt: { status: stored && 'status' in stored ? stored.status : 'error', value: null, appliedSeq: 0 },
-        stored,
-        matches: false,
-        behind: 0,
-        applied: false,
-        findings,
-        decisions: [],
-      }
-    }
-    const full = replayTranscript(entries)
-    const upTo = envelope?.transcript.seq ?? Number.POSITIVE_INFINITY
-    const comparable = envelope ? replayTranscript(entries.filter((e) => e.seq <= upTo)).snapshot : null
-    const report: RebuildReport = {
-      threadId: id,
-      rebuilt: { status: full.status, value: (full.snapshot as { value: unknown }).value, appliedSeq: full.appliedSeq },
-      stored,
-      matches: envelope !== null && isDeepStrictEqual(comparable, envelope.snapshot),
-      behind: envelope ? entries.filter((e) => e.seq > upTo).length : entries.length,
-      applied: false,
-      findings,
-      decisions: settleDecisionFiles(paths, id, entries, full, false),
-    }
+    const { report, full } = compareWithTranscript(id, entries, () => createFileCheckpointStore({ paths, durability: 'process' }).load(id), (other) => registry.get(other) !== null)
+    if (!full) return report
+    report.decisions = settleDecisionFiles(paths, id, entries, full, false)
     if (options.apply) {
       // open() (unlike read()) cuts a torn last line, so the position written matches the file.
       const { position } = transcripts.open(id)
       transcripts.close(id)
       const file = threadFile(paths, id, STATE_FILE)
       writeFileAtomicSync(file, JSON.stringify(makeEnvelope(id, full.status, position, full.snapshot, Date.now())), { fsync: true, under: paths.root })
-      const context = (full.snapshot as { context: ThreadContext }).context
-      registry.transaction(() => {
-        registry.updateCostSnapshot(id, context.usage)
-        if (!isActive(full.status)) {
-          registry.setResult(id, { result: context.result ?? undefined, error: context.error })
-        }
-        registry.updateStatus(id, full.status, Date.now(), context.suspendReason)
-      })
+      bringRegistryInLine(registry, id, full, Date.now())
       report.applied = true
       // A process killed between recording a decision and writing its file: the file, from the transcript.
       report.decisions = settleDecisionFiles(paths, id, entries, full, true)

@@ -188,8 +188,15 @@ export function orphanWhy(lock: LockView | undefined): Orphan['why'] | null {
 
 /** Created or running threads that no live runtime process holds a lease on. */
 export function scanOrphans(dir: string, now = Date.now()): Orphan[] {
-  const active = withRegistry(dir, (registry) => registry.listActive())
-  const held = new Map(locks(dir, { now }).locks.map((l) => [l.threadId, l]))
+  return orphansAmong(
+    withRegistry(dir, (registry) => registry.listActive()),
+    locks(dir, { now }).locks,
+  )
+}
+
+/** Which of the `active` threads (created or running) no lease of `leases` holds live: a directory's or a database's. */
+export function orphansAmong(active: readonly ThreadRecord[], leases: readonly LockView[]): Orphan[] {
+  const held = new Map(leases.map((l) => [l.threadId, l]))
   const orphans: Orphan[] = []
   for (const record of active) {
     const lock = held.get(record.id)
