@@ -77,18 +77,7 @@ export function toAccount(row: AccountRow, reserved: BudgetUsage): LedgerAccount
     const limit = limitOf(row, a)
     available[a] = limit === null ? null : limit - spentOf(row, a) - reserved[a]
   }
-  return {
-    threadId: row.thread_id,
-    parentId: row.parent_id,
-    limit: { spend: row.limit_spend, tokens: row.limit_tokens },
-    spent: { spend: row.spent_spend, tokens: row.spent_tokens },
-    ownSpent: { spend: row.own_spend, tokens: row.own_tokens },
-    reserved,
-    available,
-    released: row.released === 1,
-    createdAt: row.created_at,
-    updatedAt: row.updated_at,
-  }
+  return { ...storedAccount(row), reserved, available }
 }
 
 /** A row as `Ledger.accounts()` gives it. */

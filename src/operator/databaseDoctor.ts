@@ -10,7 +10,7 @@ import type { RecoveryCount, StateEnvelope, ThreadRecord, TranscriptEntry } from
 import { describeError } from '../base/errors.js'
 import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
 import type { Stores } from '../runtime/openStores.js'
-import { decisionFromTranscript, openRequestId } from '../thread/approvalDecision.js'
+import { decisionsOwed, openRequestId } from '../thread/approvalDecision.js'
 import type { ThreadContext } from '../../machines/threadContext.js'
 import { replayTranscript } from '../thread/replay.js'
 import { isActive } from '../thread/threadStatus.js'
@@ -101,9 +101,7 @@ function approvalFindings(stores: Stores, id: string, entries: readonly Transcri
   const context = (replayed.snapshot as { context?: ThreadContext }).context
   const open = replayed.status === 'suspended' && context ? openRequestId(context) : null
   const findings: Finding[] = []
-  for (const requestId of stores.inbox.undecided(id)) {
-    if (requestId === open) continue
-    const decision = decisionFromTranscript(entries, requestId)
+  for (const { requestId, decision } of decisionsOwed(stores.inbox.undecided(id), entries, replayed)) {
     findings.push(
       decision
         ? {

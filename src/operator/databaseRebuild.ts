@@ -10,8 +10,7 @@ import type { TranscriptEntry } from '../../persistence/types.js'
 import { SpindleError } from '../base/errors.js'
 import type { DatabaseOptions } from '../runtime/openPostgresStores.js'
 import type { Stores } from '../runtime/stores.js'
-import { decisionFromTranscript, openRequestId } from '../thread/approvalDecision.js'
-import type { ThreadContext } from '../../machines/threadContext.js'
+import { decisionsOwed } from '../thread/approvalDecision.js'
 import { openDatabase, recordIn } from './databaseStores.js'
 import { lockState } from './locks.js'
 import { bringRegistryInLine, compareWithTranscript } from './rebuildReport.js'
@@ -19,12 +18,8 @@ import type { RebuildReport, Replayed } from './rebuildReport.js'
 
 /** Requests the thread no longer waits at whose decision the inbox lacks and the transcript holds; stored with `apply`. */
 function settleDecisions(stores: Stores, id: string, entries: readonly TranscriptEntry[], full: Replayed, apply: boolean): RebuildReport['decisions'] {
-  const context = (full.snapshot as { context?: ThreadContext }).context
-  const open = full.status === 'suspended' && context ? openRequestId(context) : null
   const settled: RebuildReport['decisions'] = []
-  for (const requestId of stores.inbox.undecided(id)) {
-    if (requestId === open) continue
-    const decision = decisionFromTranscript(entries, requestId)
+  for (const { requestId, decision } of decisionsOwed(stores.inbox.undecided(id), entries, full)) {
     if (!decision) continue
     if (apply) stores.inbox.putDecision(id, requestId, { ...decision, recovered: true })
     settled.push({ requestId, decision: decision.decision, written: apply })

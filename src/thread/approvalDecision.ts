@@ -108,3 +108,18 @@ export function limitStillExceeded(id: string, context: Pick<ThreadContext, 'lim
     { details: { threadId: id, ...still } },
   )
 }
+
+/**
+ * Of the requests `undecided` (stored with no decision), those the thread no longer waits at, each
+ * with how its transcript says it was decided (null: it does not say). A process killed between
+ * recording a decision and storing it leaves these; the stored decision is owed.
+ */
+export function decisionsOwed(
+  undecided: readonly string[],
+  entries: readonly TranscriptEntry[],
+  replayed: { status: string; snapshot: unknown },
+): Array<{ requestId: string; decision: ApprovalDecision | null }> {
+  const context = (replayed.snapshot as { context?: ThreadContext }).context
+  const open = replayed.status === 'suspended' && context ? openRequestId(context) : null
+  return undecided.filter((requestId) => requestId !== open).map((requestId) => ({ requestId, decision: decisionFromTranscript(entries, requestId) }))
+}

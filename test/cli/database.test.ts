@@ -4,7 +4,6 @@
  * schemas of the test server, with threads made and run by runtimes on those schemas; decisions
  * left by the CLI are acted on by a worker runtime in this process.
  */
-import { spawn } from 'node:child_process'
 import fs from 'node:fs'
 import path from 'node:path'
 import pg from 'pg'
@@ -13,28 +12,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { askHuman, createRuntime, defineTool, scriptedModel } from '../../src/index.js'
 import type { Runtime, RuntimeOptions } from '../../src/index.js'
 import { openPostgresStores } from '../../src/runtime/openPostgresStores.js'
-import { compiled, tempDir } from '../helpers/dirs.js'
+import { spindleAsync as spindle } from '../helpers/cliProcess.js'
+import { tempDir } from '../helpers/dirs.js'
 import { dropSchema, freshSchema, testDatabaseUrl } from '../helpers/postgres.js'
-
-interface Ran {
-  code: number | null
-  stdout: string
-  stderr: string
-}
-
-/**
- * The CLI in a child process, not blocking this one: a worker runtime here goes on meanwhile.
- * SPINDLE_DATABASE_URL is not passed on unless `env` gives it.
- */
-function spindle(args: string[], env: Record<string, string> = {}): Promise<Ran> {
-  const { SPINDLE_DATABASE_URL: _unset, ...inherited } = process.env
-  const child = spawn(process.execPath, [compiled('src/cli.js'), ...args], { env: { ...inherited, ...env }, stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (d: Buffer) => (stdout += d))
-  child.stderr.on('data', (d: Buffer) => (stderr += d))
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })))
-}
 
 const schemas: string[] = []
 const runtimes: Runtime[] = []

@@ -7,7 +7,6 @@
  * the poll, and that a database which stops answering shows on the page and recovers (on a server
  * of this file's own).
  */
-import { spawn } from 'node:child_process'
 import { z } from 'zod'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
@@ -17,7 +16,7 @@ import type { Inspector } from '../../src/operator/inspector.js'
 import { openPostgresStores } from '../../src/runtime/openPostgresStores.js'
 import { cancelInDatabase } from '../../src/operator/databaseRequests.js'
 import { databasePlace } from '../../src/operator/databaseStores.js'
-import { compiled } from '../helpers/dirs.js'
+import { spindleAsync } from '../helpers/cliProcess.js'
 import { startEmbeddedPostgres } from '../helpers/embeddedPostgres.js'
 import { dropSchema, freshSchema, testDatabaseUrl } from '../helpers/postgres.js'
 
@@ -269,11 +268,7 @@ describe('spindle inspect --db', () => {
   it('should refuse a --schema that holds no spindle tables with DATA_DIR_NOT_FOUND, exit 4, as the other commands do', async () => {
     const db = database()
     await suspendedAtApproval(db)
-    const { SPINDLE_DATABASE_URL: _unset, ...env } = process.env
-    const child = spawn(process.execPath, [compiled('src/cli.js'), 'inspect', '--db', db.url, '--schema', `${db.schema}x`], { env, stdio: ['ignore', 'pipe', 'pipe'] })
-    let stderr = ''
-    child.stderr.on('data', (d: Buffer) => (stderr += d))
-    const code = await new Promise((resolve) => child.on('close', resolve))
+    const { code, stderr } = await spindleAsync(['inspect', '--db', db.url, '--schema', `${db.schema}x`])
     expect(code).toBe(4)
     expect(stderr).toContain('[DATA_DIR_NOT_FOUND]')
     expect(stderr).toContain(`no spindle tables in schema ${db.schema}x`)

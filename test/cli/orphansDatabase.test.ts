@@ -2,23 +2,12 @@
  * `spindle orphans` on a database: threads left by runtimes that are gone, found and decided by
  * hand through the database, while a live worker's thread is left alone.
  */
-import { spawn } from 'node:child_process'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createRuntime, scriptedModel } from '../../src/index.js'
 import type { Runtime } from '../../src/index.js'
 import { openPostgresStores } from '../../src/runtime/openPostgresStores.js'
-import { compiled } from '../helpers/dirs.js'
+import { spindleAsync as spindle } from '../helpers/cliProcess.js'
 import { dropSchema, freshSchema, testDatabaseUrl } from '../helpers/postgres.js'
-
-function spindle(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const { SPINDLE_DATABASE_URL: _unset, ...env } = process.env
-  const child = spawn(process.execPath, [compiled('src/cli.js'), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (d: Buffer) => (stdout += d))
-  child.stderr.on('data', (d: Buffer) => (stderr += d))
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })))
-}
 
 const schema = freshSchema()
 const url = testDatabaseUrl()

@@ -3,23 +3,12 @@
  * (by hand, or a restore that missed them) is found out, and mended with --apply from its
  * transcript rows; a thread a live worker holds is refused.
  */
-import { spawn } from 'node:child_process'
 import pg from 'pg'
 import { afterAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
 import { createRuntime, defineTool, scriptedModel } from '../../src/index.js'
-import { compiled } from '../helpers/dirs.js'
+import { spindleAsync as spindle } from '../helpers/cliProcess.js'
 import { dropSchema, freshSchema, testDatabaseUrl } from '../helpers/postgres.js'
-
-function spindle(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  const { SPINDLE_DATABASE_URL: _unset, ...env } = process.env
-  const child = spawn(process.execPath, [compiled('src/cli.js'), ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
-  let stdout = ''
-  let stderr = ''
-  child.stdout.on('data', (d: Buffer) => (stdout += d))
-  child.stderr.on('data', (d: Buffer) => (stderr += d))
-  return new Promise((resolve) => child.on('close', (code) => resolve({ code, stdout, stderr })))
-}
 
 const schema = freshSchema()
 const url = testDatabaseUrl()
